@@ -1,0 +1,263 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ResponseFormatType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESPONSE_FORMAT_TYPE_UNSPECIFIED: _ClassVar[ResponseFormatType]
+    RESPONSE_FORMAT_TYPE_TEXT: _ClassVar[ResponseFormatType]
+    RESPONSE_FORMAT_TYPE_JSON_OBJECT: _ClassVar[ResponseFormatType]
+    RESPONSE_FORMAT_TYPE_JSON_SCHEMA: _ClassVar[ResponseFormatType]
+    RESPONSE_FORMAT_TYPE_REGEX: _ClassVar[ResponseFormatType]
+    RESPONSE_FORMAT_TYPE_GRAMMAR: _ClassVar[ResponseFormatType]
+
+class LookupOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOOKUP_OUTCOME_UNSPECIFIED: _ClassVar[LookupOutcome]
+    LOOKUP_OUTCOME_HIT: _ClassVar[LookupOutcome]
+    LOOKUP_OUTCOME_MISS: _ClassVar[LookupOutcome]
+    LOOKUP_OUTCOME_BYPASS: _ClassVar[LookupOutcome]
+
+class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIER_UNSPECIFIED: _ClassVar[Tier]
+    TIER_HOT: _ClassVar[Tier]
+    TIER_WARM: _ClassVar[Tier]
+
+class StoreOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STORE_OUTCOME_UNSPECIFIED: _ClassVar[StoreOutcome]
+    STORE_OUTCOME_STORED: _ClassVar[StoreOutcome]
+    STORE_OUTCOME_WRITE_FAILED: _ClassVar[StoreOutcome]
+    STORE_OUTCOME_BYPASSED: _ClassVar[StoreOutcome]
+RESPONSE_FORMAT_TYPE_UNSPECIFIED: ResponseFormatType
+RESPONSE_FORMAT_TYPE_TEXT: ResponseFormatType
+RESPONSE_FORMAT_TYPE_JSON_OBJECT: ResponseFormatType
+RESPONSE_FORMAT_TYPE_JSON_SCHEMA: ResponseFormatType
+RESPONSE_FORMAT_TYPE_REGEX: ResponseFormatType
+RESPONSE_FORMAT_TYPE_GRAMMAR: ResponseFormatType
+LOOKUP_OUTCOME_UNSPECIFIED: LookupOutcome
+LOOKUP_OUTCOME_HIT: LookupOutcome
+LOOKUP_OUTCOME_MISS: LookupOutcome
+LOOKUP_OUTCOME_BYPASS: LookupOutcome
+TIER_UNSPECIFIED: Tier
+TIER_HOT: Tier
+TIER_WARM: Tier
+STORE_OUTCOME_UNSPECIFIED: StoreOutcome
+STORE_OUTCOME_STORED: StoreOutcome
+STORE_OUTCOME_WRITE_FAILED: StoreOutcome
+STORE_OUTCOME_BYPASSED: StoreOutcome
+
+class CacheKey(_message.Message):
+    __slots__ = ("tenant", "model_version", "adapter_version", "prompt_version", "sampling", "extra", "text", "chat", "token_ids", "input_sha256")
+    class ExtraEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    model_version: str
+    adapter_version: str
+    prompt_version: str
+    sampling: SamplingParams
+    extra: _containers.ScalarMap[str, str]
+    text: str
+    chat: ChatMessages
+    token_ids: TokenIds
+    input_sha256: bytes
+    def __init__(self, tenant: _Optional[str] = ..., model_version: _Optional[str] = ..., adapter_version: _Optional[str] = ..., prompt_version: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., input_sha256: _Optional[bytes] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "stop_token_ids", "n", "logprobs", "ignore_eos", "response_format", "logit_bias")
+    class LogitBiasEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    PRESENCE_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    MIN_P_FIELD_NUMBER: _ClassVar[int]
+    MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    N_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    LOGIT_BIAS_FIELD_NUMBER: _ClassVar[int]
+    temperature: float
+    top_p: float
+    top_k: int
+    max_tokens: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    seed: int
+    presence_penalty: float
+    frequency_penalty: float
+    repetition_penalty: float
+    min_p: float
+    min_tokens: int
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    n: int
+    logprobs: int
+    ignore_eos: bool
+    response_format: ResponseFormat
+    logit_bias: _containers.ScalarMap[int, float]
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., min_p: _Optional[float] = ..., min_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ...) -> None: ...
+
+class ResponseFormat(_message.Message):
+    __slots__ = ("type", "schema")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    type: ResponseFormatType
+    schema: str
+    def __init__(self, type: _Optional[_Union[ResponseFormatType, str]] = ..., schema: _Optional[str] = ...) -> None: ...
+
+class ChatMessages(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content", "name", "tool_call_id")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    name: str
+    tool_call_id: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+
+class TokenIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ComputeCost(_message.Message):
+    __slots__ = ("latency_ms", "prompt_tokens", "completion_tokens")
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    latency_ms: int
+    prompt_tokens: int
+    completion_tokens: int
+    def __init__(self, latency_ms: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+
+class LookupRequest(_message.Message):
+    __slots__ = ("key", "max_age_seconds", "request_id")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    key: CacheKey
+    max_age_seconds: int
+    request_id: str
+    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., max_age_seconds: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("outcome", "payload", "tier", "age_ms", "key_digest", "degraded", "bypass_reason", "cost")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    KEY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    BYPASS_REASON_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    outcome: LookupOutcome
+    payload: bytes
+    tier: Tier
+    age_ms: int
+    key_digest: bytes
+    degraded: bool
+    bypass_reason: str
+    cost: ComputeCost
+    def __init__(self, outcome: _Optional[_Union[LookupOutcome, str]] = ..., payload: _Optional[bytes] = ..., tier: _Optional[_Union[Tier, str]] = ..., age_ms: _Optional[int] = ..., key_digest: _Optional[bytes] = ..., degraded: _Optional[bool] = ..., bypass_reason: _Optional[str] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ...) -> None: ...
+
+class LookupBatchRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[LookupRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[LookupRequest, _Mapping]]] = ...) -> None: ...
+
+class LookupBatchResponse(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[LookupResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[LookupResponse, _Mapping]]] = ...) -> None: ...
+
+class StoreRequest(_message.Message):
+    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    key: CacheKey
+    payload: bytes
+    ttl_seconds: int
+    cost: ComputeCost
+    request_id: str
+    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class StoreResponse(_message.Message):
+    __slots__ = ("outcome", "key_digest", "ttl_seconds")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    KEY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    outcome: StoreOutcome
+    key_digest: bytes
+    ttl_seconds: int
+    def __init__(self, outcome: _Optional[_Union[StoreOutcome, str]] = ..., key_digest: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class GetServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerInfoResponse(_message.Message):
+    __slots__ = ("server_version", "key_schema_version", "model_version", "adapter_versions", "warm_tier")
+    class AdapterVersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    KEY_SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    WARM_TIER_FIELD_NUMBER: _ClassVar[int]
+    server_version: str
+    key_schema_version: int
+    model_version: str
+    adapter_versions: _containers.ScalarMap[str, str]
+    warm_tier: str
+    def __init__(self, server_version: _Optional[str] = ..., key_schema_version: _Optional[int] = ..., model_version: _Optional[str] = ..., adapter_versions: _Optional[_Mapping[str, str]] = ..., warm_tier: _Optional[str] = ...) -> None: ...

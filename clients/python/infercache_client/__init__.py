@@ -1,0 +1,5 @@
+"""Light client for the infercache sidecar (grpcio + protobuf only)."""
+
+from infercache_client.client import AsyncCacheClient, CacheClient, make_key
+
+__all__ = ["AsyncCacheClient", "CacheClient", "make_key"]

@@ -1,0 +1,119 @@
+"""Pure protobuf <-> domain conversions (no I/O, no grpc)."""
+
+from __future__ import annotations
+
+from infercache.v1 import cache_pb2 as PB2
+
+from sidecar.cache import LookupResult, Outcome, StoreResult, StoreStatus, TierName
+from sidecar.entries import ComputeCost
+from sidecar.keys import (
+    ChatMessage,
+    FormatType,
+    InputKind,
+    KeyRequest,
+    ResponseFormat,
+    Sampling,
+)
+
+_OPTIONAL_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_p",
+    "min_tokens",
+    "n",
+    "logprobs",
+    "ignore_eos",
+)
+
+_TIER = {TierName.HOT: PB2.TIER_HOT, TierName.WARM: PB2.TIER_WARM}
+_OUTCOME = {
+    Outcome.HIT: PB2.LOOKUP_OUTCOME_HIT,
+    Outcome.MISS: PB2.LOOKUP_OUTCOME_MISS,
+    Outcome.BYPASS: PB2.LOOKUP_OUTCOME_BYPASS,
+}
+_STORE = {
+    StoreStatus.STORED: PB2.STORE_OUTCOME_STORED,
+    StoreStatus.WRITE_FAILED: PB2.STORE_OUTCOME_WRITE_FAILED,
+    StoreStatus.BYPASSED: PB2.STORE_OUTCOME_BYPASSED,
+}
+
+
+def sampling_from_pb(s: PB2.SamplingParams) -> Sampling:
+    """Unset optional fields stay None so keys.py fills the defaults."""
+    values = {name: getattr(s, name) if s.HasField(name) else None for name in _OPTIONAL_SAMPLING}
+    fmt = None
+    if s.HasField("response_format"):
+        kind = s.response_format.type or PB2.RESPONSE_FORMAT_TYPE_TEXT
+        fmt = ResponseFormat(FormatType(kind), s.response_format.schema)
+    return Sampling(
+        stop=tuple(s.stop),
+        stop_token_ids=tuple(s.stop_token_ids),
+        response_format=fmt,
+        logit_bias=dict(s.logit_bias),
+        **values,
+    )
+
+
+def key_request_from_pb(k: PB2.CacheKey) -> KeyRequest:
+    """Translate a CacheKey message; validation happens in keys.build_key."""
+    which = k.WhichOneof("input")
+    kind: InputKind | None
+    value: str | tuple[ChatMessage, ...] | tuple[int, ...] | bytes | None
+    if which == "text":
+        kind, value = InputKind.TEXT, k.text
+    elif which == "chat":
+        kind = InputKind.CHAT
+        value = tuple(
+            ChatMessage(m.role, m.content, m.name, m.tool_call_id) for m in k.chat.messages
+        )
+    elif which == "token_ids":
+        kind, value = InputKind.TOKENS, tuple(k.token_ids.ids)
+    elif which == "input_sha256":
+        kind, value = InputKind.SHA256, k.input_sha256
+    else:
+        kind, value = None, None
+    return KeyRequest(
+        tenant=k.tenant,
+        model_version=k.model_version,
+        adapter_version=k.adapter_version,
+        prompt_version=k.prompt_version,
+        sampling=sampling_from_pb(k.sampling) if k.HasField("sampling") else Sampling(),
+        extra=dict(k.extra),
+        input=value,
+        input_kind=kind,
+    )
+
+
+def cost_from_pb(c: PB2.ComputeCost) -> ComputeCost:
+    """Copy a ComputeCost message."""
+    return ComputeCost(c.latency_ms, c.prompt_tokens, c.completion_tokens)
+
+
+def lookup_result_to_pb(r: LookupResult) -> PB2.LookupResponse:
+    """Build the LookupResponse for one result."""
+    resp = PB2.LookupResponse(
+        outcome=_OUTCOME[r.outcome],
+        key_digest=r.digest,
+        degraded=r.degraded,
+        bypass_reason=r.bypass_reason,
+    )
+    if r.entry is not None and r.tier is not None:
+        resp.payload = r.entry.payload
+        resp.tier = _TIER[r.tier]
+        resp.age_ms = r.age_ms
+        c = r.entry.cost
+        resp.cost.latency_ms = c.latency_ms
+        resp.cost.prompt_tokens = c.prompt_tokens
+        resp.cost.completion_tokens = c.completion_tokens
+    return resp
+
+
+def store_result_to_pb(r: StoreResult) -> PB2.StoreResponse:
+    """Build the StoreResponse."""
+    return PB2.StoreResponse(outcome=_STORE[r.status], key_digest=r.digest, ttl_seconds=r.ttl_s)

@@ -1,0 +1,102 @@
+"""CacheService: translates protobuf to domain calls and domain errors to statuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+from infercache.v1 import cache_pb2 as PB2
+from infercache.v1 import cache_pb2_grpc
+
+from sidecar import __version__
+from sidecar.api.convert import (
+    cost_from_pb,
+    key_request_from_pb,
+    lookup_result_to_pb,
+    store_result_to_pb,
+)
+from sidecar.api.status import abort_for
+from sidecar.cache import LookupQuery, ResultCache
+from sidecar.errors import InfercacheError, InvalidArgument
+from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits, build_key
+
+
+@dataclass(frozen=True, slots=True)
+class PodIdentity:
+    """What this sidecar knows about its pod: the model it serves, if told."""
+
+    model_version: str = ""
+    adapter_versions: dict[str, str] = field(default_factory=dict)
+
+
+class CacheServicer(cache_pb2_grpc.CacheServiceServicer):
+    """The data-plane service; all logic lives in ResultCache and keys."""
+
+    def __init__(
+        self,
+        cache: ResultCache,
+        *,
+        limits: KeyLimits,
+        max_batch: int,
+        pod: PodIdentity = PodIdentity(),
+    ) -> None:
+        self._cache = cache
+        self._limits = limits
+        self._max_batch = max_batch
+        self._pod = pod
+
+    def _key(self, key: PB2.CacheKey) -> CacheKey:
+        return build_key(key_request_from_pb(key), self._limits, self._pod.model_version)
+
+    async def Lookup(
+        self, request: PB2.LookupRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.LookupResponse:
+        try:
+            key = self._key(request.key)
+            result = await self._cache.lookup(LookupQuery(key, request.max_age_seconds))
+        except InfercacheError as exc:
+            await abort_for(context, "Lookup", exc)
+        return lookup_result_to_pb(result)
+
+    async def LookupBatch(
+        self, request: PB2.LookupBatchRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.LookupBatchResponse:
+        try:
+            n = len(request.requests)
+            if n > self._max_batch:
+                raise InvalidArgument(
+                    "requests", f"has {n} lookups; the limit is {self._max_batch}"
+                )
+            queries = []
+            for i, r in enumerate(request.requests):
+                try:
+                    queries.append(LookupQuery(self._key(r.key), r.max_age_seconds))
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"requests[{i}].{exc.field}", exc.problem) from exc
+            results = await self._cache.lookup_many(queries)
+        except InfercacheError as exc:
+            await abort_for(context, "LookupBatch", exc)
+        return PB2.LookupBatchResponse(responses=[lookup_result_to_pb(r) for r in results])
+
+    async def Store(
+        self, request: PB2.StoreRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.StoreResponse:
+        try:
+            key = self._key(request.key)
+            result = await self._cache.store(
+                key, request.payload, request.ttl_seconds, cost_from_pb(request.cost)
+            )
+        except InfercacheError as exc:
+            await abort_for(context, "Store", exc)
+        return store_result_to_pb(result)
+
+    async def GetServerInfo(
+        self, request: PB2.GetServerInfoRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.GetServerInfoResponse:
+        return PB2.GetServerInfoResponse(
+            server_version=__version__,
+            key_schema_version=KEY_SCHEMA_VERSION,
+            model_version=self._pod.model_version,
+            adapter_versions=self._pod.adapter_versions,
+            warm_tier=self._cache.warm.name,
+        )

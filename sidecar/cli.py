@@ -1,0 +1,73 @@
+"""The `infercache` command: serve, and the operator subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from sidecar import __version__
+from sidecar.config import SETTINGS, ConfigError, load_config
+
+
+def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the sidecar",
+        description="Run the sidecar. Every flag can also be set as an INFERCACHE_* variable.",
+    )
+    for s in SETTINGS:
+        p.add_argument(
+            s.flag,
+            dest=s.name,
+            default=None,
+            metavar="VALUE",
+            help=f"{s.help} (env {s.env}, default {s.default!r})",
+        )
+    p.set_defaults(func=_run_serve)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    overrides = {
+        s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name) is not None
+    }
+    try:
+        config = load_config(os.environ, overrides)
+    except ConfigError as exc:
+        print(f"infercache: configuration error: {exc}", file=sys.stderr)
+        return 2
+    from sidecar.logs import configure_logging
+    from sidecar.server import serve
+
+    configure_logging(config.log_level)
+    try:
+        if config.uvloop:
+            import uvloop
+
+            return uvloop.run(serve(config))
+        return asyncio.run(serve(config))
+    except OSError as exc:
+        print(f"infercache: {exc}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser."""
+    parser = argparse.ArgumentParser(prog="infercache", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"infercache {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Configuration: one frozen dataclass, read once from INFERCACHE_* variables and CLI flags.
+
+Every setting is declared once in SETTINGS (name, parser, default, help); the
+CLI flags and the README table are derived from it. No other module reads
+os.environ. Invalid values fail at start with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ENV_PREFIX = "INFERCACHE_"
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the variable or flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One configurable value: its field name, parser, default (as text) and help."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: str
+    help: str
+
+    @property
+    def env(self) -> str:
+        """The environment variable that sets it."""
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        """The CLI flag that sets it."""
+        return "--" + self.name.replace("_", "-")
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9}
+_SIZE_UNITS |= {"kib": 1024, "mib": 1024**2, "gib": 1024**3}
+
+
+def parse_bytes(text: str) -> int:
+    """Parse "1048576", "256MiB", "1GB" into bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"expected a size such as 268435456 or 256MiB, got {text!r}")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _listen(text: str) -> tuple[str, ...]:
+    addrs = tuple(a.strip() for a in text.split(",") if a.strip())
+    if not addrs:
+        raise ValueError("expected at least one address")
+    for a in addrs:
+        if not (a.startswith("unix:") or re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[\w.-]+):\d+", a)):
+            raise ValueError(f"{a!r} is neither HOST:PORT nor unix:PATH")
+    return addrs
+
+
+def _tenant_map(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        tenant, sep, value = part.partition("=")
+        if not sep or not tenant.strip():
+            raise ValueError(f"expected TENANT=SECONDS pairs, got {part!r}")
+        out[tenant.strip()] = _positive_int(value)
+    return out
+
+
+def _log_level(text: str) -> str:
+    level = text.strip().lower()
+    if level not in ("debug", "info", "warning", "error"):
+        raise ValueError(f"expected debug, info, warning or error, got {text!r}")
+    return level
+
+
+def _optional_str(text: str) -> str | None:
+    return text.strip() or None
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "listen",
+        _listen,
+        "127.0.0.1:50051",
+        "Data-plane addresses, comma-separated: HOST:PORT and/or unix:/path/to.sock",
+    ),
+    Setting(
+        "redis_url",
+        _optional_str,
+        "",
+        "Warm tier Redis URL (redis://host:port/db); empty = embedded in-process warm tier",
+    ),
+    Setting("redis_key_prefix", str, "ic:v1:", "Prefix of every Redis key the sidecar writes"),
+    Setting(
+        "lookup_timeout_ms",
+        _positive_int,
+        "50",
+        "Warm-tier read deadline; past it a lookup answers MISS with degraded=true",
+    ),
+    Setting("write_timeout_ms", _positive_int, "500", "Warm-tier write deadline"),
+    Setting("hot_max_bytes", parse_bytes, "256MiB", "Hot tier byte budget"),
+    Setting("hot_max_entries", _non_negative_int, "100000", "Hot tier entry cap (0 disables it)"),
+    Setting("embedded_max_bytes", parse_bytes, "1GiB", "Embedded warm tier byte budget"),
+    Setting("embedded_max_entries", _positive_int, "1000000", "Embedded warm tier entry cap"),
+    Setting("max_payload_bytes", parse_bytes, "4MiB", "Largest result payload a Store accepts"),
+    Setting("max_input_bytes", parse_bytes, "8MiB", "Largest text/chat input a key accepts"),
+    Setting("max_batch", _positive_int, "1024", "Most lookups in one LookupBatch"),
+    Setting("default_ttl_s", _positive_int, "3600", "TTL of a Store that does not ask for one"),
+    Setting("max_ttl_s", _positive_int, "86400", "Largest TTL any Store gets"),
+    Setting(
+        "tenant_max_ttl_s",
+        _tenant_map,
+        "",
+        "Per-tenant TTL caps, TENANT=SECONDS pairs, comma-separated",
+    ),
+    Setting(
+        "grace_period_s",
+        _positive_int,
+        "10",
+        "On SIGTERM, seconds in-flight RPCs get before the server stops",
+    ),
+    Setting("log_level", _log_level, "info", "debug, info, warning or error"),
+    Setting("uvloop", _bool, "true", "Run the event loop on uvloop"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Validated sidecar configuration. See SETTINGS for each field's meaning."""
+
+    listen: tuple[str, ...]
+    redis_url: str | None
+    redis_key_prefix: str
+    lookup_timeout_ms: int
+    write_timeout_ms: int
+    hot_max_bytes: int
+    hot_max_entries: int
+    embedded_max_bytes: int
+    embedded_max_entries: int
+    max_payload_bytes: int
+    max_input_bytes: int
+    max_batch: int
+    default_ttl_s: int
+    max_ttl_s: int
+    tenant_max_ttl_s: Mapping[str, int]
+    grace_period_s: int
+    log_level: str
+    uvloop: bool
+
+
+def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> Config:
+    """Build a Config from defaults < environment < overrides (CLI flags, by field name)."""
+    overrides = overrides or {}
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        if s.name in overrides:
+            raw, source = overrides[s.name], s.flag
+        elif s.env in environ:
+            raw, source = environ[s.env], s.env
+        else:
+            raw, source = s.default, f"default of {s.env}"
+        try:
+            values[s.name] = s.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+    config = Config(**values)
+    _check_consistency(config)
+    return config
+
+
+def _check_consistency(c: Config) -> None:
+    if c.default_ttl_s > c.max_ttl_s:
+        raise ConfigError(
+            f"INFERCACHE_DEFAULT_TTL_S ({c.default_ttl_s}) exceeds INFERCACHE_MAX_TTL_S "
+            f"({c.max_ttl_s})"
+        )
+    if c.redis_url is not None and not re.match(r"^(redis|rediss|unix)://", c.redis_url):
+        raise ConfigError(
+            f"INFERCACHE_REDIS_URL: expected redis://, rediss:// or unix://, got {c.redis_url!r}"
+        )

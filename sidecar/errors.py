@@ -1,0 +1,47 @@
+"""The sidecar's one exception tree.
+
+    InfercacheError
+    ├── InvalidArgument      bad input; names the offending field
+    ├── FailedPrecondition   valid input the current state refuses
+    ├── Unauthenticated      missing or wrong credentials
+    ├── Unavailable          a required backend could not be reached
+    └── TierUnavailable      a cache tier failed; callers degrade to a miss
+        └── TierTimeout      ... because it was too slow
+
+Only sidecar/api/ turns these into gRPC status codes, in one table.
+"""
+
+from __future__ import annotations
+
+
+class InfercacheError(Exception):
+    """Base class of every error the sidecar raises on purpose."""
+
+
+class InvalidArgument(InfercacheError):
+    """The request is malformed; `field` is the dotted path of the culprit."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class FailedPrecondition(InfercacheError):
+    """The request is well formed but the sidecar's state refuses it."""
+
+
+class Unauthenticated(InfercacheError):
+    """Credentials are missing or wrong."""
+
+
+class Unavailable(InfercacheError):
+    """A backend that the operation cannot do without is unreachable."""
+
+
+class TierUnavailable(InfercacheError):
+    """A cache tier failed; lookups degrade to MISS, stores report failure."""
+
+
+class TierTimeout(TierUnavailable):
+    """A cache tier did not answer within its deadline."""

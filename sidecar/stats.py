@@ -1,0 +1,25 @@
+"""Counters the cache keeps about itself (exported by telemetry, asserted by tests)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """Monotonic counters; mutated only on the event loop."""
+
+    lookups: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
+    stores: int = 0
+    warm_read_failures: int = 0
+    warm_write_failures: int = 0
+
+    def count_lookup(self, outcome: str, tier: str | None) -> None:
+        """Count one lookup by outcome and, for hits, tier ("hit.hot", "miss", ...)."""
+        self.lookups[f"{outcome}.{tier}" if tier else outcome] += 1
+
+    def count_rejected(self, reason: str) -> None:
+        """Count a stored value that failed verification ("corrupt", "foreign")."""
+        self.rejected[reason] += 1

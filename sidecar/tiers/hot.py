@@ -1,0 +1,47 @@
+"""The hot tier: verified, decoded entries in this process, LRU within a byte budget."""
+
+from __future__ import annotations
+
+from sidecar.entries import Entry
+from sidecar.keys import KeyDigest
+from sidecar.tiers.lru import ByteBudgetLru
+
+# Python object overhead per entry (dict slot, tuple, dataclass, bytes headers);
+# counted so that many tiny entries cannot blow far past the budget.
+ENTRY_OVERHEAD_BYTES = 256
+
+
+class HotTier:
+    """Holds Entry objects so a hot hit skips decoding and checksumming."""
+
+    def __init__(self, max_bytes: int, max_entries: int) -> None:
+        self._lru: ByteBudgetLru[KeyDigest, Entry] = ByteBudgetLru(max_bytes, max_entries)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    @property
+    def nbytes(self) -> int:
+        """Accounted bytes held."""
+        return self._lru.nbytes
+
+    @property
+    def evictions(self) -> int:
+        """Entries evicted to stay within budget."""
+        return self._lru.evictions
+
+    def get(self, digest: KeyDigest, now_ms: int) -> Entry | None:
+        """A live entry, or None; expired entries are dropped on sight."""
+        entry = self._lru.get(digest)
+        if entry is not None and entry.expires_at_ms <= now_ms:
+            self._lru.pop(digest)
+            return None
+        return entry
+
+    def put(self, digest: KeyDigest, entry: Entry) -> bool:
+        """Insert; False when the entry is larger than the whole budget."""
+        return self._lru.put(digest, entry, entry.nbytes + ENTRY_OVERHEAD_BYTES)
+
+    def discard(self, digest: KeyDigest) -> None:
+        """Remove if present."""
+        self._lru.pop(digest)

@@ -1,0 +1,36 @@
+"""Shared fixtures: a real redis-server per session, flushed between tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.redis_server import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_session() -> Iterator[RedisServer]:
+    """One redis-server for the whole run, on a free port."""
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_server(redis_session: RedisServer) -> RedisServer:
+    """The session's redis-server, emptied for this test."""
+    if redis_session.proc is None:  # a previous test killed it
+        redis_session.start()
+    redis_session.flushall()
+    return redis_session
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A private redis-server this test may kill and restart."""
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()

@@ -29,7 +29,7 @@ class PodIdentity:
     adapter_versions: dict[str, str] = field(default_factory=dict)
 
 
-class CacheServicer(cache_pb2_grpc.CacheServiceServicer):
+class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
     """The data-plane service; all logic lives in ResultCache and keys."""
 
     def __init__(

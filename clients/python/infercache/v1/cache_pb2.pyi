@@ -35,6 +35,7 @@ class StoreOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STORE_OUTCOME_STORED: _ClassVar[StoreOutcome]
     STORE_OUTCOME_WRITE_FAILED: _ClassVar[StoreOutcome]
     STORE_OUTCOME_BYPASSED: _ClassVar[StoreOutcome]
+    STORE_OUTCOME_STALE_LEASE: _ClassVar[StoreOutcome]
 RESPONSE_FORMAT_TYPE_UNSPECIFIED: ResponseFormatType
 RESPONSE_FORMAT_TYPE_TEXT: ResponseFormatType
 RESPONSE_FORMAT_TYPE_JSON_OBJECT: ResponseFormatType
@@ -52,6 +53,7 @@ STORE_OUTCOME_UNSPECIFIED: StoreOutcome
 STORE_OUTCOME_STORED: StoreOutcome
 STORE_OUTCOME_WRITE_FAILED: StoreOutcome
 STORE_OUTCOME_BYPASSED: StoreOutcome
+STORE_OUTCOME_STALE_LEASE: StoreOutcome
 
 class CacheKey(_message.Message):
     __slots__ = ("tenant", "model_version", "adapter_version", "prompt_version", "sampling", "extra", "text", "chat", "token_ids", "input_sha256")
@@ -172,17 +174,19 @@ class ComputeCost(_message.Message):
     def __init__(self, latency_ms: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("key", "max_age_seconds", "request_id")
+    __slots__ = ("key", "max_age_seconds", "request_id", "wait_ms")
     KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     key: CacheKey
     max_age_seconds: int
     request_id: str
-    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., max_age_seconds: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+    wait_ms: int
+    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., max_age_seconds: _Optional[int] = ..., request_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("outcome", "payload", "tier", "age_ms", "key_digest", "degraded", "bypass_reason", "cost")
+    __slots__ = ("outcome", "payload", "tier", "age_ms", "key_digest", "degraded", "bypass_reason", "cost", "lease", "lease_holder")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +195,8 @@ class LookupResponse(_message.Message):
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     BYPASS_REASON_FIELD_NUMBER: _ClassVar[int]
     COST_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
     outcome: LookupOutcome
     payload: bytes
     tier: Tier
@@ -199,7 +205,9 @@ class LookupResponse(_message.Message):
     degraded: bool
     bypass_reason: str
     cost: ComputeCost
-    def __init__(self, outcome: _Optional[_Union[LookupOutcome, str]] = ..., payload: _Optional[bytes] = ..., tier: _Optional[_Union[Tier, str]] = ..., age_ms: _Optional[int] = ..., key_digest: _Optional[bytes] = ..., degraded: _Optional[bool] = ..., bypass_reason: _Optional[str] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ...) -> None: ...
+    lease: bytes
+    lease_holder: bool
+    def __init__(self, outcome: _Optional[_Union[LookupOutcome, str]] = ..., payload: _Optional[bytes] = ..., tier: _Optional[_Union[Tier, str]] = ..., age_ms: _Optional[int] = ..., key_digest: _Optional[bytes] = ..., degraded: _Optional[bool] = ..., bypass_reason: _Optional[str] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., lease: _Optional[bytes] = ..., lease_holder: _Optional[bool] = ...) -> None: ...
 
 class LookupBatchRequest(_message.Message):
     __slots__ = ("requests",)
@@ -214,18 +222,20 @@ class LookupBatchResponse(_message.Message):
     def __init__(self, responses: _Optional[_Iterable[_Union[LookupResponse, _Mapping]]] = ...) -> None: ...
 
 class StoreRequest(_message.Message):
-    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id")
+    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id", "lease")
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     COST_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     key: CacheKey
     payload: bytes
     ttl_seconds: int
     cost: ComputeCost
     request_id: str
-    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    lease: bytes
+    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ..., lease: _Optional[bytes] = ...) -> None: ...
 
 class StoreResponse(_message.Message):
     __slots__ = ("outcome", "key_digest", "ttl_seconds")

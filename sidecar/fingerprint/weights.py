@@ -1,0 +1,211 @@
+"""The weights component: every tensor of every shard, hashed in name order.
+
+Per tensor the digest takes (name, dtype, shape, evidence), where evidence is the
+sampled bytes (fast mode) or BLAKE3 of all the tensor's bytes (full mode). Offsets,
+shard boundaries, file names, paths and timestamps never enter, so re-sharding or
+copying identical weights leaves the digest unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from sidecar.fingerprint.errors import FingerprintError
+from sidecar.fingerprint.hashing import (
+    digest_all,
+    keyed_hasher,
+    sample_all,
+    tensor_record,
+)
+from sidecar.fingerprint.memo import FileKey, Memo, MemoTensor
+from sidecar.fingerprint.safetensors_header import DTYPE_BITS, TensorEntry, read_header
+
+Mode = Literal["fast", "full"]
+
+INDEX_FILE = "model.safetensors.index.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsDigest:
+    """The weights component and what it covered."""
+
+    digest: str
+    tensors: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Tensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    evidence: bytes
+
+
+def model_shards(root: Path) -> tuple[list[Path], dict[str, str] | None]:
+    """Shard paths of a model directory and its index's weight map (None if no index).
+
+    With an index, its shards are the weights (a loader ignores other files); without
+    one, every top-level *.safetensors file is.
+    """
+    index_path = root / INDEX_FILE
+    if not index_path.exists():
+        shards = sorted(root.glob("*.safetensors"))
+        if not shards:
+            raise FingerprintError(f"{root}: no *.safetensors weights (other formats unsupported)")
+        return shards, None
+    try:
+        weight_map = json.loads(index_path.read_bytes())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FingerprintError(f"{index_path}: unreadable shard index ({exc})") from exc
+    if not (
+        isinstance(weight_map, dict)
+        and weight_map
+        and all(isinstance(v, str) and _plain_name(v) for v in weight_map.values())
+    ):
+        raise FingerprintError(f"{index_path}: weight_map must map tensor names to file names")
+    return [root / name for name in sorted(set(weight_map.values()))], weight_map
+
+
+def adapter_shards(root: Path) -> list[Path]:
+    """The single weights file of a PEFT LoRA adapter directory."""
+    path = root / ADAPTER_WEIGHTS
+    if not path.exists():
+        raise FingerprintError(f"{root}: no {ADAPTER_WEIGHTS} (other formats unsupported)")
+    return [path]
+
+
+def weights_digest(
+    shards: Sequence[Path],
+    index: Mapping[str, str] | None,
+    mode: Mode,
+    memo: Memo | None,
+    threads: int,
+) -> WeightsDigest:
+    """Digest every tensor in `shards` (checked against `index` if given) in `mode`."""
+    started_ns = time.time_ns()
+    fds: list[int] = []
+    try:
+        opened = []
+        for path in shards:
+            fd, st = _open(path)
+            fds.append(fd)
+            opened.append((path, fd, st))
+        tensors = _collect(opened, index, mode, memo, threads, started_ns)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    tensors.sort(key=lambda t: t.name)
+    hasher = keyed_hasher(f"weights {mode}")
+    hasher.update(len(tensors).to_bytes(8, "little"))
+    for t in tensors:
+        hasher.update(tensor_record(t.name, t.dtype, t.shape, t.evidence))
+    return WeightsDigest(hasher.hexdigest(), len(tensors), sum(t.nbytes for t in tensors))
+
+
+def _collect(
+    opened: Sequence[tuple[Path, int, os.stat_result]],
+    index: Mapping[str, str] | None,
+    mode: Mode,
+    memo: Memo | None,
+    threads: int,
+    started_ns: int,
+) -> list[_Tensor]:
+    tensors: list[_Tensor] = []
+    owner: dict[str, Path] = {}
+    jobs: list[tuple[int, TensorEntry, str]] = []
+    fresh: list[tuple[Path, int, os.stat_result, tuple[TensorEntry, ...]]] = []
+    for path, fd, st in opened:
+        key = FileKey.of(os.path.realpath(path), st)
+        remembered = memo.get(key) if memo is not None and mode == "full" else None
+        if remembered is not None:
+            names = [t.name for t in remembered]
+            tensors.extend(
+                _Tensor(t.name, t.dtype, t.shape, _nbytes(t), t.digest) for t in remembered
+            )
+        else:
+            entries = _read_header(fd, st, path)
+            names = [e.name for e in entries]
+            jobs.extend((fd, e, str(path)) for e in entries)
+            fresh.append((path, fd, st, entries))
+        for name in names:
+            if name in owner:
+                raise FingerprintError(f"tensor {name!r} is in both {owner[name]} and {path}")
+            owner[name] = path
+    if index is not None:
+        _check_index(index, owner)
+    try:
+        evidence = digest_all(jobs, threads) if mode == "full" else sample_all(jobs, threads)
+    except OSError as exc:
+        raise FingerprintError(f"cannot read weights ({exc})") from exc
+    # `jobs` lists the fresh shards' entries in order, so evidence lines up with them.
+    pending = iter(evidence)
+    for path, fd, st, entries in fresh:
+        if _identity(os.fstat(fd)) != _identity(st):
+            raise FingerprintError(f"{path}: file changed while it was being fingerprinted")
+        hashed = [(e, next(pending)) for e in entries]
+        tensors.extend(_Tensor(e.name, e.dtype, e.shape, e.nbytes, ev) for e, ev in hashed)
+        if memo is not None and mode == "full":
+            recorded = tuple(MemoTensor(e.name, e.dtype, e.shape, ev) for e, ev in hashed)
+            memo.put(FileKey.of(os.path.realpath(path), st), recorded, started_ns)
+    if memo is not None and mode == "full":
+        memo.save()
+    return tensors
+
+
+def _check_index(index: Mapping[str, str], owner: Mapping[str, Path]) -> None:
+    # A loader trusts the index; a fingerprint that disagreed with it would describe
+    # different weights from the ones served.
+    for name, path in owner.items():
+        listed = index.get(name)
+        if listed != path.name:
+            where = "does not list it" if listed is None else f"says {listed}"
+            raise FingerprintError(
+                f"{INDEX_FILE}: tensor {name!r} is in {path} but the index {where}"
+            )
+    missing = sorted(set(index) - set(owner))
+    if missing:
+        raise FingerprintError(f"{INDEX_FILE}: lists tensor {missing[0]!r} that no shard holds")
+
+
+def _read_header(fd: int, st: os.stat_result, path: Path) -> tuple[TensorEntry, ...]:
+    try:
+        return read_header(fd, st.st_size, str(path)).tensors
+    except OSError as exc:
+        raise FingerprintError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _open(path: Path) -> tuple[int, os.stat_result]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        reason = "dangling symlink" if path.is_symlink() and not path.exists() else exc.strerror
+        raise FingerprintError(f"{path}: cannot open ({reason or exc})") from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FingerprintError(f"{path}: not a regular file")
+    return fd, st
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+def _nbytes(t: MemoTensor) -> int:
+    return math.prod(t.shape) * DTYPE_BITS.get(t.dtype, 0) // 8
+
+
+def _plain_name(name: str) -> bool:
+    # Index entries name files beside the index, never paths elsewhere.
+    return name not in ("", ".", "..") and os.path.basename(name) == name and "\\" not in name

@@ -29,7 +29,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NewType
+from typing import NewType, cast
 
 from sidecar.errors import InvalidArgument
 
@@ -249,7 +249,9 @@ def _input_digest(req: KeyRequest, limits: KeyLimits) -> tuple[InputKind, bytes]
         assert isinstance(value, tuple)
         _hash_chat(h, value, limits)
     elif kind is InputKind.TOKENS:
-        assert not isinstance(value, str | bytes | tuple)
+        # The API passes token ids as a tuple, like chat: the kind decides, not the type.
+        assert not isinstance(value, str | bytes)
+        value = cast("Sequence[int]", value)
         if len(value) > limits.max_token_ids:
             raise InvalidArgument(
                 "key.token_ids", f"has {len(value)} ids; the limit is {limits.max_token_ids}"

@@ -1,0 +1,318 @@
+"""Hypothesis strategies shared by the whole suite (one module, as attrs keeps them).
+
+Key strategies draw from small pools on purpose: every pool holds values that are
+*canonically equal* but spelled differently (None vs the default, 0.3 vs 0.1+0.2,
+-1 vs 0 for top_k, NFC vs NFD text, reordered or duplicated set members), so two
+independent draws collide often enough to test both "equal implies same digest"
+and "different implies different digest".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import strategies as st
+
+from sidecar.entries import ComputeCost, Entry
+from sidecar.keys import ChatMessage, FormatType, InputKind, KeyRequest, ResponseFormat, Sampling
+
+NFC_E = "caf\u00e9"  # precomposed é
+NFD_E = "cafe\u0301"  # e + combining acute: the same text after NFC
+
+Classes = tuple[tuple[Any, ...], ...]
+"""Equivalence classes: members of one class mean the same; different classes differ."""
+
+DIMENSION_CLASSES: Classes = (
+    ("acme",),
+    ("beta",),
+    ("a:b",),
+    ("a",),
+    ("b:c",),
+    (NFC_E, NFD_E),
+    ("x y",),
+    ("\u00c5", "\u212b", "A\u030a"),  # Å: precomposed, Angstrom sign, A + ring
+)
+ADAPTER_CLASSES: Classes = (("",), *DIMENSION_CLASSES)
+
+# Per scalar sampling field: classes of valid values (None = unset = the default).
+SAMPLING_CLASSES: dict[str, Classes] = {
+    "temperature": ((None, 1.0), (0.0, -0.0), (0.3, 0.1 + 0.2), (0.7, 0.70000001), (2.0,)),
+    "top_p": ((None, 1.0), (0.9, 0.9000000001), (0.5,)),
+    "top_k": ((None, -1, 0), (1,), (40,)),
+    "max_tokens": ((None, 0), (16,), (256,)),
+    "seed": ((None,), (0,), (1,), (-1,)),
+    "presence_penalty": ((None, 0.0, -0.0), (0.5,), (-2.0,)),
+    "frequency_penalty": ((None, 0.0, -0.0), (0.5, 0.5000000001), (2.0,)),
+    "repetition_penalty": ((None, 1.0), (1.1,), (0.9,)),
+    "min_p": ((None, 0.0), (0.05,)),
+    "min_tokens": ((None, 0), (4,)),
+    "n": ((None, 1), (2,)),
+    "logprobs": ((None,), (0,), (5,)),
+    "ignore_eos": ((None, False), (True,)),
+    "response_format": (
+        (None, ResponseFormat(), ResponseFormat(FormatType.TEXT, "ignored for text")),
+        (
+            ResponseFormat(FormatType.JSON_SCHEMA, '{"type":"object","required":["a"]}'),
+            ResponseFormat(FormatType.JSON_SCHEMA, '{ "required": [ "a" ],\n "type": "object" }'),
+        ),
+        (ResponseFormat(FormatType.JSON_SCHEMA, '{"type":"string"}'),),
+        (ResponseFormat(FormatType.JSON_OBJECT, ""),),
+        (ResponseFormat(FormatType.REGEX, "[a-z]+"),),
+        (ResponseFormat(FormatType.GRAMMAR, "[a-z]+"),),
+    ),
+}
+STOP_CLASSES: Classes = (("\n",), ("END",), ("a:b",), ("a",), ("b:c",), (NFC_E, NFD_E))
+STOP_ID_POOL = (0, 2, 7, 128001)
+LOGIT_TOKEN_POOL = (1, 50, 1000)
+LOGIT_BIAS_CLASSES: Classes = ((-100.0,), (0.0, -0.0), (5.0, 5.000000001))
+EXTRA_KEY_CLASSES: Classes = (("tools",), ("sys",), ("a:b",), ("a",), (NFC_E, NFD_E))
+EXTRA_VALUE_CLASSES: Classes = (("v1",), ("v2",), ("",), ("b:c",), (NFC_E, NFD_E))
+TEXT_CLASSES: Classes = (("hello",), ("Hello",), ("",), ("a:b",), (NFC_E, NFD_E))
+TOKEN_POOL = (1, 2, 3, 2**32 - 1)
+ROLE_CLASSES: Classes = (("user",), ("system",), ("tool",))
+CONTENT_CLASSES: Classes = (("hello",), ("hi",), ("",), (NFC_E, NFD_E))
+SHA_POOL = (hashlib.sha256(b"hello").digest(), hashlib.sha256(b"x").digest())
+
+
+def member(classes: Classes) -> st.SearchStrategy[Any]:
+    """Any member of any class."""
+    return st.sampled_from(classes).flatmap(st.sampled_from)
+
+
+def respelling(classes: Classes, value: Any) -> st.SearchStrategy[Any]:
+    """Another member of `value`'s class: a different spelling of the same meaning."""
+    for cls in classes:
+        # `is` first: 0.0 == -0.0 and False == 0 must not pick the wrong class.
+        if any(value is m for m in cls) or any(type(value) is type(m) and value == m for m in cls):
+            return st.sampled_from(cls)
+    raise AssertionError(f"{value!r} is in no class")
+
+
+def _set_of(classes: Classes) -> st.SearchStrategy[tuple[Any, ...]]:
+    return st.lists(member(classes), max_size=4).map(tuple)
+
+
+@st.composite
+def _respelled_set(
+    draw: st.DrawFn, classes: Classes | None, values: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """The same set: members respelled, shuffled, some repeated."""
+    out = [v if classes is None else draw(respelling(classes, v)) for v in values]
+    if out:
+        out += draw(st.lists(st.sampled_from(out), max_size=2))
+    return tuple(draw(st.permutations(out)))
+
+
+@st.composite
+def _respelled_map(
+    draw: st.DrawFn, key_classes: Classes | None, value_classes: Classes, m: dict[Any, Any]
+) -> dict[Any, Any]:
+    """The same map: keys and values respelled, insertion order shuffled."""
+    items = [
+        (
+            k if key_classes is None else draw(respelling(key_classes, k)),
+            draw(respelling(value_classes, v)),
+        )
+        for k, v in m.items()
+    ]
+    return dict(draw(st.permutations(items)))
+
+
+def sampling_field(name: str) -> st.SearchStrategy[Any]:
+    """A valid value for one Sampling field."""
+    if name == "stop":
+        return _set_of(STOP_CLASSES)
+    if name == "stop_token_ids":
+        return st.lists(st.sampled_from(STOP_ID_POOL), max_size=4).map(tuple)
+    if name == "logit_bias":
+        return st.dictionaries(
+            st.sampled_from(LOGIT_TOKEN_POOL), member(LOGIT_BIAS_CLASSES), max_size=3
+        )
+    return member(SAMPLING_CLASSES[name])
+
+
+def _respelled_sampling_field(name: str, value: Any) -> st.SearchStrategy[Any]:
+    if name == "stop":
+        return _respelled_set(STOP_CLASSES, value)
+    if name == "stop_token_ids":
+        return _respelled_set(None, value)
+    if name == "logit_bias":
+        return _respelled_map(None, LOGIT_BIAS_CLASSES, value)
+    return respelling(SAMPLING_CLASSES[name], value)
+
+
+SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
+
+
+@st.composite
+def samplings(draw: st.DrawFn) -> Sampling:
+    """A valid Sampling with every field drawn from its pool."""
+    return Sampling(**{name: draw(sampling_field(name)) for name in SAMPLING_FIELDS})
+
+
+@st.composite
+def extras(draw: st.DrawFn) -> dict[str, str]:
+    """An `extra` map whose keys stay distinct after NFC."""
+    key_classes = draw(st.lists(st.sampled_from(EXTRA_KEY_CLASSES), max_size=3, unique=True))
+    return {draw(st.sampled_from(c)): draw(member(EXTRA_VALUE_CLASSES)) for c in key_classes}
+
+
+@st.composite
+def chat_messages(draw: st.DrawFn) -> ChatMessage:
+    """One chat turn."""
+    return ChatMessage(
+        draw(member(ROLE_CLASSES)),
+        draw(member(CONTENT_CLASSES)),
+        draw(st.sampled_from(("", "bot"))),
+        draw(st.sampled_from(("", "call-1"))),
+    )
+
+
+@st.composite
+def inputs(draw: st.DrawFn) -> tuple[Any, InputKind]:
+    """(input, kind) for each of the four input kinds."""
+    kind = draw(st.sampled_from(list(InputKind)))
+    value: Any
+    if kind is InputKind.TEXT:
+        value = draw(member(TEXT_CLASSES))
+    elif kind is InputKind.CHAT:
+        value = tuple(draw(st.lists(chat_messages(), min_size=1, max_size=3)))
+    elif kind is InputKind.TOKENS:
+        value = tuple(draw(st.lists(st.sampled_from(TOKEN_POOL), max_size=4)))
+    else:
+        value = draw(st.sampled_from(SHA_POOL))
+    return value, kind
+
+
+@st.composite
+def _respelled_input(draw: st.DrawFn, current: tuple[Any, InputKind]) -> tuple[Any, InputKind]:
+    value, kind = current
+    if kind is InputKind.TEXT:
+        return draw(respelling(TEXT_CLASSES, value)), kind
+    if kind is InputKind.CHAT:
+        msgs = tuple(
+            dataclasses.replace(
+                m,
+                role=draw(respelling(ROLE_CLASSES, m.role)),
+                content=draw(respelling(CONTENT_CLASSES, m.content)),
+            )
+            for m in value
+        )
+        return msgs, kind
+    return value, kind
+
+
+# Every dimension of a KeyRequest: (how to draw any value, how to respell a given value).
+KEY_DIMENSIONS: dict[str, Callable[[], st.SearchStrategy[Any]]] = {
+    "tenant": lambda: member(DIMENSION_CLASSES),
+    "model_version": lambda: member(DIMENSION_CLASSES),
+    "adapter_version": lambda: member(ADAPTER_CLASSES),
+    "prompt_version": lambda: member(DIMENSION_CLASSES),
+    "extra": extras,
+    "input": inputs,
+}
+for _name in SAMPLING_FIELDS:
+    KEY_DIMENSIONS[f"sampling.{_name}"] = functools.partial(sampling_field, _name)
+
+
+def get_dimension(req: KeyRequest, dimension: str) -> Any:
+    """The value of one dimension (as named in KEY_DIMENSIONS)."""
+    if dimension == "input":
+        return (req.input, req.input_kind)
+    if dimension.startswith("sampling."):
+        return getattr(req.sampling, dimension.removeprefix("sampling."))
+    return getattr(req, dimension)
+
+
+def respelled_dimension(dimension: str, value: Any) -> st.SearchStrategy[Any]:
+    """Another spelling of a dimension's value that means the same thing."""
+    if dimension in ("tenant", "model_version", "prompt_version"):
+        return respelling(DIMENSION_CLASSES, value)
+    if dimension == "adapter_version":
+        return respelling(ADAPTER_CLASSES, value)
+    if dimension == "extra":
+        return _respelled_map(EXTRA_KEY_CLASSES, EXTRA_VALUE_CLASSES, value)
+    if dimension == "input":
+        return _respelled_input(value)
+    return _respelled_sampling_field(dimension.removeprefix("sampling."), value)
+
+
+def with_dimension(req: KeyRequest, dimension: str, value: Any) -> KeyRequest:
+    """A copy of `req` with one dimension (as named in KEY_DIMENSIONS) replaced."""
+    if dimension == "input":
+        return dataclasses.replace(req, input=value[0], input_kind=value[1])
+    if dimension.startswith("sampling."):
+        name = dimension.removeprefix("sampling.")
+        return dataclasses.replace(req, sampling=dataclasses.replace(req.sampling, **{name: value}))
+    return dataclasses.replace(req, **{dimension: value})
+
+
+@st.composite
+def key_requests(draw: st.DrawFn) -> KeyRequest:
+    """A valid KeyRequest over every dimension."""
+    value, kind = draw(inputs())
+    return KeyRequest(
+        tenant=draw(member(DIMENSION_CLASSES)),
+        model_version=draw(member(DIMENSION_CLASSES)),
+        adapter_version=draw(member(ADAPTER_CLASSES)),
+        prompt_version=draw(member(DIMENSION_CLASSES)),
+        sampling=draw(samplings()),
+        extra=draw(extras()),
+        input=value,
+        input_kind=kind,
+    )
+
+
+@st.composite
+def respelled_requests(draw: st.DrawFn, req: KeyRequest) -> KeyRequest:
+    """`req` with every dimension respelled: the same meaning, different bytes in."""
+    out = req
+    for dim in KEY_DIMENSIONS:
+        out = with_dimension(out, dim, draw(respelled_dimension(dim, get_dimension(req, dim))))
+    return out
+
+
+@st.composite
+def key_request_pairs(draw: st.DrawFn) -> tuple[KeyRequest, KeyRequest]:
+    """A request and a respelled variant with up to two dimensions redrawn (maybe equal)."""
+    base = draw(key_requests())
+    variant = draw(respelled_requests(base))
+    for dim in draw(st.lists(st.sampled_from(sorted(KEY_DIMENSIONS)), max_size=2)):
+        variant = with_dimension(variant, dim, draw(KEY_DIMENSIONS[dim]()))
+    return base, variant
+
+
+def u32s() -> st.SearchStrategy[int]:
+    """An unsigned 32-bit integer."""
+    return st.integers(min_value=0, max_value=2**32 - 1)
+
+
+@st.composite
+def stored_entries(draw: st.DrawFn) -> Entry:
+    """Any encodable Entry."""
+    return Entry(
+        material=draw(st.binary(min_size=1, max_size=200)),
+        payload=draw(st.binary(max_size=500)),
+        created_at_ms=draw(st.integers(min_value=0, max_value=2**64 - 1)),
+        ttl_s=draw(u32s()),
+        epoch=draw(st.integers(min_value=0, max_value=2**64 - 1)),
+        cost=ComputeCost(draw(u32s()), draw(u32s()), draw(u32s())),
+    )
+
+
+LruOp = tuple[str, int, int]
+"""("put", key, size), ("get", key, 0) or ("pop", key, 0)."""
+
+
+def lru_ops(max_key: int = 6, max_size: int = 40) -> st.SearchStrategy[list[LruOp]]:
+    """A sequence of LRU operations over a few keys."""
+    key = st.integers(min_value=0, max_value=max_key)
+    op = st.one_of(
+        st.tuples(st.just("put"), key, st.integers(min_value=0, max_value=max_size)),
+        st.tuples(st.sampled_from(["get", "pop"]), key, st.just(0)),
+    )
+    return st.lists(op, max_size=60)

@@ -1,13 +1,17 @@
-"""The result cache: hot tier, then warm tier, every warm value verified before use.
+"""The result cache: hot tier, then warm tier; every hit verified and checked against
+invalidation rules; every MISS hands out a lease that a Store must bring back.
 
 Lookups never fail because a tier failed: a warm-tier error becomes a MISS with
 `degraded=True`. Stores write the warm tier first and the hot tier only after
 the warm write succeeded, so a failed store leaves nothing half-written.
+Hot hits are served only while Freshness confirms the rule set is current;
+warm reads fetch the store's epoch in the same round trip and catch up first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,8 +21,12 @@ from typing import Any
 import structlog
 
 from sidecar import entries
+from sidecar.control.embedded import EmbeddedControlStore
 from sidecar.entries import ComputeCost, Entry, EntryRejected
-from sidecar.errors import InvalidArgument, TierUnavailable
+from sidecar.errors import FailedPrecondition, InvalidArgument, TierUnavailable
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.leases import Lease, LeaseSigner
+from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import CacheKey, KeyDigest
 from sidecar.stats import CacheStats
 from sidecar.tiers.base import WarmItem, WarmTier
@@ -48,14 +56,16 @@ class StoreStatus(Enum):
     STORED = "stored"
     WRITE_FAILED = "write_failed"
     BYPASSED = "bypassed"
+    STALE_LEASE = "stale_lease"
 
 
 @dataclass(frozen=True, slots=True)
 class LookupQuery:
-    """One lookup: the key and the caller's freshness bound (0 = none)."""
+    """One lookup: the key, the caller's freshness bound (0 = none) and single-flight wait."""
 
     key: CacheKey
     max_age_s: int = 0
+    wait_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,8 @@ class LookupResult:
     age_ms: int = 0
     degraded: bool = False
     bypass_reason: str = ""
+    lease: bytes = b""
+    lease_holder: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +107,25 @@ class TtlPolicy:
         return max(1, min(wanted, cap))
 
 
+@dataclass(frozen=True, slots=True)
+class LeasePolicy:
+    """How leases are issued and what a Store without one gets."""
+
+    ttl_s: int = 60
+    allow_unleased_store: bool = False
+    # An unleased result may have been computed this long before it is stored:
+    # it is stamped with the epoch current then (conservative).
+    unleased_window_s: int = 300
+    max_wait_ms: int = 30_000
+
+
 def wall_clock_ms() -> int:
     """Milliseconds since the Unix epoch; shared meaning across pods for entry ages."""
     return time.time_ns() // 1_000_000
 
 
 class ResultCache:
-    """Orchestrates the tiers for result lookups and stores."""
+    """Orchestrates tiers, invalidation rules and leases for result lookups and stores."""
 
     def __init__(
         self,
@@ -110,6 +134,9 @@ class ResultCache:
         *,
         ttl: TtlPolicy,
         max_payload_bytes: int,
+        freshness: Freshness | None = None,
+        signer: LeaseSigner | None = None,
+        leases: LeasePolicy | None = None,
         stats: CacheStats | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -117,6 +144,11 @@ class ResultCache:
         self.warm = warm
         self.ttl = ttl
         self.max_payload_bytes = max_payload_bytes
+        self.freshness = freshness or Freshness(EmbeddedControlStore(), RuleSet())
+        self.rules = self.freshness.rules
+        self.control = self.freshness.control
+        self.signer = signer or LeaseSigner(os.urandom(32))
+        self.leases = leases or LeasePolicy()
         self.stats = stats or CacheStats()
         self._clock_ms = clock_ms
         self._background: set[asyncio.Task[None]] = set()
@@ -126,25 +158,43 @@ class ResultCache:
         return (await self.lookup_many([query]))[0]
 
     async def lookup_many(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
-        """Look many keys up with at most one warm-tier round trip."""
+        """Look many keys up with at most one warm-tier round trip (plus lease work on misses)."""
+        results = await self._find(queries)
+        missed = [i for i, r in enumerate(results) if r.outcome is Outcome.MISS]
+        if missed:
+            leased = await asyncio.gather(*(self._lease(queries[i], results[i]) for i in missed))
+            for i, r in zip(missed, leased, strict=True):
+                results[i] = r
+        for r in results:
+            self.stats.count_lookup(r.outcome.value, r.tier.value if r.tier else None)
+        return results
+
+    async def _find(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
+        """Hot then warm, without leases."""
         now = self._clock_ms()
+        confirmed = self.freshness.confirmed()
         results: list[LookupResult | None] = [None] * len(queries)
         pending: list[int] = []
         for i, q in enumerate(queries):
             entry = self.hot.get(q.key.digest, now)
             # The hot tier is keyed by digest; comparing material also rules out collisions.
-            if entry is not None and entry.material == q.key.material:
-                results[i] = self._hit_or_stale(q, entry, TierName.HOT, now)
-            else:
+            if entry is None or entry.material != q.key.material:
                 pending.append(i)
+            elif self.rules.is_dead(q.key.dims, entry.epoch):
+                self.hot.discard(q.key.digest)
+                self.stats.dead += 1
+                pending.append(i)
+            elif not confirmed:
+                # Not known to be current: let the warm read (which carries the
+                # store's epoch) decide instead of trusting memory.
+                pending.append(i)
+            else:
+                results[i] = self._hit_or_miss(q, entry, TierName.HOT, now)
         if pending:
-            await self._lookup_warm(queries, pending, results, now)
-        out = [r for r in results if r is not None]
-        for r in out:
-            self.stats.count_lookup(r.outcome.value, r.tier.value if r.tier else None)
-        return out
+            await self._find_warm(queries, pending, results, now)
+        return [r for r in results if r is not None]
 
-    async def _lookup_warm(
+    async def _find_warm(
         self,
         queries: Sequence[LookupQuery],
         pending: list[int],
@@ -152,57 +202,123 @@ class ResultCache:
         now: int,
     ) -> None:
         try:
-            values = await self.warm.get_many([queries[i].key.digest for i in pending])
+            values, store_epoch = await self.warm.get_many_with_epoch(
+                [queries[i].key.digest for i in pending]
+            )
+            if store_epoch > self.rules.epoch:
+                await self.freshness.sync_to(store_epoch)
         except TierUnavailable as exc:
             self.stats.warm_read_failures += 1
             log.warning("warm_read_failed", tier=self.warm.name, error=str(exc))
             for i in pending:
                 results[i] = LookupResult(Outcome.MISS, queries[i].key.digest, degraded=True)
             return
-        rejected: list[KeyDigest] = []
+        unwanted: list[KeyDigest] = []
         for i, value in zip(pending, values, strict=True):
             q = queries[i]
+            results[i] = LookupResult(Outcome.MISS, q.key.digest)
             if value is None:
-                results[i] = LookupResult(Outcome.MISS, q.key.digest)
                 continue
             try:
                 entry = entries.decode(value, q.key.material)
             except EntryRejected as exc:
                 self.stats.count_rejected(exc.reason)
                 log.warning("entry_rejected", reason=exc.reason, digest=q.key.digest.hex())
-                rejected.append(q.key.digest)
-                results[i] = LookupResult(Outcome.MISS, q.key.digest)
+                unwanted.append(q.key.digest)
+                continue
+            if self.rules.is_dead(q.key.dims, entry.epoch):
+                self.stats.dead += 1
+                unwanted.append(q.key.digest)
                 continue
             if entry.expires_at_ms <= now:
-                results[i] = LookupResult(Outcome.MISS, q.key.digest)
                 continue
             self.hot.put(q.key.digest, entry)
-            results[i] = self._hit_or_stale(q, entry, TierName.WARM, now)
-        if rejected:
-            self._spawn(self._delete_quietly(rejected))
+            results[i] = self._hit_or_miss(q, entry, TierName.WARM, now)
+        if unwanted:
+            self._spawn(self._delete_quietly(unwanted))
 
-    def _hit_or_stale(self, q: LookupQuery, entry: Entry, tier: TierName, now: int) -> LookupResult:
+    def _hit_or_miss(self, q: LookupQuery, entry: Entry, tier: TierName, now: int) -> LookupResult:
         age = max(0, now - entry.created_at_ms)
         if q.max_age_s and age > q.max_age_s * 1000:
             return LookupResult(Outcome.MISS, q.key.digest)
         return LookupResult(Outcome.HIT, q.key.digest, entry=entry, tier=tier, age_ms=age)
 
+    def _issue(self, digest: KeyDigest) -> tuple[Lease, bytes]:
+        expires = self._clock_ms() + self.leases.ttl_s * 1000
+        # The epoch applied locally when the computation starts: if this sidecar
+        # is behind, the lease is older than the truth, which only errs to MISS.
+        return self.signer.issue(digest, self.rules.epoch, expires)
+
+    async def _try_hold(self, lease: Lease) -> bool:
+        try:
+            return await self.control.acquire_holder(
+                lease.digest, lease.lease_id, self.leases.ttl_s * 1000
+            )
+        except TierUnavailable as exc:
+            log.warning("lease_holder_unavailable", error=str(exc))
+            return False
+
+    async def _lease(self, q: LookupQuery, miss: LookupResult) -> LookupResult:
+        """Attach a lease to a MISS; with wait_ms, wait for another holder's result first."""
+        lease, token = self._issue(q.key.digest)
+        if miss.degraded:
+            # The store just failed us; don't pay a second deadline for the holder key.
+            return _with_lease(miss, token, holder=False)
+        if await self._try_hold(lease):
+            return _with_lease(miss, token, holder=True)
+        if q.wait_ms <= 0:
+            return _with_lease(miss, token, holder=False)
+        deadline = time.monotonic() + min(q.wait_ms, self.leases.max_wait_ms) / 1000
+        pause = 0.005
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.05)
+            found = (await self._find([q]))[0]
+            if found.outcome is Outcome.HIT:
+                return found
+            lease, token = self._issue(q.key.digest)
+            if await self._try_hold(lease):
+                return _with_lease(found, token, holder=True)
+        return _with_lease(miss, token, holder=False)
+
     async def store(
-        self, key: CacheKey, payload: bytes, ttl_s: int = 0, cost: ComputeCost | None = None
+        self,
+        key: CacheKey,
+        payload: bytes,
+        ttl_s: int = 0,
+        cost: ComputeCost | None = None,
+        lease_token: bytes = b"",
     ) -> StoreResult:
-        """Write a result to the warm tier, then the hot tier. Oversized payloads are refused."""
+        """Write a result stamped with its lease's epoch; refuse it if that epoch is stale."""
         if len(payload) > self.max_payload_bytes:
             raise InvalidArgument(
                 "payload",
                 f"is {len(payload)} bytes; the limit is {self.max_payload_bytes} "
                 "(INFERCACHE_MAX_PAYLOAD_BYTES)",
             )
+        now = self._clock_ms()
+        lease: Lease | None = None
+        if lease_token:
+            lease = self.signer.verify(lease_token, key.digest, now)
+            epoch = lease.epoch
+        elif self.leases.allow_unleased_store:
+            epoch = self.rules.epoch_at(now - self.leases.unleased_window_s * 1000)
+        else:
+            raise FailedPrecondition(
+                "Store needs the lease returned by the Lookup MISS "
+                "(or INFERCACHE_ALLOW_UNLEASED_STORE=true)"
+            )
         effective = self.ttl.effective(key.tenant, ttl_s)
+        if self.rules.is_dead(key.dims, epoch):
+            self.stats.stale_stores += 1
+            await self._release(lease)
+            return StoreResult(StoreStatus.STALE_LEASE, key.digest, effective)
         entry = Entry(
             material=key.material,
             payload=payload,
-            created_at_ms=self._clock_ms(),
+            created_at_ms=now,
             ttl_s=effective,
+            epoch=epoch,
             cost=cost or ComputeCost(),
         )
         try:
@@ -217,13 +333,23 @@ class ResultCache:
             return StoreResult(StoreStatus.WRITE_FAILED, key.digest, effective)
         self.hot.put(key.digest, entry)
         self.stats.stores += 1
+        await self._release(lease)
         return StoreResult(StoreStatus.STORED, key.digest, effective)
+
+    async def _release(self, lease: Lease | None) -> None:
+        if lease is None:
+            return
+        try:
+            await self.control.release_holder(lease.digest, lease.lease_id)
+        except TierUnavailable as exc:
+            # Waiters fall back to the holder key's expiry.
+            log.warning("lease_release_failed", error=str(exc))
 
     async def _delete_quietly(self, digests: list[KeyDigest]) -> None:
         try:
             await self.warm.delete_many(digests)
         except TierUnavailable as exc:
-            log.warning("rejected_entry_delete_failed", error=str(exc))
+            log.warning("unwanted_entry_delete_failed", error=str(exc))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -234,3 +360,7 @@ class ResultCache:
         """Wait for background deletions (used at shutdown)."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+
+
+def _with_lease(r: LookupResult, token: bytes, *, holder: bool) -> LookupResult:
+    return LookupResult(r.outcome, r.digest, degraded=r.degraded, lease=token, lease_holder=holder)

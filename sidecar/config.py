@@ -96,6 +96,27 @@ def _tenant_map(text: str) -> dict[str, int]:
     return out
 
 
+def _optional_listen(text: str) -> tuple[str, ...]:
+    return _listen(text) if text.strip() else ()
+
+
+def _token_map(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in text.replace("\n", ",").split(",")):
+        if not part or part.startswith("#"):
+            continue
+        name, sep, token = part.partition("=")
+        name, token = name.strip(), token.strip()
+        if not sep or not name:
+            raise ValueError("expected NAME=TOKEN pairs")
+        if len(token) < 16:
+            raise ValueError(f"token of {name!r} is shorter than 16 characters")
+        if name in out:
+            raise ValueError(f"token name {name!r} appears twice")
+        out[name] = token
+    return out
+
+
 def _log_level(text: str) -> str:
     level = text.strip().lower()
     if level not in ("debug", "info", "warning", "error"):
@@ -149,6 +170,50 @@ SETTINGS: tuple[Setting, ...] = (
         "10",
         "On SIGTERM, seconds in-flight RPCs get before the server stops",
     ),
+    Setting(
+        "admin_listen",
+        _optional_listen,
+        "127.0.0.1:50052",
+        "Admin-plane addresses (Invalidate, ListInvalidations); empty disables it",
+    ),
+    Setting(
+        "admin_tokens",
+        _token_map,
+        "",
+        "Admin bearer tokens as NAME=TOKEN pairs, comma-separated (tokens >= 16 chars)",
+    ),
+    Setting(
+        "admin_tokens_file",
+        _optional_str,
+        "",
+        "File with one NAME=TOKEN per line, merged with INFERCACHE_ADMIN_TOKENS",
+    ),
+    Setting(
+        "lease_secret",
+        str,
+        "",
+        "Lease signing secret (>= 16 chars); empty = generated once and shared via the store",
+    ),
+    Setting("lease_ttl_s", _positive_int, "60", "How long a MISS's lease stays valid for Store"),
+    Setting(
+        "allow_unleased_store",
+        _bool,
+        "false",
+        "Accept Store without a lease (stamped as if computed unleased_window_s ago)",
+    ),
+    Setting(
+        "unleased_window_s", _positive_int, "300", "Assumed longest computation for unleased stores"
+    ),
+    Setting("max_wait_ms", _non_negative_int, "30000", "Cap on a Lookup's single-flight wait_ms"),
+    Setting(
+        "freshness_bound_ms",
+        _positive_int,
+        "1000",
+        "A sidecar that has not confirmed it is current for this long serves no hot hits",
+    ),
+    Setting(
+        "reclaim_keys_per_s", _positive_int, "2000", "Background reclaim scan rate for dead entries"
+    ),
     Setting("log_level", _log_level, "info", "debug, info, warning or error"),
     Setting("uvloop", _bool, "true", "Run the event loop on uvloop"),
 )
@@ -174,6 +239,16 @@ class Config:
     max_ttl_s: int
     tenant_max_ttl_s: Mapping[str, int]
     grace_period_s: int
+    admin_listen: tuple[str, ...]
+    admin_tokens: Mapping[str, str]
+    admin_tokens_file: str | None
+    lease_secret: str
+    lease_ttl_s: int
+    allow_unleased_store: bool
+    unleased_window_s: int
+    max_wait_ms: int
+    freshness_bound_ms: int
+    reclaim_keys_per_s: int
     log_level: str
     uvloop: bool
 
@@ -193,9 +268,29 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
             values[s.name] = s.parse(raw)
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from exc
+    if values["admin_tokens_file"]:
+        values["admin_tokens"] = _merge_token_file(
+            values["admin_tokens"], values["admin_tokens_file"]
+        )
+    if values["lease_secret"] and len(values["lease_secret"]) < 16:
+        raise ConfigError("INFERCACHE_LEASE_SECRET: must be at least 16 characters")
     config = Config(**values)
     _check_consistency(config)
     return config
+
+
+def _merge_token_file(inline: Mapping[str, str], path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            from_file = _token_map(f.read())
+    except OSError as exc:
+        raise ConfigError(f"INFERCACHE_ADMIN_TOKENS_FILE: cannot read {path}: {exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"INFERCACHE_ADMIN_TOKENS_FILE: {path}: {exc}") from exc
+    clash = set(inline) & set(from_file)
+    if clash:
+        raise ConfigError(f"INFERCACHE_ADMIN_TOKENS_FILE: names also set inline: {sorted(clash)}")
+    return {**inline, **from_file}
 
 
 def _check_consistency(c: Config) -> None:

@@ -110,3 +110,17 @@ def decode(data: bytes, expected_material: bytes) -> Entry:
         epoch=epoch,
         cost=ComputeCost(lat, ptok, ctok),
     )
+
+
+def peek(head: bytes) -> tuple[int, bytes] | None:
+    """(epoch, key material) from the first bytes of an encoded entry, without
+    verifying the checksum; None if the head is too short or not an entry.
+
+    Good enough to decide what to reclaim; never used to serve a hit.
+    """
+    if len(head) < _HEADER.size:
+        return None
+    magic, version, _, _, epoch, _, _, _, mlen, _ = _HEADER.unpack_from(head)
+    if magic != _MAGIC or version != CODEC_VERSION or len(head) < _HEADER.size + mlen:
+        return None
+    return epoch, head[_HEADER.size : _HEADER.size + mlen]

@@ -146,6 +146,11 @@ class CacheKey:
     adapter_version: str
     prompt_version: str
 
+    @property
+    def dims(self) -> tuple[str, str, str, str]:
+        """(tenant, model_version, adapter_version, prompt_version): what invalidation matches."""
+        return (self.tenant, self.model_version, self.adapter_version, self.prompt_version)
+
 
 def build_key(
     req: KeyRequest, limits: KeyLimits = KeyLimits(), default_model_version: str = ""
@@ -181,6 +186,27 @@ def build_key(
         adapter_version=adapter,
         prompt_version=prompt,
     )
+
+
+def dims_from_material(material: bytes) -> tuple[str, str, str, str] | None:
+    """(tenant, model_version, adapter_version, prompt_version) of a key's material.
+
+    None when the material is not of this schema (it is then never matched).
+    """
+    if material[:4] != _MAGIC + bytes([KEY_SCHEMA_VERSION]):
+        return None
+    out: list[str] = []
+    pos = 4
+    for _ in range(4):
+        if pos + 4 > len(material):
+            return None
+        (n,) = struct.unpack_from(">I", material, pos)
+        pos += 4
+        if pos + n > len(material):
+            return None
+        out.append(material[pos : pos + n].decode("utf-8", errors="replace"))
+        pos += n
+    return out[0], out[1], out[2], out[3]
 
 
 class _Encoder:

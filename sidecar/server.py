@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from dataclasses import dataclass
 
@@ -10,11 +11,22 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from infercache.v1 import cache_pb2, cache_pb2_grpc
+from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2, cache_pb2_grpc
 
+from sidecar.api.admin import AdminServicer
 from sidecar.api.servicer import CacheServicer, PodIdentity
-from sidecar.cache import ResultCache, TtlPolicy
+from sidecar.auth import AdminAuth
+from sidecar.cache import LeasePolicy, ResultCache, TtlPolicy
 from sidecar.config import Config
+from sidecar.control.base import ControlStore
+from sidecar.control.embedded import EmbeddedControlStore
+from sidecar.control.redis import RedisControlStore
+from sidecar.errors import TierUnavailable
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.invalidator import Invalidator
+from sidecar.invalidation.leases import LeaseSigner
+from sidecar.invalidation.reclaim import Reclaimer
+from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
@@ -24,62 +36,150 @@ from sidecar.tiers.redis import RedisWarmTier
 log = structlog.get_logger("infercache.server")
 
 CACHE_SERVICE = cache_pb2.DESCRIPTOR.services_by_name["CacheService"].full_name
+ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 # gRPC framing and the other fields of a Store need room beyond the payload itself.
 _MESSAGE_HEADROOM = 1024 * 1024
 
 
-def build_warm_tier(config: Config) -> WarmTier:
-    """Redis when a URL is configured, otherwise the embedded in-process tier."""
+@dataclass(slots=True)
+class Stores:
+    """The warm tier and the control store, sharing one Redis client when Redis is used."""
+
+    warm: WarmTier
+    control: ControlStore
+
+
+def build_stores(config: Config) -> Stores:
+    """Redis when a URL is configured, otherwise the embedded in-process stores."""
     if config.redis_url:
-        return RedisWarmTier(
+        warm = RedisWarmTier(
             config.redis_url,
             key_prefix=config.redis_key_prefix,
             read_timeout_s=config.lookup_timeout_ms / 1000,
             write_timeout_s=config.write_timeout_ms / 1000,
         )
-    return EmbeddedWarmTier(config.embedded_max_bytes, config.embedded_max_entries)
+        control = RedisControlStore(
+            config.redis_url,
+            key_prefix=config.redis_key_prefix,
+            timeout_s=config.write_timeout_ms / 1000,
+            lookup_timeout_s=config.lookup_timeout_ms / 1000,
+            client=warm.client,
+        )
+        return Stores(warm, control)
+    embedded_control = EmbeddedControlStore()
+    embedded_warm = EmbeddedWarmTier(
+        config.embedded_max_bytes,
+        config.embedded_max_entries,
+        epoch_source=embedded_control.epoch_now,
+    )
+    return Stores(embedded_warm, embedded_control)
 
 
-def build_cache(config: Config, warm: WarmTier) -> ResultCache:
-    """The result cache with the configured budgets and TTL policy."""
+async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
+    """The configured secret, else the deployment's shared one, else (store down) a local one."""
+    if config.lease_secret:
+        return LeaseSigner(config.lease_secret.encode())
+    for attempt in range(5):
+        try:
+            return LeaseSigner(await control.shared_secret(os.urandom(32)))
+        except TierUnavailable as exc:
+            log.warning("lease_secret_unavailable", attempt=attempt, error=str(exc))
+            await asyncio.sleep(0.3)
+    log.warning(
+        "lease_secret_local",
+        detail="store unreachable at start: leases verify only on this sidecar until restart; "
+        "set INFERCACHE_LEASE_SECRET to avoid this",
+    )
+    return LeaseSigner(os.urandom(32))
+
+
+def build_cache(
+    config: Config, stores: Stores, freshness: Freshness, signer: LeaseSigner
+) -> ResultCache:
+    """The result cache with the configured budgets, TTL and lease policies."""
     return ResultCache(
         HotTier(config.hot_max_bytes, config.hot_max_entries),
-        warm,
+        stores.warm,
         ttl=TtlPolicy(config.default_ttl_s, config.max_ttl_s, dict(config.tenant_max_ttl_s)),
         max_payload_bytes=config.max_payload_bytes,
+        freshness=freshness,
+        signer=signer,
+        leases=LeasePolicy(
+            ttl_s=config.lease_ttl_s,
+            allow_unleased_store=config.allow_unleased_store,
+            unleased_window_s=config.unleased_window_s,
+            max_wait_ms=config.max_wait_ms,
+        ),
     )
 
 
 @dataclass(slots=True)
 class RunningServer:
-    """A started server and what must be closed after it stops."""
+    """Started servers, their background tasks, and what must be closed after them."""
 
     server: grpc.aio.Server
+    admin_server: grpc.aio.Server | None
     health: health.HealthServicer
     cache: ResultCache
+    stores: Stores
+    freshness: Freshness
+    tasks: list[asyncio.Task[None]]
     ports: list[int]
+    admin_ports: list[int]
 
     async def stop(self, grace_s: float) -> None:
-        """Report NOT_SERVING, let in-flight RPCs finish within grace_s, then close tiers."""
+        """NOT_SERVING, leave the fleet, drain in-flight RPCs within grace_s, close stores."""
         self.health.enter_graceful_shutdown()
-        await self.server.stop(grace_s)
+        try:
+            await self.stores.control.leave(self.freshness.member_id)
+        except TierUnavailable as exc:
+            log.warning("leave_failed", error=str(exc))
+        stops = [self.server.stop(grace_s)]
+        if self.admin_server is not None:
+            stops.append(self.admin_server.stop(grace_s))
+        await asyncio.gather(*stops)
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.cache.drain()
-        await self.cache.warm.close()
+        await self.stores.control.close()
+        await self.stores.warm.close()
 
 
-async def start_server(config: Config, pod: PodIdentity | None = None) -> RunningServer:
-    """Build and start the gRPC server on every configured address."""
-    pod = pod or PodIdentity()
-    max_message = config.max_payload_bytes + _MESSAGE_HEADROOM
-    server = grpc.aio.server(
+def _grpc_server(max_message: int) -> grpc.aio.Server:
+    return grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message),
             ("grpc.max_send_message_length", max(max_message, 64 * 1024 * 1024)),
             ("grpc.so_reuseport", 0),
         ]
     )
-    warm = build_warm_tier(config)
-    cache = build_cache(config, warm)
+
+
+def _listen(server: grpc.aio.Server, addresses: tuple[str, ...]) -> list[int]:
+    ports = []
+    for addr in addresses:
+        try:
+            ports.append(server.add_insecure_port(addr))
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {addr}: {exc}") from exc
+    return ports
+
+
+async def start_server(config: Config, pod: PodIdentity | None = None) -> RunningServer:
+    """Build and start the data plane (and the admin plane, if configured)."""
+    pod = pod or PodIdentity()
+    stores = build_stores(config)
+    rules = RuleSet()
+    freshness = Freshness(stores.control, rules, bound_s=config.freshness_bound_ms / 1000)
+    try:
+        await freshness.refresh()
+    except TierUnavailable as exc:
+        # Serve anyway: lookups degrade to MISS until the store answers.
+        log.warning("initial_refresh_failed", error=str(exc))
+    cache = build_cache(config, stores, freshness, await lease_signer(config, stores.control))
+
+    server = _grpc_server(config.max_payload_bytes + _MESSAGE_HEADROOM)
     limits = KeyLimits(max_input_bytes=config.max_input_bytes)
     servicer = CacheServicer(cache, limits=limits, max_batch=config.max_batch, pod=pod)
     cache_pb2_grpc.add_CacheServiceServicer_to_server(servicer, server)
@@ -88,24 +188,56 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
     reflection.enable_server_reflection(
         (CACHE_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    ports = []
-    for addr in config.listen:
-        try:
-            port = server.add_insecure_port(addr)
-        except RuntimeError as exc:
-            raise OSError(f"cannot listen on {addr}: {exc}") from exc
-        ports.append(port)
+    ports = _listen(server, config.listen)
+
+    admin_server: grpc.aio.Server | None = None
+    admin_ports: list[int] = []
+    if config.admin_listen:
+        auth = AdminAuth(config.admin_tokens)
+        if not auth.enabled:
+            log.warning("admin_without_tokens", detail="every admin call will be UNAUTHENTICATED")
+        admin_server = _grpc_server(_MESSAGE_HEADROOM)
+        invalidator = Invalidator(stores.control, freshness, stores.warm)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(invalidator, auth), admin_server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, admin_server)
+        reflection.enable_server_reflection(
+            (ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), admin_server
+        )
+        admin_ports = _listen(admin_server, config.admin_listen)
+        await admin_server.start()
     await server.start()
+
+    reclaimer = Reclaimer(
+        stores.warm,
+        cache.hot,
+        stores.control,
+        rules,
+        cache.stats,
+        keys_per_s=config.reclaim_keys_per_s,
+        rule_retention_s=config.max_ttl_s + config.lease_ttl_s + config.unleased_window_s + 60,
+    )
+    tasks = [
+        asyncio.create_task(freshness.run_refresh_loop()),
+        asyncio.create_task(reclaimer.run_forever()),
+    ]
+    if stores.control.shared:
+        tasks.append(asyncio.create_task(freshness.run_listener()))
     for name in ("", CACHE_SERVICE):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
         "serving",
         listen=list(config.listen),
         ports=ports,
-        warm_tier=warm.name,
+        admin_ports=admin_ports,
+        warm_tier=stores.warm.name,
+        member_id=freshness.member_id,
         model_version=pod.model_version or None,
     )
-    return RunningServer(server, health_servicer, cache, ports)
+    return RunningServer(
+        server, admin_server, health_servicer, cache, stores, freshness, tasks, ports, admin_ports
+    )
 
 
 async def serve(config: Config, pod: PodIdentity | None = None) -> int:

@@ -15,6 +15,12 @@ class CacheStats:
     stores: int = 0
     warm_read_failures: int = 0
     warm_write_failures: int = 0
+    dead: int = 0
+    """Entries found but killed by an invalidation rule."""
+    stale_stores: int = 0
+    """Stores refused because their lease predates a matching invalidation."""
+    reclaimed: int = 0
+    """Dead entries physically removed by the background reclaimer."""
 
     def count_lookup(self, outcome: str, tier: str | None) -> None:
         """Count one lookup by outcome and, for hits, tier ("hit.hot", "miss", ...)."""

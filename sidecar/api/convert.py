@@ -41,6 +41,7 @@ _STORE = {
     StoreStatus.STORED: PB2.STORE_OUTCOME_STORED,
     StoreStatus.WRITE_FAILED: PB2.STORE_OUTCOME_WRITE_FAILED,
     StoreStatus.BYPASSED: PB2.STORE_OUTCOME_BYPASSED,
+    StoreStatus.STALE_LEASE: PB2.STORE_OUTCOME_STALE_LEASE,
 }
 
 
@@ -102,6 +103,8 @@ def lookup_result_to_pb(r: LookupResult) -> PB2.LookupResponse:
         key_digest=r.digest,
         degraded=r.degraded,
         bypass_reason=r.bypass_reason,
+        lease=r.lease,
+        lease_holder=r.lease_holder,
     )
     if r.entry is not None and r.tier is not None:
         resp.payload = r.entry.payload

@@ -53,7 +53,9 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
     ) -> PB2.LookupResponse:
         try:
             key = self._key(request.key)
-            result = await self._cache.lookup(LookupQuery(key, request.max_age_seconds))
+            result = await self._cache.lookup(
+                LookupQuery(key, request.max_age_seconds, request.wait_ms)
+            )
         except InfercacheError as exc:
             await abort_for(context, "Lookup", exc)
         return lookup_result_to_pb(result)
@@ -70,7 +72,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
             queries = []
             for i, r in enumerate(request.requests):
                 try:
-                    queries.append(LookupQuery(self._key(r.key), r.max_age_seconds))
+                    queries.append(LookupQuery(self._key(r.key), r.max_age_seconds, r.wait_ms))
                 except InvalidArgument as exc:
                     raise InvalidArgument(f"requests[{i}].{exc.field}", exc.problem) from exc
             results = await self._cache.lookup_many(queries)
@@ -84,7 +86,11 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         try:
             key = self._key(request.key)
             result = await self._cache.store(
-                key, request.payload, request.ttl_seconds, cost_from_pb(request.cost)
+                key,
+                request.payload,
+                request.ttl_seconds,
+                cost_from_pb(request.cost),
+                lease_token=request.lease,
             )
         except InfercacheError as exc:
             await abort_for(context, "Store", exc)

@@ -32,12 +32,30 @@ class WarmTier(Protocol):
         """Values in request order; None where absent or expired."""
         ...
 
+    async def get_many_with_epoch(
+        self, digests: Sequence[KeyDigest]
+    ) -> tuple[list[bytes | None], int]:
+        """get_many plus the store's current invalidation epoch, read in the same round trip."""
+        ...
+
     async def put_many(self, items: Sequence[WarmItem]) -> None:
         """Write all items, each with its own TTL; all or nothing is not promised."""
         ...
 
     async def delete_many(self, digests: Sequence[KeyDigest]) -> None:
         """Remove values; absent digests are ignored."""
+        ...
+
+    async def scan_page(self, cursor: int, count: int) -> tuple[int, list[tuple[KeyDigest, bytes]]]:
+        """About `count` entries from `cursor` as (digest, head bytes); next cursor, 0 = done.
+
+        The head holds at least the entry header and key material when they fit
+        in a few KiB (entries.peek tells). Used by sampling and background reclaim.
+        """
+        ...
+
+    async def approx_entries(self) -> int:
+        """About how many entries the tier holds."""
         ...
 
     async def ping(self) -> None:

@@ -22,11 +22,14 @@ class EmbeddedWarmTier:
         max_bytes: int,
         max_entries: int,
         clock_ms: Callable[[], int] = lambda: time.monotonic_ns() // 1_000_000,
+        epoch_source: Callable[[], int] = lambda: 0,
     ) -> None:
         self._lru: ByteBudgetLru[KeyDigest, tuple[bytes, int]] = ByteBudgetLru(
             max_bytes, max_entries
         )
         self._clock_ms = clock_ms
+        self._epoch_source = epoch_source
+        self._scan_keys: list[KeyDigest] | None = None
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -43,6 +46,12 @@ class EmbeddedWarmTier:
             out.append(None if item is None else item[0])
         return out
 
+    async def get_many_with_epoch(
+        self, digests: Sequence[KeyDigest]
+    ) -> tuple[list[bytes | None], int]:
+        """Values plus the embedded control store's epoch."""
+        return await self.get_many(digests), self._epoch_source()
+
     async def put_many(self, items: Sequence[WarmItem]) -> None:
         """Store each value until its TTL passes or it is evicted."""
         now = self._clock_ms()
@@ -53,6 +62,28 @@ class EmbeddedWarmTier:
         """Remove values."""
         for d in digests:
             self._lru.pop(d)
+
+    async def scan_page(self, cursor: int, count: int) -> tuple[int, list[tuple[KeyDigest, bytes]]]:
+        """Pages over a snapshot of the keys taken when a pass starts (cursor 0), so a
+        pass costs O(entries) however writes reorder the LRU meanwhile."""
+        if cursor == 0 or self._scan_keys is None:
+            self._scan_keys = self._lru.snapshot_keys()
+            cursor = 0
+        keys = self._scan_keys[cursor : cursor + count]
+        page: list[tuple[KeyDigest, bytes]] = []
+        for d in keys:
+            item = self._lru.peek(d)
+            if item is not None:
+                page.append((d, item[0]))
+        nxt = cursor + len(keys)
+        if nxt >= len(self._scan_keys):
+            self._scan_keys = None
+            nxt = 0
+        return nxt, page
+
+    async def approx_entries(self) -> int:
+        """Exact count."""
+        return len(self._lru)
 
     async def ping(self) -> None:
         """Always answers."""

@@ -42,6 +42,10 @@ class HotTier:
         """Insert; False when the entry is larger than the whole budget."""
         return self._lru.put(digest, entry, entry.nbytes + ENTRY_OVERHEAD_BYTES)
 
+    def entries(self) -> list[tuple[KeyDigest, Entry]]:
+        """A snapshot of what is held, oldest first."""
+        return [(d, e) for d in self._lru.snapshot_keys() if (e := self._lru.peek(d)) is not None]
+
     def discard(self, digest: KeyDigest) -> None:
         """Remove if present."""
         self._lru.pop(digest)

@@ -63,6 +63,15 @@ class ByteBudgetLru(Generic[K, V]):
         self._bytes -= item[1]
         return item[0]
 
+    def peek(self, key: K) -> V | None:
+        """The value without touching recency."""
+        item = self._items.get(key)
+        return None if item is None else item[0]
+
+    def snapshot_keys(self) -> list[K]:
+        """A snapshot of the keys, oldest first."""
+        return list(self._items)
+
     def clear(self) -> None:
         """Drop everything."""
         self._items.clear()

@@ -1,29 +1,18 @@
-"""The Redis warm tier: shared by every sidecar of a fleet, batched with MGET and pipelines.
-
-Failure policy: every call has a deadline (short for reads, longer for writes).
-A failure opens a small circuit for a growing pause (capped at one second) during
-which calls fail at once instead of each paying the deadline; the first call
-after the pause probes Redis again, so the tier heals without a restart.
-"""
+"""The Redis warm tier: shared by every sidecar of a fleet, batched with MGET and pipelines."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from typing import cast
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
 
-from sidecar.errors import TierTimeout, TierUnavailable
 from sidecar.keys import KeyDigest
+from sidecar.redis_client import RedisGuard, RedisKeys, connect
 from sidecar.tiers.base import WarmItem
 
-_MIN_PAUSE_S = 0.05
-_MAX_PAUSE_S = 1.0
+# Enough of an entry to read its header and key material (see entries.peek).
+PEEK_BYTES = 4096
 
 
 class RedisWarmTier:
@@ -38,69 +27,60 @@ class RedisWarmTier:
         key_prefix: str = "ic:v1:",
         read_timeout_s: float = 0.05,
         write_timeout_s: float = 0.5,
-        max_connections: int = 64,
+        client: aioredis.Redis | None = None,
     ) -> None:
-        self._prefix = key_prefix.encode()
+        self.keys = RedisKeys(key_prefix)
         self._read_timeout = read_timeout_s
         self._write_timeout = write_timeout_s
-        # One quick retry covers a connection that Redis closed while idle; the
-        # deadline below bounds the whole attempt anyway.
-        self._redis = aioredis.Redis.from_url(
+        self._owns_client = client is None
+        self.client = client or connect(
             url,
-            socket_connect_timeout=max(read_timeout_s, 0.05),
-            socket_timeout=write_timeout_s,
-            retry=Retry(ExponentialBackoff(cap=0.02, base=0.002), 1),
-            max_connections=max_connections,
-            health_check_interval=0,
+            connect_timeout_s=max(read_timeout_s, 0.05),
+            socket_timeout_s=write_timeout_s,
         )
-        self._pause_until = 0.0
-        self._pause_s = _MIN_PAUSE_S
-        self.failures = 0
+        self._guard = RedisGuard("redis warm tier")
+
+    @property
+    def failures(self) -> int:
+        """Calls that failed or timed out."""
+        return self._guard.failures
 
     def redis_key(self, digest: KeyDigest) -> bytes:
         """The Redis key under which a digest's entry lives."""
-        return self._prefix + b"r:" + digest.hex().encode()
-
-    @asynccontextmanager
-    async def _guard(self, deadline_s: float) -> AsyncIterator[None]:
-        """Map Redis errors and deadline overruns to TierUnavailable, and run the circuit."""
-        now = time.monotonic()
-        if now < self._pause_until:
-            raise TierUnavailable("redis: recently failed; pausing before the next attempt")
-        try:
-            async with asyncio.timeout(deadline_s):
-                yield
-        except TimeoutError as exc:
-            self._trip()
-            raise TierTimeout(f"redis: no answer within {deadline_s * 1000:.0f} ms") from exc
-        except (RedisError, OSError) as exc:
-            self._trip()
-            raise TierUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
-        self._pause_s = _MIN_PAUSE_S
-
-    def _trip(self) -> None:
-        self.failures += 1
-        self._pause_until = time.monotonic() + self._pause_s
-        self._pause_s = min(self._pause_s * 2, _MAX_PAUSE_S)
+        return self.keys.entry(digest)
 
     async def get_many(self, digests: Sequence[KeyDigest]) -> list[bytes | None]:
         """MGET in one round trip."""
         if not digests:
             return []
         async with self._guard(self._read_timeout):
-            values: list[bytes | None] = await self._redis.mget(  # type: ignore[assignment]
-                [self.redis_key(d) for d in digests]
+            values: list[bytes | None] = await self.client.mget(  # type: ignore[assignment]
+                [self.keys.entry(d) for d in digests]
             )
         return values
+
+    async def get_many_with_epoch(
+        self, digests: Sequence[KeyDigest]
+    ) -> tuple[list[bytes | None], int]:
+        """MGET plus the current invalidation epoch, in the same round trip."""
+        async with self._guard(self._read_timeout):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(self.keys.meta("epoch"))
+            if digests:
+                pipe.mget([self.keys.entry(d) for d in digests])
+            replies = await pipe.execute()
+        epoch = int(replies[0] or 0)
+        values: list[bytes | None] = replies[1] if digests else []
+        return values, epoch
 
     async def put_many(self, items: Sequence[WarmItem]) -> None:
         """SET PX for each item in one pipelined round trip."""
         if not items:
             return
         async with self._guard(self._write_timeout):
-            pipe = self._redis.pipeline(transaction=False)
+            pipe = self.client.pipeline(transaction=False)
             for it in items:
-                pipe.set(self.redis_key(it.digest), it.value, px=max(it.ttl_ms, 1))
+                pipe.set(self.keys.entry(it.digest), it.value, px=max(it.ttl_ms, 1))
             await pipe.execute()
 
     async def delete_many(self, digests: Sequence[KeyDigest]) -> None:
@@ -108,13 +88,37 @@ class RedisWarmTier:
         if not digests:
             return
         async with self._guard(self._write_timeout):
-            await self._redis.unlink(*[self.redis_key(d) for d in digests])
+            await self.client.unlink(*[self.keys.entry(d) for d in digests])
+
+    async def scan_page(self, cursor: int, count: int) -> tuple[int, list[tuple[KeyDigest, bytes]]]:
+        """One SCAN step over entry keys with each entry's first PEEK_BYTES; cursor 0 = done."""
+        async with self._guard(self._write_timeout):
+            cursor, keys = cast(
+                tuple[int, list[bytes]],
+                await self.client.scan(cursor=cursor, match=self.keys.entry_pattern, count=count),
+            )
+            if not keys:
+                return int(cursor), []
+            pipe = self.client.pipeline(transaction=False)
+            for k in keys:
+                pipe.getrange(k, 0, PEEK_BYTES - 1)
+            heads = await pipe.execute()
+        return int(cursor), [
+            (self.keys.digest_of(k), h) for k, h in zip(keys, heads, strict=True) if h
+        ]
+
+    async def approx_entries(self) -> int:
+        """DBSIZE: exact when the database holds only this cache, an upper bound otherwise."""
+        async with self._guard(self._write_timeout):
+            size: int = await self.client.dbsize()
+        return size
 
     async def ping(self) -> None:
         """PING within the read deadline."""
         async with self._guard(max(self._read_timeout, 0.2)):
-            await self._redis.ping()
+            await self.client.ping()
 
     async def close(self) -> None:
-        """Close the pool."""
-        await self._redis.aclose()
+        """Close the pool (if this tier created it)."""
+        if self._owns_client:
+            await self.client.aclose()

@@ -69,10 +69,19 @@ class CacheClient:
         self._stub = cache_pb2_grpc.CacheServiceStub(self._channel)
 
     def lookup(
-        self, key: PB2.CacheKey, *, max_age_seconds: int = 0, timeout: float | None = 1.0
+        self,
+        key: PB2.CacheKey,
+        *,
+        max_age_seconds: int = 0,
+        wait_ms: int = 0,
+        timeout: float | None = None,
     ) -> PB2.LookupResponse:
-        """Look a key up; outcome is HIT, MISS or BYPASS."""
-        req = PB2.LookupRequest(key=key, max_age_seconds=max_age_seconds)
+        """Look a key up; outcome is HIT, MISS (with `.lease` for Store) or BYPASS.
+
+        wait_ms > 0: if another caller is computing this key, wait that long for its result.
+        """
+        req = PB2.LookupRequest(key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms)
+        timeout = timeout if timeout is not None else 1.0 + wait_ms / 1000
         resp: PB2.LookupResponse = self._stub.Lookup(req, timeout=timeout)
         return resp
 
@@ -89,12 +98,15 @@ class CacheClient:
         key: PB2.CacheKey,
         payload: bytes,
         *,
+        lease: bytes = b"",
         ttl_seconds: int = 0,
         cost: PB2.ComputeCost | None = None,
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
-        """Store a result; check `.outcome` for STORE_OUTCOME_STORED."""
-        req = PB2.StoreRequest(key=key, payload=payload, ttl_seconds=ttl_seconds, cost=cost)
+        """Store a result with the lease from the MISS; `.outcome` says STORED or why not."""
+        req = PB2.StoreRequest(
+            key=key, payload=payload, lease=lease, ttl_seconds=ttl_seconds, cost=cost
+        )
         resp: PB2.StoreResponse = self._stub.Store(req, timeout=timeout)
         return resp
 
@@ -126,10 +138,19 @@ class AsyncCacheClient:
         self._stub = cache_pb2_grpc.CacheServiceStub(self._channel)
 
     async def lookup(
-        self, key: PB2.CacheKey, *, max_age_seconds: int = 0, timeout: float | None = 1.0
+        self,
+        key: PB2.CacheKey,
+        *,
+        max_age_seconds: int = 0,
+        wait_ms: int = 0,
+        timeout: float | None = None,
     ) -> PB2.LookupResponse:
-        """Look a key up; outcome is HIT, MISS or BYPASS."""
-        req = PB2.LookupRequest(key=key, max_age_seconds=max_age_seconds)
+        """Look a key up; outcome is HIT, MISS (with `.lease` for Store) or BYPASS.
+
+        wait_ms > 0: if another caller is computing this key, wait that long for its result.
+        """
+        req = PB2.LookupRequest(key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms)
+        timeout = timeout if timeout is not None else 1.0 + wait_ms / 1000
         resp: PB2.LookupResponse = await self._stub.Lookup(req, timeout=timeout)
         return resp
 
@@ -146,12 +167,15 @@ class AsyncCacheClient:
         key: PB2.CacheKey,
         payload: bytes,
         *,
+        lease: bytes = b"",
         ttl_seconds: int = 0,
         cost: PB2.ComputeCost | None = None,
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
-        """Store a result; check `.outcome` for STORE_OUTCOME_STORED."""
-        req = PB2.StoreRequest(key=key, payload=payload, ttl_seconds=ttl_seconds, cost=cost)
+        """Store a result with the lease from the MISS; `.outcome` says STORED or why not."""
+        req = PB2.StoreRequest(
+            key=key, payload=payload, lease=lease, ttl_seconds=ttl_seconds, cost=cost
+        )
         resp: PB2.StoreResponse = await self._stub.Store(req, timeout=timeout)
         return resp
 

@@ -1,0 +1,1 @@
+"""Control stores: shared coordination state (epochs, rules, audit, membership, holders)."""

@@ -1,0 +1,93 @@
+"""The control-store contract: epochs, rules, audit log, fleet membership, lease holders.
+
+Two implementations: Redis (shared by a fleet) and embedded (one process).
+Every method raises TierUnavailable when the backend fails, and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from sidecar.invalidation.rules import Rule, Selector
+from sidecar.keys import KeyDigest
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One invalidation as the audit log keeps it."""
+
+    id: str
+    time_ms: int
+    caller: str
+    selector: Selector
+    reason: str
+    epoch: int
+    estimated_entries: int
+
+
+class ControlStore(Protocol):
+    """Shared coordination state for invalidation and single-flight."""
+
+    name: str
+    shared: bool
+    """True when other processes share this store (then freshness must be confirmed)."""
+
+    async def current_epoch(self) -> int:
+        """The newest committed invalidation epoch (0 before any)."""
+        ...
+
+    async def commit_invalidation(
+        self, selector: Selector, reason: str, caller: str, estimated_entries: int
+    ) -> AuditRecord:
+        """Atomically: new epoch, rule, audit record, notification. Returns the record."""
+        ...
+
+    async def rules_after(self, epoch: int) -> list[Rule]:
+        """Rules with an epoch greater than `epoch`, oldest first."""
+        ...
+
+    async def prune_rules(self, older_than_ms: int) -> int:
+        """Delete rules committed before older_than_ms; returns how many."""
+        ...
+
+    async def audit_page(self, before: str | None, limit: int) -> tuple[list[AuditRecord], str]:
+        """Up to `limit` records older than id `before` (newest first) and the next cursor."""
+        ...
+
+    async def heartbeat(self, member_id: str, acked_epoch: int, ttl_ms: int) -> None:
+        """Mark a sidecar live for ttl_ms (store clock) and current up to acked_epoch."""
+        ...
+
+    async def leave(self, member_id: str) -> None:
+        """Remove a sidecar from the fleet (graceful shutdown)."""
+        ...
+
+    async def unconfirmed_members(self, epoch: int) -> list[str]:
+        """Live sidecars that have not confirmed `epoch` yet."""
+        ...
+
+    async def acquire_holder(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:
+        """Become the single-flight holder of a key unless someone else is."""
+        ...
+
+    async def release_holder(self, digest: KeyDigest, lease_id: bytes) -> None:
+        """Give up holding a key if `lease_id` still holds it."""
+        ...
+
+    async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take or extend a named lock held by `owner` for ttl_ms."""
+        ...
+
+    async def shared_secret(self, proposed: bytes) -> bytes:
+        """The deployment's lease secret: `proposed` if none exists yet, else the existing one."""
+        ...
+
+    def notifications(self) -> AsyncIterator[int]:
+        """Epochs of invalidations as they are committed anywhere (best effort)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,143 @@
+"""The embedded control store: one process is the whole fleet.
+
+The audit log lives in this process's memory (bounded) and is lost on restart,
+like the embedded warm tier's entries it governs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+
+from sidecar.control.base import AuditRecord
+from sidecar.invalidation.rules import Rule, Selector
+from sidecar.keys import KeyDigest
+
+_AUDIT_MAX = 100_000
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class EmbeddedControlStore:
+    """ControlStore in process memory."""
+
+    name = "embedded"
+    shared = False
+
+    def __init__(self, clock_ms: Callable[[], int] = _wall_ms) -> None:
+        self._clock_ms = clock_ms
+        self._epoch = 0
+        self._rules: list[Rule] = []
+        self._audit: deque[AuditRecord] = deque(maxlen=_AUDIT_MAX)
+        self._holders: dict[KeyDigest, tuple[bytes, int]] = {}
+        self._locks: dict[str, tuple[str, int]] = {}
+        self._secret: bytes | None = None
+        self._subscribers: set[asyncio.Queue[int]] = set()
+
+    async def current_epoch(self) -> int:
+        """The newest epoch."""
+        return self._epoch
+
+    def epoch_now(self) -> int:
+        """Synchronous current epoch (the embedded warm tier reads it with every batch)."""
+        return self._epoch
+
+    async def commit_invalidation(
+        self, selector: Selector, reason: str, caller: str, estimated_entries: int
+    ) -> AuditRecord:
+        """Bump the epoch and record the rule and its audit entry."""
+        self._epoch += 1
+        now = self._clock_ms()
+        self._rules.append(Rule(self._epoch, selector, now))
+        record = AuditRecord(
+            id=f"{now}-{self._epoch}",
+            time_ms=now,
+            caller=caller,
+            selector=selector,
+            reason=reason,
+            epoch=self._epoch,
+            estimated_entries=estimated_entries,
+        )
+        self._audit.append(record)
+        for q in self._subscribers:
+            q.put_nowait(self._epoch)
+        return record
+
+    async def rules_after(self, epoch: int) -> list[Rule]:
+        """Rules newer than epoch."""
+        return [r for r in self._rules if r.epoch > epoch]
+
+    async def prune_rules(self, older_than_ms: int) -> int:
+        """Drop old rules."""
+        before = len(self._rules)
+        self._rules = [r for r in self._rules if r.time_ms >= older_than_ms]
+        return before - len(self._rules)
+
+    async def audit_page(self, before: str | None, limit: int) -> tuple[list[AuditRecord], str]:
+        """Newest first, strictly older than `before`."""
+        records = list(reversed(self._audit))
+        if before:
+            epoch = int(before.rsplit("-", 1)[-1])
+            records = [r for r in records if r.epoch < epoch]
+        page = records[:limit]
+        more = len(records) > limit
+        return page, (page[-1].id if more and page else "")
+
+    async def heartbeat(self, member_id: str, acked_epoch: int, ttl_ms: int) -> None:
+        """Nothing to do: there are no other members."""
+
+    async def leave(self, member_id: str) -> None:
+        """Nothing to do."""
+
+    async def unconfirmed_members(self, epoch: int) -> list[str]:
+        """The only member applies rules synchronously."""
+        return []
+
+    async def acquire_holder(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:
+        """Hold the key unless a live holder exists."""
+        now = self._clock_ms()
+        current = self._holders.get(digest)
+        if current is not None and current[1] > now:
+            return False
+        self._holders[digest] = (lease_id, now + ttl_ms)
+        if len(self._holders) > 100_000:
+            self._holders = {d: h for d, h in self._holders.items() if h[1] > now}
+        return True
+
+    async def release_holder(self, digest: KeyDigest, lease_id: bytes) -> None:
+        """Release if still ours."""
+        current = self._holders.get(digest)
+        if current is not None and current[0] == lease_id:
+            del self._holders[digest]
+
+    async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take or extend a lock."""
+        now = self._clock_ms()
+        current = self._locks.get(name)
+        if current is not None and current[0] != owner and current[1] > now:
+            return False
+        self._locks[name] = (owner, now + ttl_ms)
+        return True
+
+    async def shared_secret(self, proposed: bytes) -> bytes:
+        """First proposal wins."""
+        if self._secret is None:
+            self._secret = proposed
+        return self._secret
+
+    async def notifications(self) -> AsyncIterator[int]:
+        """Epochs committed in this process."""
+        q: asyncio.Queue[int] = asyncio.Queue()
+        self._subscribers.add(q)
+        try:
+            while True:
+                yield await q.get()
+        finally:
+            self._subscribers.discard(q)
+
+    async def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,263 @@
+"""The Redis control store: epochs, rules, audit stream and membership for a fleet.
+
+Layout (all under the `{meta}` hash tag, see RedisKeys):
+    epoch     INCR counter
+    rules     sorted set, score = epoch, member = "epoch|time_ms|selector-json"
+    audit     stream of invalidation records (XADD, newest read with XREVRANGE)
+    members   sorted set, score = liveness deadline in Redis-clock ms, member = sidecar id
+    acks      hash, sidecar id -> newest epoch it has applied
+    secret    the deployment's lease secret (SET NX)
+An invalidation is one Lua script (epoch, rule, audit record, PUBLISH), so it
+is all-or-nothing. Time comes from Redis's clock so that members' liveness
+deadlines are compared on one clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+import structlog
+
+from sidecar.control.base import AuditRecord
+from sidecar.errors import TierUnavailable
+from sidecar.invalidation.rules import Rule, Selector
+from sidecar.keys import KeyDigest
+from sidecar.redis_client import RedisGuard, RedisKeys, connect
+
+log = structlog.get_logger("infercache.control")
+
+_AUDIT_MAXLEN = 100_000
+
+_COMMIT = """
+local e = redis.call('INCR', KEYS[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[2], e, e .. '|' .. now .. '|' .. ARGV[1])
+local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*',
+  'epoch', e, 'time_ms', now, 'caller', ARGV[3], 'selector', ARGV[1],
+  'reason', ARGV[2], 'estimated_entries', ARGV[4])
+redis.call('PUBLISH', ARGV[5], e)
+return {e, now, id}
+"""
+
+_HEARTBEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, id in ipairs(dead) do redis.call('HDEL', KEYS[2], id) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+local acked = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if tonumber(ARGV[2]) > acked then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
+return now
+"""
+
+_UNCONFIRMED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+local out = {}
+for _, id in ipairs(live) do
+  if tonumber(redis.call('HGET', KEYS[2], id) or '0') < tonumber(ARGV[1]) then
+    table.insert(out, id)
+  end
+end
+return out
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+_LOCK = """
+local cur = redis.call('GET', KEYS[1])
+if cur == false or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+def _parse_rule(member: bytes) -> Rule:
+    epoch, time_ms, selector = member.decode().split("|", 2)
+    return Rule(int(epoch), Selector.from_json(selector), int(time_ms))
+
+
+def _parse_audit(entry_id: bytes, fields: dict[bytes, bytes]) -> AuditRecord:
+    f = {k.decode(): v.decode() for k, v in fields.items()}
+    return AuditRecord(
+        id=entry_id.decode(),
+        time_ms=int(f["time_ms"]),
+        caller=f["caller"],
+        selector=Selector.from_json(f["selector"]),
+        reason=f["reason"],
+        epoch=int(f["epoch"]),
+        estimated_entries=int(f["estimated_entries"]),
+    )
+
+
+class RedisControlStore:
+    """ControlStore on Redis; several sidecars share it."""
+
+    name = "redis"
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key_prefix: str = "ic:v1:",
+        timeout_s: float = 0.5,
+        lookup_timeout_s: float = 0.05,
+        client: aioredis.Redis | None = None,
+    ) -> None:
+        self.keys = RedisKeys(key_prefix)
+        self._timeout = timeout_s
+        # Holder keys are touched on the lookup path: same short deadline as reads.
+        self._lookup_timeout = lookup_timeout_s
+        self._owns_client = client is None
+        self.client = client or connect(
+            url, connect_timeout_s=timeout_s, socket_timeout_s=timeout_s
+        )
+        self._guard = RedisGuard("redis control store")
+        self._commit = self.client.register_script(_COMMIT)
+        self._heartbeat = self.client.register_script(_HEARTBEAT)
+        self._unconfirmed = self.client.register_script(_UNCONFIRMED)
+        self._release = self.client.register_script(_RELEASE)
+        self._lock = self.client.register_script(_LOCK)
+        self._url = url
+
+    def _k(self, name: str) -> str:
+        return self.keys.meta(name)
+
+    async def current_epoch(self) -> int:
+        """GET epoch."""
+        async with self._guard(self._timeout):
+            value = await self.client.get(self._k("epoch"))
+        return int(value or 0)
+
+    async def commit_invalidation(
+        self, selector: Selector, reason: str, caller: str, estimated_entries: int
+    ) -> AuditRecord:
+        """One atomic script: INCR epoch, ZADD rule, XADD audit, PUBLISH."""
+        async with self._guard(self._timeout):
+            epoch, now, entry_id = await self._commit(
+                keys=[self._k("epoch"), self._k("rules"), self._k("audit")],
+                args=[
+                    selector.to_json(),
+                    reason,
+                    caller,
+                    estimated_entries,
+                    self.keys.channel,
+                    _AUDIT_MAXLEN,
+                ],
+            )
+        return AuditRecord(
+            id=entry_id.decode(),
+            time_ms=int(now),
+            caller=caller,
+            selector=selector,
+            reason=reason,
+            epoch=int(epoch),
+            estimated_entries=estimated_entries,
+        )
+
+    async def rules_after(self, epoch: int) -> list[Rule]:
+        """ZRANGEBYSCORE (epoch, +inf]."""
+        async with self._guard(self._timeout):
+            members = cast(
+                list[bytes],
+                await self.client.zrangebyscore(self._k("rules"), f"({epoch}", "+inf"),
+            )
+        return [_parse_rule(m) for m in members]
+
+    async def prune_rules(self, older_than_ms: int) -> int:
+        """Remove rules whose commit time is older than the bound."""
+        async with self._guard(self._timeout):
+            members = cast(list[bytes], await self.client.zrange(self._k("rules"), 0, -1))
+            old = [m for m in members if _parse_rule(m).time_ms < older_than_ms]
+            if old:
+                await self.client.zrem(self._k("rules"), *old)
+        return len(old)
+
+    async def audit_page(self, before: str | None, limit: int) -> tuple[list[AuditRecord], str]:
+        """XREVRANGE, exclusive of `before`."""
+        top = f"({before}" if before else "+"
+        async with self._guard(self._timeout):
+            rows = cast(
+                list[tuple[bytes, dict[bytes, bytes]]],
+                await self.client.xrevrange(self._k("audit"), top, "-", count=limit + 1),
+            )
+        records = [_parse_audit(i, f) for i, f in rows[:limit]]
+        return records, (records[-1].id if len(rows) > limit and records else "")
+
+    async def heartbeat(self, member_id: str, acked_epoch: int, ttl_ms: int) -> None:
+        """Extend liveness and raise the acknowledged epoch (never lowers it)."""
+        async with self._guard(self._timeout):
+            await self._heartbeat(
+                keys=[self._k("members"), self._k("acks")], args=[member_id, acked_epoch, ttl_ms]
+            )
+
+    async def leave(self, member_id: str) -> None:
+        """ZREM + HDEL."""
+        async with self._guard(self._timeout):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.zrem(self._k("members"), member_id)
+            pipe.hdel(self._k("acks"), member_id)
+            await pipe.execute()
+
+    async def unconfirmed_members(self, epoch: int) -> list[str]:
+        """Live members whose acknowledged epoch is below `epoch`."""
+        async with self._guard(self._timeout):
+            ids = await self._unconfirmed(keys=[self._k("members"), self._k("acks")], args=[epoch])
+        return [i.decode() for i in ids]
+
+    async def acquire_holder(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:
+        """SET NX PX."""
+        async with self._guard(self._lookup_timeout):
+            ok = await self.client.set(self.keys.holder(digest), lease_id, nx=True, px=ttl_ms)
+        return bool(ok)
+
+    async def release_holder(self, digest: KeyDigest, lease_id: bytes) -> None:
+        """Compare-and-delete."""
+        async with self._guard(self._timeout):
+            await self._release(keys=[self.keys.holder(digest)], args=[lease_id])
+
+    async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take or extend."""
+        async with self._guard(self._timeout):
+            ok = await self._lock(keys=[self._k(f"lock:{name}")], args=[owner, ttl_ms])
+        return bool(ok)
+
+    async def shared_secret(self, proposed: bytes) -> bytes:
+        """SET NX, then GET what won."""
+        async with self._guard(self._timeout):
+            await self.client.set(self._k("secret"), proposed, nx=True)
+            secret = cast(bytes | None, await self.client.get(self._k("secret")))
+        if not secret:
+            raise TierUnavailable("redis control store: lease secret vanished")
+        return secret
+
+    async def notifications(self) -> AsyncIterator[int]:
+        """Subscribe to the invalidation channel; ends (to be restarted) on any error."""
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(self.keys.channel)
+            while True:
+                msg = await pubsub.get_message(timeout=1.0)
+                if msg is not None and msg.get("type") == "message":
+                    yield int(msg["data"])
+        finally:
+            try:
+                await cast(Any, pubsub).aclose()
+            except Exception:  # closing a broken connection may fail; nothing to do
+                log.debug("pubsub_close_failed")
+
+    async def close(self) -> None:
+        """Close the pool if this store created it."""
+        if self._owns_client:
+            await self.client.aclose()

@@ -1,0 +1,1 @@
+"""Invalidation: epoch-stamped rules, leases, fleet freshness, background reclaim."""

@@ -1,0 +1,105 @@
+"""Fleet freshness: a sidecar serves hits only while it knows it is current.
+
+Mechanism (see docs/architecture.md): every sidecar is a *member* of the store
+with a liveness deadline (on the store's clock) and an acknowledged epoch. It
+refreshes both every bound/3 and at once when pub/sub announces a new epoch.
+It may serve hits only until `bound` after the start of its last successful
+refresh, which is never later than the moment the store stops counting it as
+live. Invalidate returns only when every live member has acknowledged the new
+epoch, so after it returns no member can serve an entry the new rule kills:
+each has either applied the rule or has stopped serving hits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from sidecar.control.base import ControlStore
+from sidecar.errors import TierUnavailable
+from sidecar.invalidation.rules import RuleSet
+
+log = structlog.get_logger("infercache.freshness")
+
+
+class Freshness:
+    """Keeps a RuleSet current with the store and says whether hits may be served."""
+
+    def __init__(
+        self,
+        control: ControlStore,
+        rules: RuleSet,
+        *,
+        bound_s: float = 1.0,
+        member_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.control = control
+        self.rules = rules
+        self.bound_s = bound_s
+        self.member_id = member_id or uuid.uuid4().hex
+        self._clock = clock
+        self._confirmed_until = 0.0 if control.shared else float("inf")
+        self._wake = asyncio.Event()
+        self._sync_lock = asyncio.Lock()
+        self.refresh_failures = 0
+
+    def confirmed(self) -> bool:
+        """True while this sidecar is known to hold every committed rule."""
+        return self._clock() < self._confirmed_until
+
+    async def sync_to(self, epoch: int) -> None:
+        """Fetch and apply every rule up to at least `epoch`."""
+        async with self._sync_lock:
+            if self.rules.epoch >= epoch:
+                return
+            for rule in await self.control.rules_after(self.rules.epoch):
+                self.rules.add(rule)
+            self.rules.advance(epoch)
+
+    async def refresh(self) -> None:
+        """Catch up with the store, acknowledge, and extend the confirmation."""
+        started = self._clock()
+        epoch = await self.control.current_epoch()
+        await self.sync_to(epoch)
+        await self.control.heartbeat(self.member_id, self.rules.epoch, int(self.bound_s * 1000))
+        if self.control.shared:
+            # Measured from before the round trips: the store's deadline for us
+            # starts later, so we stop serving before it stops counting on us.
+            self._confirmed_until = max(self._confirmed_until, started + self.bound_s)
+
+    def poke(self) -> None:
+        """Ask the refresh loop to run now (a new epoch was announced)."""
+        self._wake.set()
+
+    async def run_refresh_loop(self) -> None:
+        """Refresh every bound/3 or when poked, forever."""
+        while True:
+            try:
+                await self.refresh()
+            except TierUnavailable as exc:
+                self.refresh_failures += 1
+                log.warning("freshness_refresh_failed", error=str(exc))
+            try:
+                async with asyncio.timeout(self.bound_s / 3):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def run_listener(self) -> None:
+        """Poke the refresh loop on every announced epoch; resubscribe after errors."""
+        while True:
+            try:
+                async for epoch in self.control.notifications():
+                    if epoch > self.rules.epoch:
+                        self.poke()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any pub/sub failure: the periodic refresh covers for it
+                log.warning("invalidation_listener_failed", error=f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(0.2)

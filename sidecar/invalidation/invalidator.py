@@ -1,0 +1,111 @@
+"""Invalidate: commit a rule, then wait until every live sidecar has confirmed it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import structlog
+
+from sidecar import entries
+from sidecar.control.base import AuditRecord, ControlStore
+from sidecar.errors import InvalidArgument, TierUnavailable, Unavailable
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.rules import Rule, Selector
+from sidecar.keys import dims_from_material
+from sidecar.tiers.base import WarmTier
+
+log = structlog.get_logger("infercache.invalidation")
+
+MAX_REASON_CHARS = 1024
+_SAMPLE = 256
+
+
+class Invalidator:
+    """Admin-side invalidation: O(1) in the number of entries (one script + a barrier)."""
+
+    def __init__(self, control: ControlStore, freshness: Freshness, warm: WarmTier) -> None:
+        self.control = control
+        self.freshness = freshness
+        self.warm = warm
+        # Every live member refreshes at least every bound/3 and is dropped by the
+        # store after `bound`; past this deadline something is wrong, say so.
+        self.barrier_timeout_s = 2 * freshness.bound_s + 1.0
+
+    async def invalidate(self, selector: Selector, reason: str, caller: str) -> AuditRecord:
+        """Commit and confirm fleet-wide; Unavailable if either cannot be done."""
+        selector.validate()
+        if not reason.strip():
+            raise InvalidArgument("reason", "is required (it is kept in the audit log)")
+        if len(reason) > MAX_REASON_CHARS:
+            raise InvalidArgument(
+                "reason", f"is {len(reason)} characters; the limit is {MAX_REASON_CHARS}"
+            )
+        estimate = await self._estimate(selector)
+        try:
+            record = await self.control.commit_invalidation(selector, reason, caller, estimate)
+        except TierUnavailable as exc:
+            raise Unavailable(f"store unreachable, nothing was invalidated: {exc}") from exc
+        self.freshness.rules.add(Rule(record.epoch, selector, record.time_ms))
+        log.info(
+            "invalidated",
+            epoch=record.epoch,
+            caller=caller,
+            selector=selector.describe(),
+            estimated_entries=estimate,
+        )
+        try:
+            await self.freshness.refresh()
+            await self._barrier(record.epoch)
+        except TierUnavailable as exc:
+            raise Unavailable(
+                f"invalidation committed at epoch {record.epoch} but its fleet-wide "
+                f"confirmation failed: {exc}"
+            ) from exc
+        return record
+
+    async def _barrier(self, epoch: int) -> None:
+        deadline = time.monotonic() + self.barrier_timeout_s
+        pause = 0.002
+        while True:
+            pending = await self.control.unconfirmed_members(epoch)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"invalidation committed at epoch {epoch} but {len(pending)} sidecar(s) "
+                    f"did not confirm within {self.barrier_timeout_s:.1f} s: {', '.join(pending)}"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    async def _estimate(self, selector: Selector) -> int:
+        """Matching fraction of a small sample times the entry count (best effort)."""
+        try:
+            _, sample = await self.warm.scan_page(0, _SAMPLE)
+            if not sample:
+                return 0
+            total = await self.warm.approx_entries()
+        except TierUnavailable as exc:
+            log.warning("estimate_failed", error=str(exc))
+            return 0
+        matched = 0
+        for _, head in sample:
+            peeked = entries.peek(head)
+            dims = dims_from_material(peeked[1]) if peeked else None
+            if dims is not None and selector.matches(dims):
+                matched += 1
+        return round(total * matched / len(sample))
+
+    async def list(self, page_token: str, page_size: int) -> tuple[list[AuditRecord], str]:
+        """A page of the audit log, newest first."""
+        if page_token and not re.fullmatch(r"\d+-\d+", page_token):
+            raise InvalidArgument("page_token", "is not a token from ListInvalidations")
+        size = 50 if page_size == 0 else page_size
+        if not 1 <= size <= 1000:
+            raise InvalidArgument("page_size", f"is {page_size}; must be in [0, 1000]")
+        try:
+            return await self.control.audit_page(page_token or None, size)
+        except TierUnavailable as exc:
+            raise Unavailable(f"store unreachable: {exc}") from exc

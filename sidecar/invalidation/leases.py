@@ -1,0 +1,73 @@
+"""Lease tokens: what a MISS hands out and a Store must bring back.
+
+A token binds one key digest to the invalidation epoch the sidecar had applied
+when the computation started, and expires. It is signed (HMAC-SHA256, 128-bit
+tag) with a per-deployment secret, so any sidecar of the fleet can verify a
+token another one issued, and a client cannot forge a newer epoch.
+
+    version u8 | digest 32 B | epoch u64 | expires_at_ms u64 | lease id 16 B | tag 16 B
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import struct
+from dataclasses import dataclass
+
+from sidecar.errors import FailedPrecondition, InvalidArgument
+from sidecar.keys import KeyDigest
+
+_VERSION = 1
+_BODY = struct.Struct(">B32sQQ16s")
+_TAG_LEN = 16
+TOKEN_LEN = _BODY.size + _TAG_LEN
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A verified lease."""
+
+    digest: KeyDigest
+    epoch: int
+    expires_at_ms: int
+    lease_id: bytes
+
+
+class LeaseSigner:
+    """Issues and verifies lease tokens with one secret."""
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) < 16:
+            raise ValueError("lease secret must be at least 16 bytes")
+        self._secret = secret
+
+    def issue(self, digest: KeyDigest, epoch: int, expires_at_ms: int) -> tuple[Lease, bytes]:
+        """A new lease and its token."""
+        lease = Lease(digest, epoch, expires_at_ms, os.urandom(16))
+        body = _BODY.pack(_VERSION, digest, epoch, expires_at_ms, lease.lease_id)
+        return lease, body + self._tag(body)
+
+    def verify(self, token: bytes, digest: KeyDigest, now_ms: int) -> Lease:
+        """The lease in a token; InvalidArgument if forged or for another key,
+        FailedPrecondition if expired."""
+        if len(token) != TOKEN_LEN:
+            raise InvalidArgument("lease", "is not a lease token from this deployment")
+        body, tag = token[: _BODY.size], token[_BODY.size :]
+        if not hmac.compare_digest(tag, self._tag(body)):
+            raise InvalidArgument("lease", "signature does not verify (forged or other deployment)")
+        version, lease_digest, epoch, expires, lease_id = _BODY.unpack(body)
+        if version != _VERSION:
+            raise InvalidArgument("lease", f"unknown lease version {version}")
+        if lease_digest != digest:
+            raise InvalidArgument("lease", "was issued for a different key")
+        if expires <= now_ms:
+            raise FailedPrecondition(
+                "lease expired: the computation took longer than INFERCACHE_LEASE_TTL_S; "
+                "look the key up again for a fresh lease"
+            )
+        return Lease(KeyDigest(lease_digest), epoch, expires, lease_id)
+
+    def _tag(self, body: bytes) -> bytes:
+        return hmac.new(self._secret, body, hashlib.sha256).digest()[:_TAG_LEN]

@@ -1,0 +1,108 @@
+"""Redis plumbing shared by the warm tier and the control store: key names, client, guard.
+
+Failure policy: every call has a deadline. A failure opens a small circuit for
+a growing pause (capped at one second) during which calls fail at once instead
+of each paying the deadline; the first call after the pause probes Redis again,
+so the sidecar heals without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
+
+from sidecar.errors import TierTimeout, TierUnavailable
+from sidecar.keys import KeyDigest
+
+_MIN_PAUSE_S = 0.05
+_MAX_PAUSE_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RedisKeys:
+    """Every Redis key name the sidecar uses, derived from one prefix.
+
+    Coordination keys share the `{meta}` hash tag so that scripts touching
+    several of them stay in one slot under Redis Cluster.
+    """
+
+    prefix: str = "ic:v1:"
+
+    def entry(self, digest: KeyDigest) -> bytes:
+        """Where a result entry lives."""
+        return f"{self.prefix}r:{digest.hex()}".encode()
+
+    @property
+    def entry_pattern(self) -> str:
+        """SCAN pattern of entry keys."""
+        return f"{self.prefix}r:*"
+
+    def digest_of(self, key: bytes) -> KeyDigest:
+        """Inverse of entry()."""
+        return KeyDigest(bytes.fromhex(key.decode()[len(self.prefix) + 2 :]))
+
+    def holder(self, digest: KeyDigest) -> str:
+        """Single-flight holder of a key."""
+        return f"{self.prefix}l:{digest.hex()}"
+
+    def meta(self, name: str) -> str:
+        """A coordination key (epoch, rules, audit, members, acks, secret, locks)."""
+        return f"{self.prefix}{{meta}}:{name}"
+
+    @property
+    def channel(self) -> str:
+        """Pub/sub channel announcing new invalidation epochs."""
+        return f"{self.prefix}invalidations"
+
+
+def connect(url: str, *, connect_timeout_s: float, socket_timeout_s: float) -> aioredis.Redis:
+    """A redis.asyncio client (hiredis parser when installed) with short timeouts."""
+    # One quick retry covers a connection that Redis closed while idle; callers'
+    # deadlines bound the whole attempt anyway.
+    return aioredis.Redis.from_url(
+        url,
+        socket_connect_timeout=connect_timeout_s,
+        socket_timeout=socket_timeout_s,
+        retry=Retry(ExponentialBackoff(cap=0.02, base=0.002), 1),
+        max_connections=128,
+        health_check_interval=0,
+    )
+
+
+class RedisGuard:
+    """Maps Redis errors and deadline overruns to TierUnavailable, and runs the circuit."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._pause_until = 0.0
+        self._pause_s = _MIN_PAUSE_S
+        self.failures = 0
+
+    @asynccontextmanager
+    async def __call__(self, deadline_s: float) -> AsyncIterator[None]:
+        """Run the body under a deadline; fail fast while the circuit is open."""
+        if time.monotonic() < self._pause_until:
+            raise TierUnavailable(f"{self._what}: recently failed; pausing before the next try")
+        try:
+            async with asyncio.timeout(deadline_s):
+                yield
+        except TimeoutError as exc:
+            self._trip()
+            raise TierTimeout(f"{self._what}: no answer within {deadline_s * 1000:.0f} ms") from exc
+        except (RedisError, OSError) as exc:
+            self._trip()
+            raise TierUnavailable(f"{self._what}: {type(exc).__name__}: {exc}") from exc
+        self._pause_s = _MIN_PAUSE_S
+
+    def _trip(self) -> None:
+        self.failures += 1
+        self._pause_until = time.monotonic() + self._pause_s
+        self._pause_s = min(self._pause_s * 2, _MAX_PAUSE_S)

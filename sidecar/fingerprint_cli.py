@@ -59,7 +59,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     cache.add_argument("--no-cache", action="store_true", help="full mode: rehash, no memo")
     parser.add_argument(
-        "--threads", type=int, default=None, help="full-mode hashing threads (default: all cores)"
+        "--threads",
+        type=int,
+        default=None,
+        help="reading threads (default: all cores in full mode, 1 in fast mode)",
     )
     parser.set_defaults(func=run)
 

@@ -102,9 +102,10 @@ def fingerprint(
     """Fingerprint the model (or, with kind="adapter", LoRA adapter) directory `path`.
 
     mode="fast" hashes names, dtypes, shapes and sampled bytes of every tensor;
-    mode="full" hashes every byte with BLAKE3 on `threads` threads (default: all
-    cores), memoised in `cache_file` when given (see default_cache_file()).
-    Blocking; call fingerprint_async from a coroutine. Raises FingerprintError.
+    mode="full" hashes every byte with BLAKE3, memoised in `cache_file` when given
+    (see default_cache_file()). `threads` reading threads; default: all cores in full
+    mode, one in fast mode (its reads are tiny; more threads only help cold network
+    storage). Blocking; call fingerprint_async from a coroutine. Raises FingerprintError.
     """
     if mode not in get_args(Mode):
         raise FingerprintError(f"mode must be 'fast' or 'full', not {mode!r}")
@@ -114,10 +115,12 @@ def fingerprint(
     if not root.is_dir():
         raise FingerprintError(f"{root}: not a directory")
     memo = Memo(cache_file) if cache_file is not None and mode == "full" else None
-    workers = threads if threads is not None else (os.cpu_count() or 1)
+    if threads is None:
+        # Warm, fast mode is bound by Python overhead per pread; a pool only adds to it.
+        threads = (os.cpu_count() or 1) if mode == "full" else 1
     config = config_digest(root, "adapter_config.json" if kind == "adapter" else "config.json")
     shards, index = (adapter_shards(root), None) if kind == "adapter" else model_shards(root)
-    weights = weights_digest(shards, index, mode, memo, max(1, workers))
+    weights = weights_digest(shards, index, mode, memo, max(1, threads))
     components = {
         "config": config,
         "generation_config": generation_config_digest(root),

@@ -137,35 +137,43 @@ def parse_header_json(
 
 
 def _entry(name: str, info: Any, data_len: int, data_start: int, path: str) -> TensorEntry:
-    where = f"{path}: tensor {name!r}"
-    if not isinstance(info, dict):
-        raise FingerprintError(f"{where}: entry is not an object")
+    # Runs once per tensor on fast mode's path: exact type tests, no helper calls.
+    if type(info) is not dict:
+        raise FingerprintError(f"{path}: tensor {name!r}: entry is not an object")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-        raise FingerprintError(f"{where}: unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(_is_index(d) for d in shape):
-        raise FingerprintError(f"{where}: shape {shape!r} is not a list of non-negative integers")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_index, offsets))):
-        raise FingerprintError(f"{where}: data_offsets {offsets!r} is not [begin, end]")
-    begin, end = offsets
-    if begin > end or end > data_len:
+    if type(dtype) is not str or dtype not in DTYPE_BITS:
+        raise FingerprintError(f"{path}: tensor {name!r}: unknown dtype {dtype!r}")
+    bits = DTYPE_BITS[dtype]
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
         raise FingerprintError(
-            f"{where}: data_offsets [{begin}, {end}] lie outside the {data_len}-byte data region"
+            f"{path}: tensor {name!r}: shape {shape!r} is not a list of non-negative integers"
         )
-    bits = math.prod(shape) * DTYPE_BITS[dtype]
-    if bits % 8:
-        raise FingerprintError(f"{where}: {dtype} x {shape} is not a whole number of bytes")
-    if end - begin != bits // 8:
+    if not (
+        type(offsets) is list
+        and len(offsets) == 2
+        and type(offsets[0]) is int
+        and type(offsets[1]) is int
+    ):
         raise FingerprintError(
-            f"{where}: data_offsets span {end - begin} bytes but {dtype} x {shape} "
-            f"needs {bits // 8}"
+            f"{path}: tensor {name!r}: data_offsets {offsets!r} is not [begin, end]"
+        )
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_len:
+        raise FingerprintError(
+            f"{path}: tensor {name!r}: data_offsets [{begin}, {end}] lie outside the "
+            f"{data_len}-byte data region"
+        )
+    nbits = math.prod(shape) * bits
+    if nbits % 8:
+        raise FingerprintError(
+            f"{path}: tensor {name!r}: {dtype} x {shape} is not a whole number of bytes"
+        )
+    if end - begin != nbits // 8:
+        raise FingerprintError(
+            f"{path}: tensor {name!r}: data_offsets span {end - begin} bytes but "
+            f"{dtype} x {shape} needs {nbits // 8}"
         )
     return TensorEntry(name, dtype, tuple(shape), data_start + begin, data_start + end)
-
-
-def _is_index(value: object) -> bool:
-    # bool is an int subclass; `true` is not a dimension.
-    return type(value) is int and value >= 0
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sidecar import __version__
+from sidecar import __version__, admin_cli, fingerprint_cli
 from sidecar.config import SETTINGS, ConfigError, load_config
 
 
@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"infercache {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_serve(sub)
+    admin_cli.add_parsers(sub)
+    fingerprint_cli.add_parser(sub)
     return parser
 
 

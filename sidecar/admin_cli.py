@@ -1,0 +1,203 @@
+"""`infercache invalidate` and `infercache audit`: the admin plane for deploy pipelines.
+
+    infercache invalidate --admin HOST:PORT [--tenant T] [--model-version M]
+        [--adapter A] [--prompt-version P] [--all] --reason "..."
+    infercache audit --admin HOST:PORT [--limit N] [--json]
+
+The bearer token comes from an environment variable (INFERCACHE_ADMIN_TOKEN by
+default, --token-env to pick another), never from the command line where `ps`
+would show it. Exit status: 0 only on confirmed success; 1 when the sidecar
+refused or failed; 2 on bad usage. UNAVAILABLE is retried with exponential
+backoff by gRPC's own retry policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from infercache.v1 import admin_pb2 as PB2
+from infercache.v1 import admin_pb2_grpc
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "infercache.v1.AdminService"}],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.2s",
+                    "maxBackoff": "5s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--admin", required=True, metavar="HOST:PORT", help="admin listener address")
+    p.add_argument(
+        "--token-env",
+        default="INFERCACHE_ADMIN_TOKEN",
+        metavar="VAR",
+        help="environment variable holding the bearer token (default INFERCACHE_ADMIN_TOKEN)",
+    )
+    p.add_argument("--timeout", type=float, default=30.0, help="overall deadline in seconds")
+
+
+def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `invalidate` and `audit`."""
+    inv = subparsers.add_parser(
+        "invalidate",
+        help="invalidate cached entries fleet-wide (admin plane)",
+        description="Invalidate every entry matching all given dimensions, or --all.",
+    )
+    _common(inv)
+    inv.add_argument("--tenant")
+    inv.add_argument("--model-version")
+    inv.add_argument("--adapter", dest="adapter_version", metavar="ADAPTER_VERSION")
+    inv.add_argument("--prompt-version")
+    inv.add_argument("--all", action="store_true", help="invalidate everything")
+    inv.add_argument("--reason", required=True, help="recorded in the audit log")
+    inv.add_argument("--json", action="store_true", help="print the audit record as JSON")
+    inv.set_defaults(func=run_invalidate)
+
+    audit = subparsers.add_parser(
+        "audit", help="list invalidations, newest first", description="Print the audit log."
+    )
+    _common(audit)
+    audit.add_argument("--limit", type=int, default=50, help="most records to print")
+    audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    audit.set_defaults(func=run_audit)
+
+
+def _stub(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]] | None:
+    token = os.environ.get(args.token_env, "")
+    if not token:
+        print(f"infercache: set {args.token_env} to an admin token", file=sys.stderr)
+        return None
+    channel = grpc.insecure_channel(
+        args.admin,
+        options=[("grpc.enable_retries", 1), ("grpc.service_config", _SERVICE_CONFIG)],
+    )
+    return admin_pb2_grpc.AdminServiceStub(channel), [("authorization", f"Bearer {token}")]
+
+
+def _fail(what: str, exc: grpc.RpcError) -> int:
+    code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    print(f"infercache: {what} failed: {code}: {details}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def run_invalidate(args: argparse.Namespace) -> int:
+    """Invalidate; prints the audit record. Exit 0 only if the sidecar confirmed it."""
+    selector = PB2.Selector(
+        tenant=args.tenant or "",
+        model_version=args.model_version or "",
+        adapter_version=args.adapter_version or "",
+        prompt_version=args.prompt_version or "",
+        all=args.all,
+    )
+    if not args.all and not any(
+        (args.tenant, args.model_version, args.adapter_version, args.prompt_version)
+    ):
+        print("infercache: name at least one dimension, or --all", file=sys.stderr)
+        return EXIT_USAGE
+    conn = _stub(args)
+    if conn is None:
+        return EXIT_USAGE
+    stub, metadata = conn
+    try:
+        resp = stub.Invalidate(
+            PB2.InvalidateRequest(selector=selector, reason=args.reason),
+            metadata=metadata,
+            timeout=args.timeout,
+        )
+    except grpc.RpcError as exc:
+        return _fail("invalidate", exc)
+    r = resp.record
+    if args.json:
+        print(json.dumps(_record_dict(r)))
+    else:
+        print(f"invalidated epoch={r.epoch} id={r.id} ~{r.estimated_entries} entries")
+    return EXIT_OK
+
+
+def _record_dict(r: PB2.InvalidationRecord) -> dict[str, Any]:
+    d = MessageToDict(
+        r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    d["time"] = datetime.fromtimestamp(r.time_ms / 1000, UTC).isoformat()
+    return d
+
+
+def _selector_text(s: PB2.Selector) -> str:
+    if s.all:
+        return "all"
+    pairs = [
+        ("tenant", s.tenant),
+        ("model_version", s.model_version),
+        ("adapter_version", s.adapter_version),
+        ("prompt_version", s.prompt_version),
+    ]
+    return " ".join(f"{k}={v}" for k, v in pairs if v)
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    """Page through the audit log, newest first."""
+    if args.limit < 1:
+        print("infercache: --limit must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    conn = _stub(args)
+    if conn is None:
+        return EXIT_USAGE
+    stub, metadata = conn
+    records: list[PB2.InvalidationRecord] = []
+    token = ""
+    try:
+        while len(records) < args.limit:
+            page = stub.ListInvalidations(
+                PB2.ListInvalidationsRequest(
+                    page_size=min(1000, args.limit - len(records)), page_token=token
+                ),
+                metadata=metadata,
+                timeout=args.timeout,
+            )
+            records.extend(page.records)
+            token = page.next_page_token
+            if not token:
+                break
+    except grpc.RpcError as exc:
+        return _fail("audit", exc)
+    if args.json:
+        for r in records:
+            print(json.dumps(_record_dict(r)))
+        return EXIT_OK
+    rows = [
+        (
+            datetime.fromtimestamp(r.time_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            str(r.epoch),
+            r.caller,
+            _selector_text(r.selector),
+            str(r.estimated_entries),
+            r.reason,
+        )
+        for r in records
+    ]
+    header = ("TIME (UTC)", "EPOCH", "CALLER", "SELECTOR", "~ENTRIES", "REASON")
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=False)]
+    for row in (header, *rows):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK

@@ -101,8 +101,11 @@ class TtlPolicy:
     tenant_max_s: Mapping[str, int] = field(default_factory=dict)
 
     def effective(self, tenant: str, requested_s: int) -> int:
-        """The TTL to apply: the request (or the default) clamped to the tenant's maximum."""
-        cap = self.tenant_max_s.get(tenant, self.max_s)
+        """The TTL to apply: the request (or the default) clamped to the tenant's maximum.
+
+        A tenant cap only lowers the global maximum, never lifts it.
+        """
+        cap = min(self.tenant_max_s.get(tenant, self.max_s), self.max_s)
         wanted = requested_s if requested_s > 0 else self.default_s
         return max(1, min(wanted, cap))
 

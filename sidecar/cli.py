@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from sidecar import __version__, admin_cli, fingerprint_cli
 from sidecar.config import SETTINGS, ConfigError, load_config
+from sidecar.fingerprint import FingerprintError
 
 
 def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,6 +27,14 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             metavar="VALUE",
             help=f"{s.help} (env {s.env}, default {s.default!r})",
         )
+    p.add_argument(
+        "--adapter",
+        dest="adapter_list",
+        action="append",
+        default=None,
+        metavar="NAME=DIR",
+        help="a LoRA adapter to fingerprint at start (repeatable; adds to --adapters)",
+    )
     p.set_defaults(func=_run_serve)
 
 
@@ -33,6 +42,9 @@ def _run_serve(args: argparse.Namespace) -> int:
     overrides = {
         s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name) is not None
     }
+    if args.adapter_list:
+        given = [overrides.get("adapters") or os.environ.get("INFERCACHE_ADAPTERS", "")]
+        overrides["adapters"] = ",".join(x for x in given + args.adapter_list if x)
     try:
         config = load_config(os.environ, overrides)
     except ConfigError as exc:
@@ -48,6 +60,9 @@ def _run_serve(args: argparse.Namespace) -> int:
 
             return uvloop.run(serve(config))
         return asyncio.run(serve(config))
+    except FingerprintError as exc:
+        print(f"infercache: cannot fingerprint the model: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"infercache: {exc}", file=sys.stderr)
         return 1

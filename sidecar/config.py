@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 ENV_PREFIX = "INFERCACHE_"
 
@@ -117,6 +117,27 @@ def _token_map(text: str) -> dict[str, str]:
     return out
 
 
+def _path_map(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, path = part.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"expected NAME=DIR pairs, got {part!r}")
+        if name.strip() in out:
+            raise ValueError(f"adapter name {name.strip()!r} appears twice")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def _fingerprint_mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in ("fast", "full"):
+        raise ValueError(f"expected fast or full, got {text!r}")
+    return mode
+
+
 def _log_level(text: str) -> str:
     level = text.strip().lower()
     if level not in ("debug", "info", "warning", "error"):
@@ -214,6 +235,31 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "reclaim_keys_per_s", _positive_int, "2000", "Background reclaim scan rate for dead entries"
     ),
+    Setting(
+        "model_path",
+        _optional_str,
+        "",
+        "Model directory to fingerprint at start; then an empty key.model_version means it",
+    ),
+    Setting(
+        "adapters",
+        _path_map,
+        "",
+        "LoRA adapters to fingerprint at start, NAME=DIR pairs (also --adapter NAME=DIR)",
+    ),
+    Setting("fingerprint_mode", _fingerprint_mode, "fast", "fast (sampled) or full (every byte)"),
+    Setting(
+        "fingerprint_cache_file",
+        _optional_str,
+        "",
+        "Full-mode memo file; empty = $XDG_CACHE_HOME/infercache/fingerprints.json",
+    ),
+    Setting(
+        "allow_foreign_model_store",
+        _bool,
+        "false",
+        "With a model path, accept Stores for a model_version other than the pod's",
+    ),
     Setting("log_level", _log_level, "info", "debug, info, warning or error"),
     Setting("uvloop", _bool, "true", "Run the event loop on uvloop"),
 )
@@ -249,6 +295,11 @@ class Config:
     max_wait_ms: int
     freshness_bound_ms: int
     reclaim_keys_per_s: int
+    model_path: str | None
+    adapters: Mapping[str, str]
+    fingerprint_mode: Literal["fast", "full"]
+    fingerprint_cache_file: str | None
+    allow_foreign_model_store: bool
     log_level: str
     uvloop: bool
 
@@ -272,6 +323,10 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
         values["admin_tokens"] = _merge_token_file(
             values["admin_tokens"], values["admin_tokens_file"]
         )
+    if not values["fingerprint_cache_file"]:
+        from sidecar.fingerprint import default_cache_file
+
+        values["fingerprint_cache_file"] = str(default_cache_file(environ))
     if values["lease_secret"] and len(values["lease_secret"]) < 16:
         raise ConfigError("INFERCACHE_LEASE_SECRET: must be at least 16 characters")
     config = Config(**values)

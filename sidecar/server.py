@@ -14,7 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2, cache_pb2_grpc
 
 from sidecar.api.admin import AdminServicer
-from sidecar.api.servicer import CacheServicer, PodIdentity
+from sidecar.api.servicer import CacheServicer
 from sidecar.auth import AdminAuth
 from sidecar.cache import LeasePolicy, ResultCache, TtlPolicy
 from sidecar.config import Config
@@ -22,12 +22,14 @@ from sidecar.control.base import ControlStore
 from sidecar.control.embedded import EmbeddedControlStore
 from sidecar.control.redis import RedisControlStore
 from sidecar.errors import TierUnavailable
+from sidecar.fingerprint import fingerprint_async
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.invalidation.leases import LeaseSigner
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
+from sidecar.pod import PodIdentity
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
@@ -240,9 +242,38 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
     )
 
 
+async def identify_pod(config: Config) -> PodIdentity:
+    """Fingerprint the configured model and adapters (on worker threads)."""
+    if not config.model_path and not config.adapters:
+        return PodIdentity(allow_foreign_store=config.allow_foreign_model_store)
+    cache_file = config.fingerprint_cache_file
+    model = ""
+    if config.model_path:
+        fp = await fingerprint_async(
+            config.model_path, mode=config.fingerprint_mode, cache_file=cache_file
+        )
+        log.info(
+            "model_fingerprint",
+            fingerprint=fp.value,
+            path=config.model_path,
+            mode=fp.mode,
+            components=fp.components(),
+            tensors=fp.tensors,
+        )
+        model = fp.value
+    adapters: dict[str, str] = {}
+    for name, path in config.adapters.items():
+        afp = await fingerprint_async(
+            path, kind="adapter", mode=config.fingerprint_mode, cache_file=cache_file
+        )
+        log.info("adapter_fingerprint", adapter=name, fingerprint=afp.value, path=path)
+        adapters[name] = afp.value
+    return PodIdentity(model, adapters, config.allow_foreign_model_store)
+
+
 async def serve(config: Config, pod: PodIdentity | None = None) -> int:
     """Run until SIGTERM or SIGINT, then drain for the grace period and return 0."""
-    running = await start_server(config, pod)
+    running = await start_server(config, pod or await identify_pod(config))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

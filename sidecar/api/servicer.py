@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
 
 import grpc
 from infercache.v1 import cache_pb2 as PB2
@@ -19,14 +19,7 @@ from sidecar.api.status import abort_for
 from sidecar.cache import LookupQuery, ResultCache
 from sidecar.errors import InfercacheError, InvalidArgument
 from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits, build_key
-
-
-@dataclass(frozen=True, slots=True)
-class PodIdentity:
-    """What this sidecar knows about its pod: the model it serves, if told."""
-
-    model_version: str = ""
-    adapter_versions: dict[str, str] = field(default_factory=dict)
+from sidecar.pod import PodIdentity
 
 
 class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
@@ -38,15 +31,20 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         *,
         limits: KeyLimits,
         max_batch: int,
-        pod: PodIdentity = PodIdentity(),
+        pod: PodIdentity | None = None,
     ) -> None:
         self._cache = cache
         self._limits = limits
         self._max_batch = max_batch
-        self._pod = pod
+        self._pod = pod or PodIdentity()
 
     def _key(self, key: PB2.CacheKey) -> CacheKey:
-        return build_key(key_request_from_pb(key), self._limits, self._pod.model_version)
+        req = key_request_from_pb(key)
+        if self._pod.adapter_versions and req.adapter_version:
+            req = dataclasses.replace(
+                req, adapter_version=self._pod.resolve_adapter(req.adapter_version)
+            )
+        return build_key(req, self._limits, self._pod.model_version)
 
     async def Lookup(
         self, request: PB2.LookupRequest, context: grpc.aio.ServicerContext
@@ -85,6 +83,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
     ) -> PB2.StoreResponse:
         try:
             key = self._key(request.key)
+            self._pod.check_store(key.model_version)
             result = await self._cache.store(
                 key,
                 request.payload,
@@ -103,6 +102,6 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
             server_version=__version__,
             key_schema_version=KEY_SCHEMA_VERSION,
             model_version=self._pod.model_version,
-            adapter_versions=self._pod.adapter_versions,
+            adapter_versions=dict(self._pod.adapter_versions),
             warm_tier=self._cache.warm.name,
         )

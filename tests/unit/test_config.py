@@ -11,6 +11,7 @@ import pytest
 
 from sidecar.cli import build_parser
 from sidecar.config import SETTINGS, Config, ConfigError, load_config, parse_bytes
+from sidecar.fingerprint import default_cache_file
 
 ROOT = Path(__file__).resolve().parents[2]
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -32,7 +33,13 @@ def test_defaults() -> None:
     """With nothing set, every field is its parsed documented default."""
     config = load_config({})
     for s in SETTINGS:
+        if s.name == "fingerprint_cache_file":
+            continue  # derived default, checked below
         assert getattr(config, s.name) == s.parse(s.default), s.name
+    assert config.fingerprint_cache_file == str(default_cache_file({}))
+    assert load_config({"XDG_CACHE_HOME": "/xdg"}).fingerprint_cache_file == (
+        "/xdg/infercache/fingerprints.json"
+    )
     assert config.listen == ("127.0.0.1:50051",)
     assert config.redis_url is None
     assert config.redis_key_prefix == "ic:v1:"

@@ -1,0 +1,35 @@
+"""What a sidecar knows about its own pod: the model (and adapters) it serves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sidecar.errors import FailedPrecondition
+
+
+@dataclass(frozen=True, slots=True)
+class PodIdentity:
+    """Fingerprints measured at start; empty when the sidecar was not given a model path."""
+
+    model_version: str = ""
+    adapter_versions: Mapping[str, str] = field(default_factory=dict)
+    """Adapter name -> fingerprint; requests may name an adapter instead of its fingerprint."""
+    allow_foreign_store: bool = False
+
+    def resolve_adapter(self, adapter_version: str) -> str:
+        """The fingerprint behind a configured adapter name, else the value unchanged."""
+        return self.adapter_versions.get(adapter_version, adapter_version)
+
+    def check_store(self, model_version: str) -> None:
+        """Refuse results a caller claims for weights this pod does not run.
+
+        A fleet-shared cache must not accept them: the pod cannot have computed them.
+        """
+        foreign = bool(self.model_version) and model_version != self.model_version
+        if foreign and not self.allow_foreign_store:
+            raise FailedPrecondition(
+                f"key.model_version {model_version!r} is not this pod's model "
+                f"({self.model_version}); leave it empty to mean this pod's model, or set "
+                "INFERCACHE_ALLOW_FOREIGN_MODEL_STORE=true"
+            )

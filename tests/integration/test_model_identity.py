@@ -1,0 +1,133 @@
+"""A sidecar started with a model path keys on that model's fingerprint and guards Stores."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from infercache.v1 import cache_pb2 as pb
+from infercache_client import AsyncCacheClient, make_key
+
+from sidecar.config import load_config
+from sidecar.fingerprint import fingerprint
+from sidecar.server import identify_pod, start_server
+from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A small real safetensors model and a LoRA adapter."""
+    root = tmp_path_factory.mktemp("pod")
+    model = write_model(root / "model", llama_tensors())
+    adapter = write_adapter(root / "adapter", lora_tensors())
+    return model, adapter
+
+
+async def _client(**settings: str) -> AsyncIterator[AsyncCacheClient]:
+    overrides = {"listen": "127.0.0.1:0", "admin_listen": "", "uvloop": "false"}
+    config = load_config({}, overrides | settings)
+    running = await start_server(config, await identify_pod(config))
+    client = AsyncCacheClient(f"127.0.0.1:{running.ports[0]}")
+    try:
+        yield client
+    finally:
+        await client.close()
+        await running.stop(0)
+
+
+@pytest.fixture
+async def pod(model_dirs: tuple[Path, Path]) -> AsyncIterator[AsyncCacheClient]:
+    """A sidecar fingerprinting the model and the adapter (named "sql") at start."""
+    model, adapter = model_dirs
+    async for client in _client(model_path=str(model), adapters=f"sql={adapter}"):
+        yield client
+
+
+async def test_server_info_reports_the_measured_fingerprints(
+    pod: AsyncCacheClient, model_dirs: tuple[Path, Path]
+) -> None:
+    """GetServerInfo returns the fingerprints computed from the files, not names."""
+    model, adapter = model_dirs
+    info = await pod.server_info()
+    assert info.model_version == fingerprint(model).value
+    assert dict(info.adapter_versions) == {"sql": fingerprint(adapter, kind="adapter").value}
+
+
+async def test_empty_model_version_means_this_pods_model(pod: AsyncCacheClient) -> None:
+    """A key with no model_version is the same key as one naming the pod's fingerprint."""
+    info = await pod.server_info()
+    implicit = make_key(tenant="t", prompt_version="p", text="q")
+    explicit = make_key(tenant="t", prompt_version="p", text="q", model_version=info.model_version)
+    miss = await pod.lookup(implicit)
+    assert miss.outcome == pb.LOOKUP_OUTCOME_MISS
+    stored = await pod.store(implicit, b"answer", lease=miss.lease)
+    assert stored.outcome == pb.STORE_OUTCOME_STORED
+    hit = await pod.lookup(explicit)
+    assert hit.outcome == pb.LOOKUP_OUTCOME_HIT
+    assert hit.payload == b"answer"
+    assert hit.key_digest == miss.key_digest
+
+
+async def test_adapter_name_resolves_to_its_fingerprint(pod: AsyncCacheClient) -> None:
+    """Naming a configured adapter keys on its fingerprint, distinct from no adapter."""
+    info = await pod.server_info()
+    by_name = await pod.lookup(
+        make_key(tenant="t", prompt_version="p", text="q", adapter_version="sql")
+    )
+    by_fp = await pod.lookup(
+        make_key(
+            tenant="t", prompt_version="p", text="q", adapter_version=info.adapter_versions["sql"]
+        )
+    )
+    plain = await pod.lookup(make_key(tenant="t", prompt_version="p", text="q"))
+    assert by_name.key_digest == by_fp.key_digest
+    assert by_name.key_digest != plain.key_digest
+
+
+async def test_store_for_foreign_weights_is_refused(pod: AsyncCacheClient) -> None:
+    """A Store claiming another model_version fails FAILED_PRECONDITION and stores nothing."""
+    key = make_key(tenant="t", prompt_version="p", text="q", model_version="fp1-not-this-pod")
+    miss = await pod.lookup(key)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await pod.store(key, b"answer", lease=miss.lease)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "fp1-not-this-pod" in (err.value.details() or "")
+    assert (await pod.lookup(key)).outcome == pb.LOOKUP_OUTCOME_MISS
+
+
+async def test_foreign_store_allowed_by_setting(model_dirs: tuple[Path, Path]) -> None:
+    """INFERCACHE_ALLOW_FOREIGN_MODEL_STORE lets a pod store results for other weights."""
+    model, _ = model_dirs
+    async for client in _client(model_path=str(model), allow_foreign_model_store="true"):
+        key = make_key(tenant="t", prompt_version="p", text="q", model_version="fp1-other")
+        miss = await client.lookup(key)
+        stored = await client.store(key, b"answer", lease=miss.lease)
+        assert stored.outcome == pb.STORE_OUTCOME_STORED
+
+
+def test_unreadable_model_path_stops_the_start(tmp_path: Path) -> None:
+    """`serve --model-path` on a directory without a model exits 2 with a clear message."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "",
+            "--model-path",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "cannot fingerprint the model" in proc.stderr

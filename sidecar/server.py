@@ -201,7 +201,7 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
         admin_server = _grpc_server(_MESSAGE_HEADROOM)
         invalidator = Invalidator(stores.control, freshness, stores.warm)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(invalidator, auth), admin_server
+            AdminServicer(invalidator, auth, cache.stats), admin_server
         )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, admin_server)
         reflection.enable_server_reflection(

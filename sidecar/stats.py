@@ -26,6 +26,20 @@ class CacheStats:
         """Count one lookup by outcome and, for hits, tier ("hit.hot", "miss", ...)."""
         self.lookups[f"{outcome}.{tier}" if tier else outcome] += 1
 
+    def snapshot(self) -> dict[str, int]:
+        """Every counter by a flat dotted name."""
+        out = {f"lookups.{k}": v for k, v in self.lookups.items()}
+        out |= {f"rejected.{k}": v for k, v in self.rejected.items()}
+        out |= {
+            "stores": self.stores,
+            "warm_read_failures": self.warm_read_failures,
+            "warm_write_failures": self.warm_write_failures,
+            "dead": self.dead,
+            "stale_stores": self.stale_stores,
+            "reclaimed": self.reclaimed,
+        }
+        return out
+
     def count_rejected(self, reason: str) -> None:
         """Count a stored value that failed verification ("corrupt", "foreign")."""
         self.rejected[reason] += 1

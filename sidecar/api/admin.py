@@ -12,6 +12,7 @@ from sidecar.control.base import AuditRecord
 from sidecar.errors import InfercacheError
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.invalidation.rules import Selector
+from sidecar.stats import CacheStats
 
 
 def selector_from_pb(s: PB2.Selector) -> Selector:
@@ -52,9 +53,10 @@ def record_to_pb(r: AuditRecord) -> PB2.InvalidationRecord:
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     """Every method authenticates first; nothing happens for a bad token."""
 
-    def __init__(self, invalidator: Invalidator, auth: AdminAuth) -> None:
+    def __init__(self, invalidator: Invalidator, auth: AdminAuth, stats: CacheStats) -> None:
         self._invalidator = invalidator
         self._auth = auth
+        self._stats = stats
 
     async def Invalidate(
         self, request: PB2.InvalidateRequest, context: grpc.aio.ServicerContext
@@ -78,4 +80,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
             await abort_for(context, "ListInvalidations", exc)
         return PB2.ListInvalidationsResponse(
             records=[record_to_pb(r) for r in records], next_page_token=token
+        )
+
+    async def GetStats(
+        self, request: PB2.GetStatsRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.GetStatsResponse:
+        try:
+            self._auth.caller(context.invocation_metadata() or ())
+        except InfercacheError as exc:
+            await abort_for(context, "GetStats", exc)
+        freshness = self._invalidator.freshness
+        return PB2.GetStatsResponse(
+            counters=self._stats.snapshot(),
+            epoch=freshness.rules.epoch,
+            confirmed=freshness.confirmed(),
+            member_id=freshness.member_id,
         )

@@ -24,13 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19infercache/v1/admin.proto\x12\rinfercache.v1\"o\n\x08Selector\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x17\n\x0f\x61\x64\x61pter_version\x18\x03 \x01(\t\x12\x16\n\x0eprompt_version\x18\x04 \x01(\t\x12\x0b\n\x03\x61ll\x18\x05 \x01(\x08\"N\n\x11InvalidateRequest\x12)\n\x08selector\x18\x01 \x01(\x0b\x32\x17.infercache.v1.Selector\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x12InvalidateResponse\x12\x31\n\x06record\x18\x01 \x01(\x0b\x32!.infercache.v1.InvalidationRecord\"\xa6\x01\n\x12InvalidationRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07time_ms\x18\x02 \x01(\x04\x12\x0e\n\x06\x63\x61ller\x18\x03 \x01(\t\x12)\n\x08selector\x18\x04 \x01(\x0b\x32\x17.infercache.v1.Selector\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\r\n\x05\x65poch\x18\x06 \x01(\x04\x12\x19\n\x11\x65stimated_entries\x18\x07 \x01(\x04\"A\n\x18ListInvalidationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"h\n\x19ListInvalidationsResponse\x12\x32\n\x07records\x18\x01 \x03(\x0b\x32!.infercache.v1.InvalidationRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xc9\x01\n\x0c\x41\x64minService\x12Q\n\nInvalidate\x12 .infercache.v1.InvalidateRequest\x1a!.infercache.v1.InvalidateResponse\x12\x66\n\x11ListInvalidations\x12\'.infercache.v1.ListInvalidationsRequest\x1a(.infercache.v1.ListInvalidationsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19infercache/v1/admin.proto\x12\rinfercache.v1\"o\n\x08Selector\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x17\n\x0f\x61\x64\x61pter_version\x18\x03 \x01(\t\x12\x16\n\x0eprompt_version\x18\x04 \x01(\t\x12\x0b\n\x03\x61ll\x18\x05 \x01(\x08\"N\n\x11InvalidateRequest\x12)\n\x08selector\x18\x01 \x01(\x0b\x32\x17.infercache.v1.Selector\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x12InvalidateResponse\x12\x31\n\x06record\x18\x01 \x01(\x0b\x32!.infercache.v1.InvalidationRecord\"\xa6\x01\n\x12InvalidationRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07time_ms\x18\x02 \x01(\x04\x12\x0e\n\x06\x63\x61ller\x18\x03 \x01(\t\x12)\n\x08selector\x18\x04 \x01(\x0b\x32\x17.infercache.v1.Selector\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\r\n\x05\x65poch\x18\x06 \x01(\x04\x12\x19\n\x11\x65stimated_entries\x18\x07 \x01(\x04\"A\n\x18ListInvalidationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"h\n\x19ListInvalidationsResponse\x12\x32\n\x07records\x18\x01 \x03(\x0b\x32!.infercache.v1.InvalidationRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x11\n\x0fGetStatsRequest\"\xb9\x01\n\x10GetStatsResponse\x12?\n\x08\x63ounters\x18\x01 \x03(\x0b\x32-.infercache.v1.GetStatsResponse.CountersEntry\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\tconfirmed\x18\x03 \x01(\x08\x12\x11\n\tmember_id\x18\x04 \x01(\t\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\x96\x02\n\x0c\x41\x64minService\x12Q\n\nInvalidate\x12 .infercache.v1.InvalidateRequest\x1a!.infercache.v1.InvalidateResponse\x12\x66\n\x11ListInvalidations\x12\'.infercache.v1.ListInvalidationsRequest\x1a(.infercache.v1.ListInvalidationsResponse\x12K\n\x08GetStats\x12\x1e.infercache.v1.GetStatsRequest\x1a\x1f.infercache.v1.GetStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'infercache.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._loaded_options = None
+  _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._serialized_options = b'8\001'
   _globals['_SELECTOR']._serialized_start=44
   _globals['_SELECTOR']._serialized_end=155
   _globals['_INVALIDATEREQUEST']._serialized_start=157
@@ -43,6 +45,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTINVALIDATIONSREQUEST']._serialized_end=544
   _globals['_LISTINVALIDATIONSRESPONSE']._serialized_start=546
   _globals['_LISTINVALIDATIONSRESPONSE']._serialized_end=650
-  _globals['_ADMINSERVICE']._serialized_start=653
-  _globals['_ADMINSERVICE']._serialized_end=854
+  _globals['_GETSTATSREQUEST']._serialized_start=652
+  _globals['_GETSTATSREQUEST']._serialized_end=669
+  _globals['_GETSTATSRESPONSE']._serialized_start=672
+  _globals['_GETSTATSRESPONSE']._serialized_end=857
+  _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._serialized_start=810
+  _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._serialized_end=857
+  _globals['_ADMINSERVICE']._serialized_start=860
+  _globals['_ADMINSERVICE']._serialized_end=1138
 # @@protoc_insertion_point(module_scope)

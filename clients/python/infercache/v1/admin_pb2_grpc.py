@@ -45,6 +45,11 @@ class AdminServiceStub:
                 request_serializer=infercache_dot_v1_dot_admin__pb2.ListInvalidationsRequest.SerializeToString,
                 response_deserializer=infercache_dot_v1_dot_admin__pb2.ListInvalidationsResponse.FromString,
                 _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/infercache.v1.AdminService/GetStats',
+                request_serializer=infercache_dot_v1_dot_admin__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=infercache_dot_v1_dot_admin__pb2.GetStatsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -66,6 +71,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStats(self, request, context):
+        """GetStats reports this sidecar's counters (hits, misses, rejected entries,
+        reclaimed entries, ...) and its invalidation state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +91,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListInvalidations,
                     request_deserializer=infercache_dot_v1_dot_admin__pb2.ListInvalidationsRequest.FromString,
                     response_serializer=infercache_dot_v1_dot_admin__pb2.ListInvalidationsResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=infercache_dot_v1_dot_admin__pb2.GetStatsRequest.FromString,
+                    response_serializer=infercache_dot_v1_dot_admin__pb2.GetStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +153,33 @@ class AdminService:
             '/infercache.v1.AdminService/ListInvalidations',
             infercache_dot_v1_dot_admin__pb2.ListInvalidationsRequest.SerializeToString,
             infercache_dot_v1_dot_admin__pb2.ListInvalidationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/infercache.v1.AdminService/GetStats',
+            infercache_dot_v1_dot_admin__pb2.GetStatsRequest.SerializeToString,
+            infercache_dot_v1_dot_admin__pb2.GetStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

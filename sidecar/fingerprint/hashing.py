@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -24,6 +25,11 @@ from sidecar.fingerprint.safetensors_header import TensorEntry
 WINDOWS = 8
 WINDOW_BYTES = 256
 WHOLE_BYTES = 16 * 1024
+
+# Fast mode reads on one thread until a batch of PROBE_TENSORS averages slower than
+# COLD_SECONDS_PER_TENSOR (warm: ~5 us per tensor), then switches to a thread pool.
+PROBE_TENSORS = 64
+COLD_SECONDS_PER_TENSOR = 50e-6
 
 # Full mode reads 1 MiB at a time: the chunk stays in L2 between the copy and the hash,
 # which measured faster than 4-16 MiB chunks on the 2-core reference machine.
@@ -94,36 +100,68 @@ def digest_tensor(fd: int, entry: TensorEntry, path: str) -> bytes:
 def sample_all(jobs: Sequence[tuple[int, TensorEntry, str]], threads: int) -> list[bytes]:
     """Fast-mode evidence for each (fd, entry, path) job, in job order.
 
-    Jobs are split into `threads` contiguous runs so that a cold page cache or network
-    storage sees several reads in flight; warm, the GIL makes this about neutral.
+    Reads on the calling thread while the page cache answers quickly (a pool would only
+    add overhead); once a batch of PROBE_TENSORS averages slower than
+    COLD_SECONDS_PER_TENSOR, the rest is read on `threads` threads so that cold disks
+    and network storage see many reads in flight.
     """
-    if threads <= 1 or len(jobs) < 2 * threads:
-        return [sample_tensor(*job) for job in jobs]
-    step = -(-len(jobs) // threads)
-    runs = [jobs[i : i + step] for i in range(0, len(jobs), step)]
-    with ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="fp-sample") as pool:
-        done = pool.map(lambda run: [sample_tensor(*job) for job in run], runs)
-        return [evidence for run in done for evidence in run]
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(jobs):
+        batch = jobs[pos : pos + PROBE_TENSORS]
+        started = time.perf_counter()
+        out.extend([sample_tensor(*job) for job in batch])
+        pos += len(batch)
+        if threads > 1 and time.perf_counter() - started > COLD_SECONDS_PER_TENSOR * len(batch):
+            break
+    rest = jobs[pos:]
+    if rest:
+        runs = [rest[i : i + 8] for i in range(0, len(rest), 8)]
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fp-sample") as pool:
+            for run in pool.map(lambda run: [sample_tensor(*job) for job in run], runs):
+                out.extend(run)
+    return out
 
 
 def digest_all(jobs: Sequence[tuple[int, TensorEntry, str]], threads: int) -> list[bytes]:
     """Full-mode evidence for each (fd, entry, path) job, in job order, on `threads` threads.
 
-    Largest tensors are started first so that one big embedding does not finish last.
-    BLAKE3 and pread both release the GIL, so threads scale with cores.
+    Workers take tensors in job (file) order, so a cold disk sees near-sequential reads
+    and readahead keeps working; that measured faster cold than largest-first, at the
+    price of the last tensor sometimes finishing alone. BLAKE3 and preadv release the
+    GIL, so threads scale with cores.
     """
-    if threads <= 1:
+    if threads <= 1 or len(jobs) <= 1:
         return [digest_tensor(*job) for job in jobs]
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i][1].nbytes, reverse=True)
+    order = iter(range(len(jobs)))
     results: list[bytes] = [b""] * len(jobs)
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fp-hash")
-    try:
-        futures = {pool.submit(digest_tensor, *jobs[i]): i for i in order}
-        for future, i in futures.items():
-            results[i] = future.result()
-    finally:
-        # On the first error, do not keep hashing gigabytes nobody will use.
-        pool.shutdown(wait=True, cancel_futures=True)
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        # Workers pull indices from one shared iterator: a future per tensor cost
+        # measurably more than hashing a small tensor. After the first error the
+        # others stop instead of hashing gigabytes nobody will use.
+        while not errors:
+            with lock:
+                i = next(order, None)
+            if i is None:
+                return
+            try:
+                results[i] = digest_tensor(*jobs[i])
+            except BaseException as exc:
+                errors.append(exc)
+
+    workers = [
+        threading.Thread(target=work, name=f"fp-hash-{n}", daemon=True)
+        for n in range(min(threads, len(jobs)))
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
     return results
 
 

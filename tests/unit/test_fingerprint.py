@@ -23,10 +23,12 @@ from sidecar.fingerprint import (
     diff,
     fingerprint,
     fingerprint_async,
+    hashing,
 )
 from sidecar.fingerprint import api as fp_api
 from sidecar.fingerprint import weights as fp_weights
 from sidecar.fingerprint.hashing import WHOLE_BYTES, WINDOW_BYTES, sample_spans
+from sidecar.fingerprint.safetensors_header import TensorEntry
 from tests.unit.checkpoints import (
     HIDDEN,
     edit,
@@ -423,3 +425,38 @@ def test_same_bytes_under_another_dtype_or_shape_change_weights(
     for mode in MODES:
         a, b = fingerprint(before, mode=mode), fingerprint(after, mode=mode)
         assert diff(a, b) == ("weights",)
+
+
+def test_error_in_a_hashing_thread_propagates(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read error in one of full mode's worker threads fails the whole fingerprint."""
+    real = hashing.digest_tensor
+
+    def failing(fd: int, entry: TensorEntry, path: str) -> bytes:
+        if entry.name == BIG:
+            raise OSError(5, "Input/output error")
+        return real(fd, entry, path)
+
+    monkeypatch.setattr(hashing, "digest_tensor", failing)
+    with pytest.raises(FingerprintError, match="Input/output error"):
+        fingerprint(base, mode="full", threads=3)
+
+
+def test_fast_mode_switches_to_parallel_reads_when_cold(
+    base: Path, base_fps: dict[str, Fingerprint], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When sampling looks cold, fast mode reads on a pool and still gives the same value."""
+    monkeypatch.setattr(hashing, "PROBE_TENSORS", 4)
+    monkeypatch.setattr(hashing, "COLD_SECONDS_PER_TENSOR", 0.0)
+    readers: set[int] = set()
+    real = hashing.sample_tensor
+
+    def spy(fd: int, entry: TensorEntry, path: str) -> bytes:
+        readers.add(threading.get_ident())
+        return real(fd, entry, path)
+
+    monkeypatch.setattr(hashing, "sample_tensor", spy)
+    assert fingerprint(base, mode="fast", threads=4) == base_fps["fast"]
+    assert len(readers - {threading.get_ident()}) >= 1
+    readers.clear()
+    assert fingerprint(base, mode="fast", threads=1) == base_fps["fast"]
+    assert readers == {threading.get_ident()}

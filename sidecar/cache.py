@@ -268,6 +268,8 @@ class ResultCache:
             # The store just failed us; don't pay a second deadline for the holder key.
             return _with_lease(miss, token, holder=False)
         if await self._try_hold(lease):
+            if q.wait_ms > 0:
+                return await self._as_holder(q, lease, token)
             return _with_lease(miss, token, holder=True)
         if q.wait_ms <= 0:
             return _with_lease(miss, token, holder=False)
@@ -281,8 +283,20 @@ class ResultCache:
                 return found
             lease, token = self._issue(q.key.digest)
             if await self._try_hold(lease):
-                return _with_lease(found, token, holder=True)
+                return await self._as_holder(q, lease, token)
         return _with_lease(miss, token, holder=False)
+
+    async def _as_holder(self, q: LookupQuery, lease: Lease, token: bytes) -> LookupResult:
+        """We hold the key: answer MISS (compute it) unless a result landed meanwhile.
+
+        A holder stores before it releases, so a result written between our read
+        and our hold is visible now; a waiter then gets it instead of recomputing.
+        """
+        found = (await self._find([q]))[0]
+        if found.outcome is Outcome.HIT:
+            await self._release(lease)
+            return found
+        return _with_lease(found, token, holder=True)
 
     async def store(
         self,

@@ -8,9 +8,8 @@ from typing import Any
 import grpc
 import pytest
 from infercache.v1 import admin_pb2 as admin_pb
-from infercache.v1 import admin_pb2_grpc
+from infercache.v1 import admin_pb2_grpc, cache_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
-from infercache.v1 import cache_pb2_grpc
 
 from tests.redis_server import RedisServer
 from tests.sidecar_harness import TOKENS, Sidecar, bearer, key, sidecar

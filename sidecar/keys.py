@@ -417,6 +417,8 @@ def _encode_format(enc: _Encoder, fmt: ResponseFormat | None, limits: KeyLimits)
             parsed = json.loads(schema)
         except ValueError as exc:
             raise InvalidArgument(field_name, f"is not valid JSON: {exc}") from exc
+        except RecursionError as exc:  # "[[[[...": fits the length limit, not the parser
+            raise InvalidArgument(field_name, "nests too deeply") from exc
         # Key order and whitespace do not change what a schema accepts.
         schema = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     elif fmt.type is FormatType.JSON_SCHEMA:

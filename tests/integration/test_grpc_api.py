@@ -112,6 +112,18 @@ async def test_missing_input_is_invalid_argument(sidecar: Sidecar) -> None:
     assert "key.input" in (err.value.details() or "")
 
 
+async def test_pathological_schema_is_invalid_argument(sidecar: Sidecar) -> None:
+    """A JSON schema nested past the parser's depth is INVALID_ARGUMENT, not an internal error."""
+    deep = "[" * 50_000 + "]" * 50_000
+    k = key(
+        response_format=pb.ResponseFormat(type=pb.RESPONSE_FORMAT_TYPE_JSON_SCHEMA, schema=deep)
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await sidecar.client.lookup(k)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "key.sampling.response_format.schema" in (err.value.details() or "")
+
+
 async def test_oversized_payload_is_refused_and_not_stored(sidecar: Sidecar) -> None:
     """A payload over max_payload_bytes is INVALID_ARGUMENT naming payload; the key still misses."""
     k = key()

@@ -472,6 +472,12 @@ def test_missing_input_is_refused(input_value: Any, kind: InputKind | None) -> N
             sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, "{not json")),
             "key.sampling.response_format.schema",
         ),
+        (
+            sampled(
+                response_format=ResponseFormat(FormatType.JSON_SCHEMA, "[" * 50_000 + "]" * 50_000)
+            ),
+            "key.sampling.response_format.schema",
+        ),
     ],
     ids=[
         "empty-chat",
@@ -483,6 +489,7 @@ def test_missing_input_is_refused(input_value: Any, kind: InputKind | None) -> N
         "nfc-duplicate-extra",
         "schema-missing",
         "schema-not-json",
+        "schema-too-deep",
     ],
 )
 def test_malformed_input_is_refused(req: KeyRequest, field: str) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
+from infercache.v1 import cache_pb2 as pb
 
 from sidecar.entries import ComputeCost, Entry
 from sidecar.invalidation.rules import Rule, Selector
@@ -360,3 +361,87 @@ def rule_lists(draw: st.DrawFn, max_size: int = 12) -> list[Rule]:
     return [
         Rule(e, draw(selectors()), draw(st.integers(min_value=0, max_value=10_000))) for e in epochs
     ]
+
+
+# --- wire messages: anything a client can put in a CacheKey -------------------------------
+
+_I32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+_I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_U32 = st.integers(min_value=0, max_value=2**32 - 1)
+# Protobuf strings are UTF-8: any code point but surrogates; short and long, odd and plain.
+_WIRE_TEXT = st.one_of(
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=12),
+    st.sampled_from(["", " ", "\t", "a:b", NFD_E, "x" * 257, "\u212b" * 200]),
+)
+_WIRE_FLOAT = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1.0, 0.5, 2.0, 100.0, 1e-300, 5e-324]),
+)
+
+
+@st.composite
+def wire_sampling(draw: st.DrawFn) -> pb.SamplingParams:
+    """A SamplingParams with any subset of fields set to any value of their wire type."""
+    s = pb.SamplingParams()
+    optional = {
+        "temperature": _WIRE_FLOAT,
+        "top_p": _WIRE_FLOAT,
+        "top_k": _I32,
+        "max_tokens": _I32,
+        "seed": _I64,
+        "presence_penalty": _WIRE_FLOAT,
+        "frequency_penalty": _WIRE_FLOAT,
+        "repetition_penalty": _WIRE_FLOAT,
+        "min_p": _WIRE_FLOAT,
+        "min_tokens": _I32,
+        "n": _I32,
+        "logprobs": _I32,
+        "ignore_eos": st.booleans(),
+    }
+    for name in draw(st.sets(st.sampled_from(sorted(optional)))):
+        setattr(s, name, draw(optional[name]))
+    s.stop.extend(draw(st.lists(_WIRE_TEXT, max_size=70)))
+    s.stop_token_ids.extend(draw(st.lists(_I32, max_size=70)))
+    for token, bias in draw(st.dictionaries(_I32, _WIRE_FLOAT, max_size=5)).items():
+        s.logit_bias[token] = bias
+    if draw(st.booleans()):
+        # 6..9 are unknown to this server (proto3 enums are open).
+        s.response_format.type = draw(st.integers(min_value=0, max_value=9))  # type: ignore[assignment]
+        s.response_format.schema = draw(
+            st.one_of(_WIRE_TEXT, st.sampled_from(['{"type":"object"}', "[1, {}]", "{"]))
+        )
+    return s
+
+
+@st.composite
+def wire_keys(draw: st.DrawFn) -> pb.CacheKey:
+    """A CacheKey message as any client (buggy, hostile or from the future) might send it."""
+    k = pb.CacheKey(
+        tenant=draw(_WIRE_TEXT),
+        model_version=draw(_WIRE_TEXT),
+        adapter_version=draw(_WIRE_TEXT),
+        prompt_version=draw(_WIRE_TEXT),
+    )
+    for name, value in draw(st.dictionaries(_WIRE_TEXT, _WIRE_TEXT, max_size=5)).items():
+        k.extra[name] = value
+    which = draw(st.sampled_from(["none", "text", "chat", "token_ids", "input_sha256"]))
+    if which == "text":
+        k.text = draw(_WIRE_TEXT)
+    elif which == "chat":
+        for _ in range(draw(st.integers(min_value=0, max_value=3))):
+            k.chat.messages.add(
+                role=draw(_WIRE_TEXT),
+                content=draw(_WIRE_TEXT),
+                name=draw(_WIRE_TEXT),
+                tool_call_id=draw(_WIRE_TEXT),
+            )
+        if not k.chat.messages:
+            k.chat.SetInParent()
+    elif which == "token_ids":
+        k.token_ids.ids.extend(draw(st.lists(_U32, max_size=10)))
+        k.token_ids.SetInParent()
+    elif which == "input_sha256":
+        k.input_sha256 = draw(st.binary(max_size=40))
+    if draw(st.booleans()):
+        k.sampling.CopyFrom(draw(wire_sampling()))
+    return k

@@ -6,6 +6,7 @@ from infercache.v1 import cache_pb2 as PB2
 
 from sidecar.cache import LookupResult, Outcome, StoreResult, StoreStatus, TierName
 from sidecar.entries import ComputeCost
+from sidecar.errors import InvalidArgument
 from sidecar.keys import (
     ChatMessage,
     FormatType,
@@ -51,7 +52,13 @@ def sampling_from_pb(s: PB2.SamplingParams) -> Sampling:
     fmt = None
     if s.HasField("response_format"):
         kind = s.response_format.type or PB2.RESPONSE_FORMAT_TYPE_TEXT
-        fmt = ResponseFormat(FormatType(kind), s.response_format.schema)
+        try:
+            fmt_type = FormatType(kind)
+        except ValueError as exc:  # proto3 enums are open: a newer client may send more
+            raise InvalidArgument(
+                "key.sampling.response_format.type", f"{kind} is not a known format type"
+            ) from exc
+        fmt = ResponseFormat(fmt_type, s.response_format.schema)
     return Sampling(
         stop=tuple(s.stop),
         stop_token_ids=tuple(s.stop_token_ids),

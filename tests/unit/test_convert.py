@@ -1,0 +1,51 @@
+"""Protobuf -> domain translation: any wire input yields a key or a named INVALID_ARGUMENT."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from infercache.v1 import cache_pb2 as pb
+
+from sidecar.api.convert import key_request_from_pb
+from sidecar.errors import InvalidArgument
+from sidecar.keys import build_key
+from tests.strategies import wire_keys
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(wire_keys())
+def test_any_wire_key_builds_or_is_invalid_argument(k: pb.CacheKey) -> None:
+    """No CacheKey a client can send makes key building fail with anything but InvalidArgument."""
+    field = ""
+    try:
+        key = build_key(key_request_from_pb(k))
+    except InvalidArgument as exc:
+        field = exc.field
+    else:
+        assert len(key.digest) == 32
+    assert field == "" or field.startswith("key."), field
+
+
+def test_unset_and_explicit_default_sampling_agree() -> None:
+    """An absent SamplingParams, an empty one and one with explicit defaults give one digest."""
+    base = pb.CacheKey(tenant="t", model_version="m", prompt_version="p", text="x")
+    empty = pb.CacheKey()
+    empty.CopyFrom(base)
+    empty.sampling.SetInParent()
+    explicit = pb.CacheKey()
+    explicit.CopyFrom(base)
+    explicit.sampling.CopyFrom(
+        pb.SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, n=1, ignore_eos=False)
+    )
+    explicit.sampling.response_format.type = pb.RESPONSE_FORMAT_TYPE_UNSPECIFIED
+    digests = {build_key(key_request_from_pb(k)).digest for k in (base, empty, explicit)}
+    assert len(digests) == 1
+
+
+def test_unknown_response_format_type_is_invalid_argument() -> None:
+    """A response format type this server does not know is INVALID_ARGUMENT, not a crash."""
+    k = pb.CacheKey(tenant="t", model_version="m", prompt_version="p", text="x")
+    k.sampling.response_format.type = 42  # type: ignore[assignment]
+    with pytest.raises(InvalidArgument) as err:
+        build_key(key_request_from_pb(k))
+    assert err.value.field == "key.sampling.response_format.type"

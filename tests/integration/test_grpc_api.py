@@ -112,16 +112,30 @@ async def test_missing_input_is_invalid_argument(sidecar: Sidecar) -> None:
     assert "key.input" in (err.value.details() or "")
 
 
-async def test_pathological_schema_is_invalid_argument(sidecar: Sidecar) -> None:
-    """A JSON schema nested past the parser's depth is INVALID_ARGUMENT, not an internal error."""
-    deep = "[" * 50_000 + "]" * 50_000
-    k = key(
-        response_format=pb.ResponseFormat(type=pb.RESPONSE_FORMAT_TYPE_JSON_SCHEMA, schema=deep)
-    )
+@pytest.mark.parametrize(
+    ("fmt", "field"),
+    [
+        (
+            pb.ResponseFormat(
+                type=pb.RESPONSE_FORMAT_TYPE_JSON_SCHEMA, schema="[" * 50_000 + "]" * 50_000
+            ),
+            "key.sampling.response_format.schema",
+        ),
+        (
+            pb.ResponseFormat(type=42, schema="x"),  # type: ignore[arg-type]
+            "key.sampling.response_format.type",
+        ),
+    ],
+    ids=["schema-nested-too-deep", "format-type-from-the-future"],
+)
+async def test_hostile_response_format_is_invalid_argument(
+    sidecar: Sidecar, fmt: pb.ResponseFormat, field: str
+) -> None:
+    """Response formats the server cannot use are INVALID_ARGUMENT naming the field, not UNKNOWN."""
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await sidecar.client.lookup(k)
+        await sidecar.client.lookup(key(response_format=fmt))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "key.sampling.response_format.schema" in (err.value.details() or "")
+    assert field in (err.value.details() or "")
 
 
 async def test_oversized_payload_is_refused_and_not_stored(sidecar: Sidecar) -> None:

@@ -57,7 +57,10 @@ class ControlStore(Protocol):
         ...
 
     async def heartbeat(self, member_id: str, acked_epoch: int, ttl_ms: int) -> None:
-        """Mark a sidecar live for ttl_ms (store clock) and current up to acked_epoch."""
+        """Mark a sidecar live for ttl_ms (store clock) and current up to acked_epoch.
+
+        Afterwards current_epoch() >= acked_epoch, even if the store had lost its epoch.
+        """
         ...
 
     async def leave(self, member_id: str) -> None:

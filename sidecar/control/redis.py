@@ -51,6 +51,11 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 local acked = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if tonumber(ARGV[2]) > acked then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
+-- A Redis that lost its data restarts the counter; entries and sidecars still hold
+-- epochs of the old numbering, so new rules must be numbered above them.
+if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
+  redis.call('SET', KEYS[3], ARGV[2])
+end
 return now
 """
 
@@ -196,10 +201,12 @@ class RedisControlStore:
         return records, (records[-1].id if len(rows) > limit and records else "")
 
     async def heartbeat(self, member_id: str, acked_epoch: int, ttl_ms: int) -> None:
-        """Extend liveness and raise the acknowledged epoch (never lowers it)."""
+        """Extend liveness and raise the acknowledged epoch (never lowers it); raise the
+        store's epoch to acked_epoch if the store lost it."""
         async with self._guard(self._timeout):
             await self._heartbeat(
-                keys=[self._k("members"), self._k("acks")], args=[member_id, acked_epoch, ttl_ms]
+                keys=[self._k("members"), self._k("acks"), self._k("epoch")],
+                args=[member_id, acked_epoch, ttl_ms],
             )
 
     async def leave(self, member_id: str) -> None:

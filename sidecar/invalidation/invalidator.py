@@ -44,6 +44,9 @@ class Invalidator:
             )
         estimate = await self._estimate(selector)
         try:
+            # The heartbeat in refresh() restores the store's epoch if the store lost
+            # it, so the new rule is numbered above every entry this sidecar stamped.
+            await self.freshness.refresh()
             record = await self.control.commit_invalidation(selector, reason, caller, estimate)
         except TierUnavailable as exc:
             raise Unavailable(f"store unreachable, nothing was invalidated: {exc}") from exc

@@ -348,11 +348,20 @@ def _merge_token_file(inline: Mapping[str, str], path: str) -> dict[str, str]:
     return {**inline, **from_file}
 
 
+# Header, key material (bounded by the key limits) and checksum, generously.
+_ENTRY_OVERHEAD = 512 * 1024
+
+
 def _check_consistency(c: Config) -> None:
     if c.default_ttl_s > c.max_ttl_s:
         raise ConfigError(
             f"INFERCACHE_DEFAULT_TTL_S ({c.default_ttl_s}) exceeds INFERCACHE_MAX_TTL_S "
             f"({c.max_ttl_s})"
+        )
+    if c.redis_url is None and c.embedded_max_bytes < c.max_payload_bytes + _ENTRY_OVERHEAD:
+        raise ConfigError(
+            f"INFERCACHE_EMBEDDED_MAX_BYTES ({c.embedded_max_bytes}) cannot hold one entry of "
+            f"INFERCACHE_MAX_PAYLOAD_BYTES ({c.max_payload_bytes}) plus its key material"
         )
     if c.redis_url is not None and not re.match(r"^(redis|rediss|unix)://", c.redis_url):
         raise ConfigError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
 from sidecar.tiers.base import WarmItem
 from sidecar.tiers.lru import ByteBudgetLru
@@ -13,7 +14,9 @@ _OVERHEAD_BYTES = 128
 
 
 class EmbeddedWarmTier:
-    """A WarmTier that never fails; bounded by bytes and entries, LRU beyond that."""
+    """A WarmTier in process memory; bounded by bytes and entries, LRU beyond that.
+
+    Fails only for a value larger than its whole budget (the store is refused)."""
 
     name = "embedded"
 
@@ -56,7 +59,12 @@ class EmbeddedWarmTier:
         """Store each value until its TTL passes or it is evicted."""
         now = self._clock_ms()
         for it in items:
-            self._lru.put(it.digest, (it.value, now + it.ttl_ms), len(it.value) + _OVERHEAD_BYTES)
+            size = len(it.value) + _OVERHEAD_BYTES
+            if not self._lru.put(it.digest, (it.value, now + it.ttl_ms), size):
+                # Never claim a write that cannot be kept.
+                raise TierUnavailable(
+                    f"embedded warm tier: a {size}-byte value exceeds its byte budget"
+                )
 
     async def delete_many(self, digests: Sequence[KeyDigest]) -> None:
         """Remove values."""

@@ -445,3 +445,20 @@ def wire_keys(draw: st.DrawFn) -> pb.CacheKey:
     if draw(st.booleans()):
         k.sampling.CopyFrom(draw(wire_sampling()))
     return k
+
+
+# --- Invalidation state machine: time steps and requested TTLs -------------------------------
+
+CLOCK_STEPS_MS = (1, 999, 1_000, 4_999, 30_000, 60_000, 61_000, 301_000)
+"""Around the boundaries the state machine uses: 1 s and 5 s TTLs, the 60 s lease, the
+120 s TTL cap and the 300 s unleased window."""
+
+
+def clock_steps_ms() -> st.SearchStrategy[int]:
+    """How far a test clock moves in one step, in milliseconds."""
+    return st.sampled_from(CLOCK_STEPS_MS)
+
+
+def requested_ttls_s() -> st.SearchStrategy[int]:
+    """A Store's ttl_seconds: 0 (the default), short ones, and one above the cap."""
+    return st.sampled_from((0, 1, 5, 200))

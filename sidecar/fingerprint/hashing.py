@@ -1,6 +1,6 @@
 """Hash primitives: framing, per-tensor sampling (fast mode) and per-tensor BLAKE3 (full mode).
 
-Everything here works per tensor and never looks at offsets or file names, which is
+Everything here works per tensor and never hashes offsets or file names, which is
 what keeps the weights digest independent of how tensors are split into shards.
 """
 

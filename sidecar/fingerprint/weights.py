@@ -188,7 +188,8 @@ def _read_header(fd: int, st: os.stat_result, path: Path) -> tuple[TensorEntry, 
 
 def _open(path: Path, mode: Mode) -> tuple[int, os.stat_result]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO posing as a shard must fail the S_ISREG check, not hang here.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         reason = "dangling symlink" if path.is_symlink() and not path.exists() else exc.strerror
         raise FingerprintError(f"{path}: cannot open ({reason or exc})") from exc

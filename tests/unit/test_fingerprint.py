@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import threading
@@ -460,3 +461,12 @@ def test_fast_mode_switches_to_parallel_reads_when_cold(
     readers.clear()
     assert fingerprint(base, mode="fast", threads=1) == base_fps["fast"]
     assert readers == {threading.get_ident()}
+
+
+def test_fifo_posing_as_a_shard_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A named pipe called model.safetensors raises instead of hanging on open."""
+    root = write_model(tmp_path / "m", llama_tensors(layers=1))
+    (root / "model.safetensors").unlink()
+    os.mkfifo(root / "model.safetensors")
+    with pytest.raises(FingerprintError, match="not a regular file"):
+        fingerprint(root)

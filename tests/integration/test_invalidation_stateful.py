@@ -1,0 +1,293 @@
+"""A Hypothesis state machine over ResultCache + Invalidator on the embedded stores.
+
+A reference model tracks, per key, the last stored payload with its epoch stamp and
+expiry, every rule, and the single-flight holder. Every lookup must answer exactly what
+the model predicts: never a HIT the model calls dead, expired or foreign (a payload
+other than the last one stored for that exact key), and no lost entries either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import struct
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, multiple, rule
+
+from sidecar.cache import (
+    LeasePolicy,
+    LookupQuery,
+    LookupResult,
+    Outcome,
+    ResultCache,
+    StoreStatus,
+    TtlPolicy,
+)
+from sidecar.control.embedded import EmbeddedControlStore
+from sidecar.errors import FailedPrecondition
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.invalidator import Invalidator
+from sidecar.invalidation.leases import LeaseSigner
+from sidecar.invalidation.reclaim import Reclaimer
+from sidecar.invalidation.rules import RuleSet, Selector
+from sidecar.keys import CacheKey, InputKind, KeyRequest, build_key
+from sidecar.stats import CacheStats
+from sidecar.tiers.embedded import EmbeddedWarmTier
+from sidecar.tiers.hot import HotTier
+from tests.strategies import (
+    ADAPTER_POOL,
+    MODEL_POOL,
+    PROMPT_POOL,
+    TENANT_POOL,
+    clock_steps_ms,
+    requested_ttls_s,
+    selectors,
+)
+
+T = TypeVar("T")
+
+LEASE_TTL_S = 60
+UNLEASED_WINDOW_S = 300
+DEFAULT_TTL_S, MAX_TTL_S = 60, 120
+HOT_ENTRIES = 4  # small, so lookups go to the warm tier too
+_LEASE_BODY = struct.Struct(">B32sQQ16s")
+
+KEYS: list[CacheKey] = [
+    build_key(
+        KeyRequest(
+            tenant=t,
+            model_version=m,
+            adapter_version=a,
+            prompt_version=p,
+            input=text,
+            input_kind=InputKind.TEXT,
+        )
+    )
+    for t, m, a, p, text in itertools.product(
+        TENANT_POOL, MODEL_POOL, ADAPTER_POOL, PROMPT_POOL, ("x", "y")
+    )
+]
+key_indices = st.integers(min_value=0, max_value=len(KEYS) - 1)
+
+
+class Clock:
+    """A millisecond clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now_ms = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the model says is stored under a key."""
+
+    payload: bytes
+    stamp: int
+    expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A lease a MISS handed out, as the model sees it."""
+
+    key: int
+    token: bytes
+    epoch: int
+    expires_at_ms: int
+    lease_id: bytes
+
+
+@dataclass(frozen=True)
+class ModelRule:
+    """A committed invalidation."""
+
+    selector: Selector
+    epoch: int
+    time_ms: int
+
+
+class InvalidationMachine(RuleBasedStateMachine):
+    """Drives lookups, stores (leased, unleased, stale), invalidations, time and reclaim."""
+
+    leases = Bundle("leases")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.clock = Clock()
+        self.control = EmbeddedControlStore(clock_ms=self.clock)
+        self.warm = EmbeddedWarmTier(
+            1 << 30, 1_000_000, clock_ms=self.clock, epoch_source=self.control.epoch_now
+        )
+        rules = RuleSet()
+        self.freshness = Freshness(self.control, rules)
+        self.cache = ResultCache(
+            HotTier(1 << 30, HOT_ENTRIES),
+            self.warm,
+            ttl=TtlPolicy(DEFAULT_TTL_S, MAX_TTL_S),
+            max_payload_bytes=1 << 20,
+            freshness=self.freshness,
+            signer=LeaseSigner(os.urandom(32)),
+            leases=LeasePolicy(
+                ttl_s=LEASE_TTL_S,
+                allow_unleased_store=True,
+                unleased_window_s=UNLEASED_WINDOW_S,
+            ),
+            clock_ms=self.clock,
+        )
+        self.invalidator = Invalidator(self.control, self.freshness, self.warm)
+        self.reclaimer = Reclaimer(
+            self.warm, self.cache.hot, self.control, rules, CacheStats(), keys_per_s=10**9
+        )
+        # The reference model.
+        self.epoch = 0
+        self.model_rules: list[ModelRule] = []
+        self.stored: dict[int, Stored] = {}
+        self.holders: dict[int, tuple[bytes, int]] = {}
+        self.payloads = itertools.count()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one cache call to completion on the machine's own loop."""
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        """Finish background deletions and close the loop."""
+        self.run(self.cache.drain())
+        self.loop.close()
+
+    # --- the model ------------------------------------------------------------------
+
+    def newest_rule(self, i: int) -> int:
+        return max(
+            (r.epoch for r in self.model_rules if r.selector.matches(KEYS[i].dims)), default=0
+        )
+
+    def expected_hit(self, i: int) -> bytes | None:
+        """The payload a lookup must return, or None for a MISS."""
+        entry = self.stored.get(i)
+        if entry is None or entry.expires_at_ms <= self.clock.now_ms:
+            return None
+        if self.newest_rule(i) > entry.stamp:
+            return None
+        return entry.payload
+
+    def check(self, i: int, result: LookupResult) -> HeldLease | None:
+        """Compare one lookup with the model; account the lease a MISS handed out."""
+        want = self.expected_hit(i)
+        event(f"lookup: {result.outcome.value}")
+        assert not result.degraded
+        if want is not None:
+            assert result.outcome is Outcome.HIT, f"lost entry for key {i}"
+            assert result.entry is not None
+            assert result.entry.payload == want, "foreign or outdated payload"
+            assert not result.lease
+            return None
+        assert result.outcome is Outcome.MISS, f"served a dead, expired or unknown key {i}"
+        assert result.lease
+        _, _, epoch, expires, lease_id = _LEASE_BODY.unpack(result.lease[: _LEASE_BODY.size])
+        assert epoch == self.epoch, "a lease carries the epoch current when it was issued"
+        assert expires == self.clock.now_ms + LEASE_TTL_S * 1000
+        holder = self.holders.get(i)
+        free = holder is None or holder[1] <= self.clock.now_ms
+        assert result.lease_holder is free
+        if free:
+            self.holders[i] = (lease_id, expires)
+        return HeldLease(i, result.lease, epoch, expires, lease_id)
+
+    def expected_ttl_s(self, requested: int) -> int:
+        return max(1, min(requested or DEFAULT_TTL_S, MAX_TTL_S))
+
+    def release(self, lease: HeldLease) -> None:
+        holder = self.holders.get(lease.key)
+        if holder is not None and holder[0] == lease.lease_id:
+            del self.holders[lease.key]
+
+    # --- rules ------------------------------------------------------------------------
+
+    @rule(target=leases, i=key_indices)
+    def lookup(self, i: int) -> Any:
+        """One lookup; a MISS's lease goes to the bundle for later stores."""
+        held = self.check(i, self.run(self.cache.lookup(LookupQuery(KEYS[i]))))
+        return multiple() if held is None else held
+
+    @rule(target=leases, lease=leases)
+    def lookup_again(self, lease: HeldLease) -> Any:
+        """Look up a key that was looked up before (so stored entries get read back)."""
+        return self.lookup(lease.key)
+
+    @rule(target=leases, indices=st.lists(key_indices, min_size=1, max_size=6, unique=True))
+    def lookup_batch(self, indices: list[int]) -> Any:
+        """A batch lookup answers each key as a single lookup would."""
+        results = self.run(self.cache.lookup_many([LookupQuery(KEYS[i]) for i in indices]))
+        held = [self.check(i, r) for i, r in zip(indices, results, strict=True)]
+        return multiple(*(h for h in held if h is not None))
+
+    @rule(lease=leases, ttl=requested_ttls_s())
+    def store(self, lease: HeldLease, ttl: int) -> None:
+        """Store with a remembered lease, perhaps after invalidations or past its expiry."""
+        payload = f"{lease.key}:{next(self.payloads)}".encode()
+        now = self.clock.now_ms
+        if lease.expires_at_ms <= now:
+            event("store: expired lease")
+            with pytest.raises(FailedPrecondition):
+                self.run(self.cache.store(KEYS[lease.key], payload, ttl, lease_token=lease.token))
+            return
+        result = self.run(self.cache.store(KEYS[lease.key], payload, ttl, lease_token=lease.token))
+        self.release(lease)
+        if self.newest_rule(lease.key) > lease.epoch:
+            event("store: stale lease")
+            assert result.status is StoreStatus.STALE_LEASE
+            return
+        assert result.status is StoreStatus.STORED
+        assert result.ttl_s == self.expected_ttl_s(ttl)
+        self.stored[lease.key] = Stored(payload, lease.epoch, now + result.ttl_s * 1000)
+
+    @rule(i=key_indices, ttl=requested_ttls_s())
+    def store_unleased(self, i: int, ttl: int) -> None:
+        """An unleased store is stamped with the epoch of unleased_window_s ago."""
+        payload = f"{i}:{next(self.payloads)}".encode()
+        now = self.clock.now_ms
+        cutoff = now - UNLEASED_WINDOW_S * 1000
+        stamp = max((r.epoch for r in self.model_rules if r.time_ms <= cutoff), default=0)
+        result = self.run(self.cache.store(KEYS[i], payload, ttl))
+        if self.newest_rule(i) > stamp:
+            assert result.status is StoreStatus.STALE_LEASE
+            return
+        assert result.status is StoreStatus.STORED
+        self.stored[i] = Stored(payload, stamp, now + self.expected_ttl_s(ttl) * 1000)
+
+    @rule(selector=selectors())
+    def invalidate(self, selector: Selector) -> None:
+        """Commit a rule; it gets the next epoch and kills matching older entries."""
+        record = self.run(self.invalidator.invalidate(selector, "state machine", "test"))
+        self.epoch += 1
+        assert record.epoch == self.epoch
+        assert record.selector == selector
+        self.model_rules.append(ModelRule(selector, self.epoch, self.clock.now_ms))
+
+    @rule(ms=clock_steps_ms())
+    def advance(self, ms: int) -> None:
+        """Move time: entries, leases and holder keys expire."""
+        self.clock.now_ms += ms
+
+    @rule()
+    def reclaim(self) -> None:
+        """Background reclaim removes only what is dead (later lookups would notice)."""
+        self.run(self.reclaimer.run_pass())
+        self.reclaimer.reclaim_hot()
+
+
+InvalidationMachine.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=30, deadline=None
+)
+TestInvalidationMachine = InvalidationMachine.TestCase

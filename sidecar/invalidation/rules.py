@@ -106,12 +106,12 @@ class RuleSet:
         return len(self._rules)
 
     def add(self, rule: Rule) -> None:
-        """Apply a rule (idempotent)."""
+        """Apply a rule (idempotent). Does not move `epoch`: holding rule e says
+        nothing about the rules below e (another sidecar may have committed one)."""
         if rule.epoch in self._rules:
             return
         self._rules[rule.epoch] = rule
         self._index_rule(rule)
-        self.epoch = max(self.epoch, rule.epoch)
 
     def advance(self, epoch: int) -> None:
         """Record that every rule up to `epoch` has been applied."""

@@ -139,17 +139,26 @@ def test_newest_matching_keeps_the_newest_of_equal_selectors() -> None:
         assert rs.newest_matching(DIMS) == 9
 
 
-def test_add_is_idempotent_and_tracks_epoch() -> None:
-    """Adding a rule twice changes nothing; epoch is the newest epoch applied."""
+def test_add_is_idempotent() -> None:
+    """Adding a rule twice changes nothing; rules() lists them oldest first."""
     rs = RuleSet()
     r = Rule(4, Selector(tenant="acme"), 10)
     rs.add(r)
     rs.add(r)
-    assert len(rs) == 1
-    assert rs.epoch == 4
     rs.add(Rule(2, Selector(tenant="beta"), 5))
-    assert rs.epoch == 4
+    assert len(rs) == 2
     assert [x.epoch for x in rs.rules()] == [2, 4]
+
+
+def test_add_does_not_claim_older_rules() -> None:
+    """Adding rule e applies it at once but leaves `epoch` alone: rules below e committed
+    elsewhere may still be missing, and only advance() (after fetching them) claims them."""
+    rs = RuleSet()
+    rs.add(Rule(7, Selector(tenant="acme"), 10))
+    assert rs.is_dead(DIMS, 6)
+    assert rs.epoch == 0
+    rs.advance(7)
+    assert rs.epoch == 7
 
 
 def test_advance_never_goes_back() -> None:

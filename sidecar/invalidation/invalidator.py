@@ -19,7 +19,8 @@ from sidecar.tiers.base import WarmTier
 log = structlog.get_logger("infercache.invalidation")
 
 MAX_REASON_CHARS = 1024
-_SAMPLE = 256
+_SAMPLE = 128
+_SAMPLE_PAGES = 8
 
 
 class Invalidator:
@@ -84,9 +85,19 @@ class Invalidator:
             pause = min(pause * 2, 0.05)
 
     async def _estimate(self, selector: Selector) -> int:
-        """Matching fraction of a small sample times the entry count (best effort)."""
+        """Matching fraction of a small sample times the entry count (best effort).
+
+        SCAN may return empty pages before its end (notably where reclaim just
+        emptied the keyspace), so a few pages are read until the sample is full.
+        """
+        sample: list[bytes] = []
         try:
-            _, sample = await self.warm.scan_page(0, _SAMPLE)
+            cursor = 0
+            for _ in range(_SAMPLE_PAGES):
+                cursor, page = await self.warm.scan_page(cursor, _SAMPLE)
+                sample.extend(head for _, head in page)
+                if cursor == 0 or len(sample) >= _SAMPLE:
+                    break
             if not sample:
                 return 0
             total = await self.warm.approx_entries()
@@ -94,7 +105,7 @@ class Invalidator:
             log.warning("estimate_failed", error=str(exc))
             return 0
         matched = 0
-        for _, head in sample:
+        for head in sample:
             peeked = entries.peek(head)
             dims = dims_from_material(peeked[1]) if peeked else None
             if dims is not None and selector.matches(dims):

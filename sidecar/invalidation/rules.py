@@ -11,7 +11,8 @@ the number of rules or entries.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import operator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sidecar.errors import InvalidArgument
@@ -90,6 +91,27 @@ class Rule:
 _Shape = tuple[bool, bool, bool, bool]
 
 
+def _projector(shape: _Shape) -> Callable[[Dims], tuple[str, ...]]:
+    picked = [i for i, on in enumerate(shape) if on]
+    if not picked:
+        return lambda dims: ()
+    if len(picked) == 1:
+        i = picked[0]
+        return lambda dims: (dims[i],)
+    getter = operator.itemgetter(*picked)
+    return lambda dims: getter(dims)
+
+
+_PROJECT: dict[_Shape, Callable[[Dims], tuple[str, ...]]] = {
+    (a, b, c, d): _projector((a, b, c, d))
+    for a in (False, True)
+    for b in (False, True)
+    for c in (False, True)
+    for d in (False, True)
+}
+_MEMO_MAX = 65_536
+
+
 class RuleSet:
     """The rules a sidecar knows, indexed for O(1) liveness checks.
 
@@ -99,6 +121,7 @@ class RuleSet:
 
     def __init__(self) -> None:
         self._index: dict[_Shape, dict[tuple[str, ...], int]] = {}
+        self._memo: dict[Dims, int] = {}
         self._rules: dict[int, Rule] = {}
         self.epoch = 0
 
@@ -130,17 +153,25 @@ class RuleSet:
             )
         )
         projected = tuple(v for v in values if v is not None) if not rule.selector.all else ()
+        self._memo.clear()
         by_value = self._index.setdefault(shape, {})
         by_value[projected] = max(by_value.get(projected, 0), rule.epoch)
 
     def newest_matching(self, dims: Dims) -> int:
         """Epoch of the newest rule matching these dimensions, or 0."""
+        cached = self._memo.get(dims)
+        if cached is not None:
+            return cached
         newest = 0
         for shape, by_value in self._index.items():
-            projected = tuple(d for d, on in zip(dims, shape, strict=True) if on)
-            e = by_value.get(projected, 0)
+            e = by_value.get(_PROJECT[shape](dims), 0)
             if e > newest:
                 newest = e
+        # Hot hits repeat a handful of dimension tuples; the memo makes the check
+        # one dict lookup. It is dropped whenever the index changes, and bounded.
+        if len(self._memo) >= _MEMO_MAX:
+            self._memo.clear()
+        self._memo[dims] = newest
         return newest
 
     def is_dead(self, dims: Dims, entry_epoch: int) -> bool:
@@ -162,6 +193,7 @@ class RuleSet:
         for e in old:
             del self._rules[e]
         self._index.clear()
+        self._memo.clear()
         for r in self._rules.values():
             self._index_rule(r)
         return len(old)

@@ -206,3 +206,24 @@ def test_prune_nothing_old() -> None:
     rs = _ruleset([Rule(1, Selector(tenant="acme"), 500)])
     assert rs.prune(500) == 0
     assert rs.newest_matching(DIMS) == 1
+
+
+def test_cached_answer_is_dropped_when_a_rule_arrives() -> None:
+    """A dims tuple checked before a new rule is judged by the new rule afterwards."""
+    rules = RuleSet()
+    dims = ("acme", "m1", "", "p1")
+    rules.add(Rule(1, Selector(tenant="other"), 0))
+    assert not rules.is_dead(dims, 0)  # now memoised as 0
+    rules.add(Rule(2, Selector(model_version="m1"), 0))
+    assert rules.is_dead(dims, 1)
+    assert rules.newest_matching(dims) == 2
+
+
+def test_cached_answer_is_dropped_when_rules_are_pruned() -> None:
+    """After pruning the only matching rule, the dims are no longer judged by it."""
+    rules = RuleSet()
+    dims = ("acme", "m1", "", "p1")
+    rules.add(Rule(1, Selector(tenant="acme"), time_ms=100))
+    assert rules.newest_matching(dims) == 1
+    rules.prune(older_than_ms=200)
+    assert rules.newest_matching(dims) == 0

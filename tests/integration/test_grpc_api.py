@@ -240,3 +240,18 @@ async def test_reflection_lists_the_services(sidecar: Sidecar) -> None:
             services |= {s.name for s in resp.list_services_response.service}
     assert "infercache.v1.CacheService" in services
     assert "grpc.health.v1.Health" in services
+
+
+async def test_memoised_keys_never_blur_close_requests(sidecar: Sidecar) -> None:
+    """Keys seen before (memoised) and keys differing in one bit of one field stay apart."""
+    base = key(temperature=0.5)
+    near = key(temperature=0.5000001)  # a different float32, so a different key
+    first = await sidecar.client.lookup(base)
+    again = await sidecar.client.lookup(base)
+    other = await sidecar.client.lookup(near)
+    assert first.key_digest == again.key_digest
+    assert other.key_digest != first.key_digest
+    for _ in range(2):  # a refused key is refused every time: failures are not memoised
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await sidecar.client.lookup(key(temperature=-1.0))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

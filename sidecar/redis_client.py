@@ -86,11 +86,15 @@ class RedisGuard:
         self._pause_s = _MIN_PAUSE_S
         self.failures = 0
 
+    def check(self) -> None:
+        """Raise TierUnavailable while the circuit is open (no call would be tried)."""
+        if time.monotonic() < self._pause_until:
+            raise TierUnavailable(f"{self._what}: recently failed; pausing before the next try")
+
     @asynccontextmanager
     async def __call__(self, deadline_s: float) -> AsyncIterator[None]:
         """Run the body under a deadline; fail fast while the circuit is open."""
-        if time.monotonic() < self._pause_until:
-            raise TierUnavailable(f"{self._what}: recently failed; pausing before the next try")
+        self.check()
         try:
             async with asyncio.timeout(deadline_s):
                 yield

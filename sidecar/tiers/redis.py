@@ -7,12 +7,16 @@ from typing import cast
 
 import redis.asyncio as aioredis
 
+from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
 from sidecar.redis_client import RedisGuard, RedisKeys, connect
 from sidecar.tiers.base import WarmItem
+from sidecar.tiers.coalesce import ReadCoalescer
 
 # Enough of an entry to read its header and key material (see entries.peek).
 PEEK_BYTES = 4096
+# Most entry keys one coalesced read asks for (a single larger batch still goes alone).
+MAX_COALESCED_KEYS = 1024
 
 
 class RedisWarmTier:
@@ -39,6 +43,13 @@ class RedisWarmTier:
             socket_timeout_s=write_timeout_s,
         )
         self._guard = RedisGuard("redis warm tier")
+        self._epoch_key = self.keys.meta("epoch").encode()
+        self._reads: ReadCoalescer[bytes, bytes | None, int] = ReadCoalescer(
+            self._mget_with_epoch,
+            deadline_s=read_timeout_s,
+            max_keys=MAX_COALESCED_KEYS,
+            what="redis warm tier",
+        )
 
     @property
     def failures(self) -> int:
@@ -62,16 +73,29 @@ class RedisWarmTier:
     async def get_many_with_epoch(
         self, digests: Sequence[KeyDigest]
     ) -> tuple[list[bytes | None], int]:
-        """MGET plus the current invalidation epoch, in the same round trip."""
-        async with self._guard(self._read_timeout):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.get(self.keys.meta("epoch"))
-            if digests:
-                pipe.mget([self.keys.entry(d) for d in digests])
-            replies = await pipe.execute()
+        """Values plus the current invalidation epoch, read by the same MGET.
+
+        Concurrent calls are coalesced (see tiers/coalesce.py): the calls that arrive
+        in one event-loop iteration, or while a read is in flight, share one MGET of
+        the epoch key and all their entry keys; each still waits at most the read
+        deadline from its own call.
+        """
+        self._guard.check()  # fail fast while the circuit is open
+        return await self._reads.get([self.keys.entry(d) for d in digests])
+
+    async def _mget_with_epoch(
+        self, keys: list[bytes], timeout_s: float
+    ) -> tuple[list[bytes | None], int]:
+        """One MGET of the epoch key followed by `keys` (atomic in Redis)."""
+        async with self._guard(timeout_s):
+            replies: list[bytes | None] = await self.client.mget(  # type: ignore[assignment]
+                [self._epoch_key, *keys]
+            )
+        if len(replies) != len(keys) + 1:
+            raise TierUnavailable(f"redis warm tier: MGET answered {len(replies)} values")
         epoch = int(replies[0] or 0)
-        values: list[bytes | None] = replies[1] if digests else []
-        return values, epoch
+        del replies[0]
+        return replies, epoch
 
     async def put_many(self, items: Sequence[WarmItem]) -> None:
         """SET PX for each item in one pipelined round trip."""

@@ -1,0 +1,204 @@
+"""ReadCoalescer: concurrent reads share fetches; order, errors, deadlines, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from sidecar.errors import TierTimeout, TierUnavailable
+from sidecar.tiers.coalesce import ReadCoalescer
+
+
+class FakeStore:
+    """fetch(keys, timeout) answering key * 10 and a shared counter; records every call."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.calls: list[list[int]] = []
+        self.timeouts: list[float] = []
+        self.delay_s = delay_s
+        self.fail: Exception | None = None
+        self.release: asyncio.Event | None = None
+
+    async def fetch(self, keys: list[int], timeout_s: float) -> tuple[Sequence[int], int]:
+        self.calls.append(list(keys))
+        self.timeouts.append(timeout_s)
+        if self.release is not None:
+            await self.release.wait()
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.fail is not None:
+            raise self.fail
+        return [k * 10 for k in keys], len(self.calls)
+
+
+def coalescer(
+    store: FakeStore, deadline_s: float = 1.0, max_keys: int = 1024
+) -> ReadCoalescer[int, int, int]:
+    return ReadCoalescer(store.fetch, deadline_s=deadline_s, max_keys=max_keys)
+
+
+async def test_callers_of_one_iteration_share_one_fetch_and_get_their_own_values() -> None:
+    """Three concurrent callers: one fetch of all keys in arrival order; each its own slice."""
+    store = FakeStore()
+    reads = coalescer(store)
+    got = await asyncio.gather(reads.get([1, 2]), reads.get([]), reads.get([3, 1, 3]))
+    assert list(got) == [([10, 20], 1), ([], 1), ([30, 10, 30], 1)]
+    assert store.calls == [[1, 2, 3, 1, 3]]
+    assert reads.fetches == 1
+
+
+async def test_a_lone_caller_with_no_keys_still_gets_the_shared_result() -> None:
+    """An empty read is still a fetch (it carries the shared result, e.g. the epoch)."""
+    store = FakeStore()
+    assert await coalescer(store).get([]) == ([], 1)
+    assert store.calls == [[]]
+
+
+async def test_callers_arriving_during_a_fetch_share_the_next_one() -> None:
+    """While one fetch is in flight, newcomers queue and are read together afterwards."""
+    store = FakeStore()
+    store.release = asyncio.Event()
+    reads = coalescer(store)
+    first = asyncio.create_task(reads.get([1]))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert store.calls == [[1]]
+    later = [asyncio.create_task(reads.get([k])) for k in (2, 3, 4)]
+    await asyncio.sleep(0.01)
+    assert store.calls == [[1]], "a caller must never join a read already in flight"
+    store.release.set()
+    assert await first == ([10], 1)
+    assert [await t for t in later] == [([20], 2), ([30], 2), ([40], 2)]
+    assert store.calls == [[1], [2, 3, 4]]
+
+
+async def test_fetches_are_capped_at_max_keys_but_a_big_caller_goes_alone() -> None:
+    """max_keys splits the queue between callers; one caller's keys are never split."""
+    store = FakeStore()
+    reads = coalescer(store, max_keys=4)
+    got = await asyncio.gather(
+        reads.get([1, 2]), reads.get([3, 4]), reads.get([5]), reads.get([6, 7, 8, 9, 10])
+    )
+    assert [values for values, _ in got] == [[10, 20], [30, 40], [50], [60, 70, 80, 90, 100]]
+    assert store.calls == [[1, 2, 3, 4], [5], [6, 7, 8, 9, 10]]
+
+
+async def test_a_fetch_error_reaches_every_waiter_of_that_fetch_only() -> None:
+    """The failing fetch's callers all get its error; the next fetch is unaffected."""
+    store = FakeStore()
+    store.fail = TierUnavailable("boom")
+    reads = coalescer(store)
+    got = await asyncio.gather(reads.get([1]), reads.get([2]), return_exceptions=True)
+    assert all(isinstance(e, TierUnavailable) and str(e) == "boom" for e in got)
+    store.fail = None
+    assert await reads.get([3]) == ([30], 2)
+
+
+async def test_a_short_answer_fails_every_waiter() -> None:
+    """A fetch returning the wrong number of values is an error, never a misaligned answer."""
+
+    async def short(keys: list[int], timeout_s: float) -> tuple[Sequence[int], int]:
+        return [k for k in keys[1:]], 0
+
+    reads: ReadCoalescer[int, int, int] = ReadCoalescer(short, deadline_s=1.0)
+    got = await asyncio.gather(reads.get([1]), reads.get([2]), return_exceptions=True)
+    assert all(isinstance(e, TierUnavailable) for e in got)
+
+
+async def test_a_caller_never_waits_past_its_deadline() -> None:
+    """A stalled fetch: every caller gets TierTimeout within its deadline from its own call."""
+    store = FakeStore()
+    store.release = asyncio.Event()  # never set: the fetch hangs
+    reads = coalescer(store, deadline_s=0.05)
+    started = time.monotonic()
+    first = asyncio.create_task(reads.get([1]))
+    first_done: list[float] = []
+    first.add_done_callback(lambda _: first_done.append(time.monotonic()))
+    await asyncio.sleep(0.03)
+    second_started = time.monotonic()
+    with pytest.raises(TierTimeout):
+        await reads.get([2])  # queued behind the stalled fetch
+    assert time.monotonic() - second_started < 0.05 + 0.03
+    with pytest.raises(TierTimeout):
+        await first
+    assert first_done[0] - started < 0.05 + 0.03
+    assert store.calls == [[1]]
+    # The fetch got the time left to its latest waiter, never more than the deadline.
+    assert 0 < store.timeouts[0] <= 0.05
+    store.release.set()
+    await asyncio.sleep(0.01)
+    assert store.calls == [[1]], "the timed-out caller's keys were never fetched"
+
+
+async def test_a_fetch_deadline_is_the_time_left_to_its_latest_waiter() -> None:
+    """Queued callers whose deadline is near make the next fetch's timeout short."""
+    store = FakeStore(delay_s=0.03)
+    reads = coalescer(store, deadline_s=0.1)
+    first = asyncio.create_task(reads.get([1]))
+    await asyncio.sleep(0.005)
+    second = asyncio.create_task(reads.get([2]))
+    assert (await first)[0] == [10]
+    assert (await second)[0] == [20]
+    assert store.timeouts[0] == pytest.approx(0.1, abs=0.01)
+    assert store.timeouts[1] < 0.1 - 0.015
+
+
+async def test_cancelling_one_waiter_leaves_the_others_answered() -> None:
+    """A cancelled caller does not cancel the shared fetch; the others get their values."""
+    store = FakeStore()
+    store.release = asyncio.Event()
+    reads = coalescer(store)
+    tasks = [asyncio.create_task(reads.get([k])) for k in (1, 2, 3)]
+    await asyncio.sleep(0.01)
+    tasks[1].cancel()
+    await asyncio.sleep(0)
+    store.release.set()
+    assert await tasks[0] == ([10], 1)
+    assert await tasks[2] == ([30], 1)
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[1]
+    assert store.calls == [[1, 2, 3]]
+
+
+async def test_a_caller_cancelled_while_queued_is_not_fetched() -> None:
+    """Cancelled before its fetch starts: its keys are left out of that fetch."""
+    store = FakeStore()
+    store.release = asyncio.Event()
+    reads = coalescer(store)
+    first = asyncio.create_task(reads.get([1]))
+    await asyncio.sleep(0.01)
+    queued = [asyncio.create_task(reads.get([k])) for k in (2, 3)]
+    await asyncio.sleep(0)
+    queued[0].cancel()
+    store.release.set()
+    assert await first == ([10], 1)
+    assert await queued[1] == ([30], 2)
+    assert store.calls == [[1], [3]]
+
+
+async def test_cancelling_the_fetch_task_fails_its_waiters_with_tier_unavailable() -> None:
+    """If the flusher itself is cancelled (shutdown), waiters get TierUnavailable, not hangs."""
+    store = FakeStore()
+    store.release = asyncio.Event()
+    reads = coalescer(store)
+    tasks = [asyncio.create_task(reads.get([k])) for k in (1, 2)]
+    await asyncio.sleep(0.01)
+    flusher = reads._flusher
+    assert flusher is not None
+    flusher.cancel()
+    got = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(e, TierUnavailable) for e in got)
+    # A new caller starts a fresh flusher.
+    store.release.set()
+    assert await reads.get([5]) == ([50], 2)
+
+
+def test_bad_settings_are_refused() -> None:
+    store = FakeStore()
+    with pytest.raises(ValueError, match="deadline_s"):
+        ReadCoalescer(store.fetch, deadline_s=0)
+    with pytest.raises(ValueError, match="max_keys"):
+        ReadCoalescer(store.fetch, deadline_s=1, max_keys=0)

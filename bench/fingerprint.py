@@ -454,15 +454,20 @@ class Evictor:
             os.close(fd)
 
 
-def cold_time(fn: Callable[[], object], root: Path, evictor: Evictor, repeat: int) -> float | None:
-    samples = []
+def cold_times(
+    fns: Mapping[str, Callable[[], object]], root: Path, evictor: Evictor, repeat: int
+) -> dict[str, float | None]:
+    """Median time per method right after emptying the page cache (None if it can't be
+    emptied); round-robin over methods, like warm_times."""
+    samples: dict[str, list[float]] = {m: [] for m in fns}
     for _ in range(repeat):
-        if not evictor.evict(root):
-            return None
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for m, fn in fns.items():
+            if not evictor.evict(root):
+                return dict.fromkeys(fns)
+            start = time.perf_counter()
+            fn()
+            samples[m].append(time.perf_counter() - start)
+    return {m: statistics.median(v) for m, v in samples.items()}
 
 
 # ---------------------------------------------------------------- main
@@ -546,10 +551,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         evictor = Evictor()
         runs = {m: bind(fn, base) for m, fn in {**METHODS, "plain read": plain_read}.items()}
         warm = warm_times(runs, 3 if args.quick else 7)
-        timings = {
-            m: (statistics.median(warm[m]), cold_time(run, base, evictor, cold_repeat))
-            for m, run in runs.items()
-        }
+        cold = cold_times(runs, base, evictor, cold_repeat)
+        timings = {m: (statistics.median(warm[m]), cold[m]) for m in runs}
         best = {m: min(v) for m, v in warm.items()}
         ceiling = statistics.median(hash_ceiling(shard_bytes, cpus) for _ in range(3))
 

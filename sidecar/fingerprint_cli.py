@@ -62,7 +62,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--threads",
         type=int,
         default=None,
-        help="most threads reading at once (default: all cores in full mode, 16 in fast mode)",
+        help="most threads reading at once (default: full mode max(4, cores), fast mode 16)",
     )
     parser.set_defaults(func=run)
 

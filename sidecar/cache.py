@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -42,12 +42,18 @@ class Outcome(Enum):
     MISS = "miss"
     BYPASS = "bypass"
 
+    # Members are singletons compared by identity; hashing by identity keeps the
+    # per-key dict lookups keyed by them in C (Enum.__hash__ is Python code).
+    __hash__ = object.__hash__
+
 
 class TierName(Enum):
     """Where a hit came from."""
 
     HOT = "hot"
     WARM = "warm"
+
+    __hash__ = object.__hash__  # see Outcome
 
 
 class StoreStatus(Enum):
@@ -59,18 +65,20 @@ class StoreStatus(Enum):
     STALE_LEASE = "stale_lease"
 
 
-@dataclass(frozen=True, slots=True)
-class LookupQuery:
-    """One lookup: the key, the caller's freshness bound (0 = none) and single-flight wait."""
+class LookupQuery(NamedTuple):
+    """One lookup: the key, the caller's freshness bound (0 = none) and single-flight wait.
+
+    Immutable; a NamedTuple rather than a frozen dataclass because one is built per
+    looked-up key and a frozen dataclass's __init__ costs ~3x more.
+    """
 
     key: CacheKey
     max_age_s: int = 0
     wait_ms: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class LookupResult:
-    """The answer to one lookup."""
+class LookupResult(NamedTuple):
+    """The answer to one lookup (immutable; a NamedTuple for the same reason as LookupQuery)."""
 
     outcome: Outcome
     digest: KeyDigest
@@ -122,6 +130,12 @@ class LeasePolicy:
     max_wait_ms: int = 30_000
 
 
+# CacheStats.count_lookup's labels ("hit.hot", "miss", ...), precomputed per (outcome, tier).
+_LOOKUP_LABELS: dict[tuple[Outcome, TierName | None], str] = {
+    (o, t): f"{o.value}.{t.value}" if t else o.value for o in Outcome for t in (None, *TierName)
+}
+
+
 def wall_clock_ms() -> int:
     """Milliseconds since the Unix epoch; shared meaning across pods for entry ages."""
     return time.time_ns() // 1_000_000
@@ -168,8 +182,9 @@ class ResultCache:
             leased = await asyncio.gather(*(self._lease(queries[i], results[i]) for i in missed))
             for i, r in zip(missed, leased, strict=True):
                 results[i] = r
+        counts = self.stats.lookups
         for r in results:
-            self.stats.count_lookup(r.outcome.value, r.tier.value if r.tier else None)
+            counts[_LOOKUP_LABELS[r.outcome, r.tier]] += 1
         return results
 
     async def _find(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
@@ -178,13 +193,16 @@ class ResultCache:
         confirmed = self.freshness.confirmed()
         results: list[LookupResult | None] = [None] * len(queries)
         pending: list[int] = []
+        hot_get = self.hot.get
+        rules = self.rules
         for i, q in enumerate(queries):
-            entry = self.hot.get(q.key.digest, now)
+            key = q.key
+            entry = hot_get(key.digest, now)
             # The hot tier is keyed by digest; comparing material also rules out collisions.
-            if entry is None or entry.material != q.key.material:
+            if entry is None or entry.material != key.material:
                 pending.append(i)
-            elif self.rules.is_dead(q.key.dims, entry.epoch):
-                self.hot.discard(q.key.digest)
+            elif rules.is_dead(key.dims, entry.epoch):
+                self.hot.discard(key.digest)
                 self.stats.dead += 1
                 pending.append(i)
             elif not confirmed:
@@ -241,10 +259,12 @@ class ResultCache:
             self._spawn(self._delete_quietly(unwanted))
 
     def _hit_or_miss(self, q: LookupQuery, entry: Entry, tier: TierName, now: int) -> LookupResult:
-        age = max(0, now - entry.created_at_ms)
+        age = now - entry.created_at_ms
+        if age < 0:
+            age = 0
         if q.max_age_s and age > q.max_age_s * 1000:
             return LookupResult(Outcome.MISS, q.key.digest)
-        return LookupResult(Outcome.HIT, q.key.digest, entry=entry, tier=tier, age_ms=age)
+        return LookupResult(Outcome.HIT, q.key.digest, entry, tier, age)
 
     def _issue(self, digest: KeyDigest) -> tuple[Lease, bytes]:
         expires = self._clock_ms() + self.leases.ttl_s * 1000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from infercache.v1 import cache_pb2 as PB2
 
 from sidecar.cache import LookupResult, Outcome, StoreResult, StoreStatus, TierName
@@ -105,23 +107,46 @@ def cost_from_pb(c: PB2.ComputeCost) -> ComputeCost:
 
 def lookup_result_to_pb(r: LookupResult) -> PB2.LookupResponse:
     """Build the LookupResponse for one result."""
-    resp = PB2.LookupResponse(
-        outcome=_OUTCOME[r.outcome],
-        key_digest=r.digest,
-        degraded=r.degraded,
-        bypass_reason=r.bypass_reason,
-        lease=r.lease,
-        lease_holder=r.lease_holder,
-    )
-    if r.entry is not None and r.tier is not None:
-        resp.payload = r.entry.payload
+    resp = PB2.LookupResponse()
+    fill_lookup_response(resp, r)
+    return resp
+
+
+def fill_lookup_response(resp: PB2.LookupResponse, r: LookupResult) -> None:
+    """Write one result into an empty LookupResponse (e.g. one from `responses.add()`).
+
+    Fields are set one by one and only when not the default: cheaper than keyword
+    construction, and a batch can fill its repeated field in place instead of copying.
+    """
+    resp.outcome = _OUTCOME[r.outcome]
+    resp.key_digest = r.digest
+    entry = r.entry
+    if entry is not None and r.tier is not None:
+        resp.payload = entry.payload
         resp.tier = _TIER[r.tier]
         resp.age_ms = r.age_ms
-        c = r.entry.cost
-        resp.cost.latency_ms = c.latency_ms
-        resp.cost.prompt_tokens = c.prompt_tokens
-        resp.cost.completion_tokens = c.completion_tokens
-    return resp
+        c = entry.cost
+        cost = resp.cost
+        cost.latency_ms = c.latency_ms
+        cost.prompt_tokens = c.prompt_tokens
+        cost.completion_tokens = c.completion_tokens
+    if r.degraded:
+        resp.degraded = True
+    if r.bypass_reason:
+        resp.bypass_reason = r.bypass_reason
+    if r.lease:
+        resp.lease = r.lease
+    if r.lease_holder:
+        resp.lease_holder = True
+
+
+def lookup_batch_to_pb(results: Sequence[LookupResult]) -> PB2.LookupBatchResponse:
+    """Build the LookupBatchResponse, filling each response in place (no per-response copy)."""
+    out = PB2.LookupBatchResponse()
+    add = out.responses.add
+    for r in results:
+        fill_lookup_response(add(), r)
+    return out
 
 
 def store_result_to_pb(r: StoreResult) -> PB2.StoreResponse:

@@ -12,6 +12,7 @@ from sidecar import __version__
 from sidecar.api.convert import (
     cost_from_pb,
     key_request_from_pb,
+    lookup_batch_to_pb,
     lookup_result_to_pb,
     store_result_to_pb,
 )
@@ -46,8 +47,11 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
 
     def _key(self, key: PB2.CacheKey) -> CacheKey:
         # build_key is a pure function of the message (limits and pod are fixed per
-        # servicer), so equal deterministic serialisations give equal keys.
-        raw = key.SerializeToString(deterministic=True)
+        # servicer), and a byte string parses to exactly one message, so equal
+        # serialisations give equal keys. The plain serialisation is about half the
+        # cost of the deterministic one; it can only order map entries differently
+        # for equal messages, which costs a memo miss, never a wrong key.
+        raw = key.SerializeToString()
         built = self._built.get(raw)
         if built is not None:
             return built
@@ -85,16 +89,18 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
                 raise InvalidArgument(
                     "requests", f"has {n} lookups; the limit is {self._max_batch}"
                 )
-            queries = []
+            queries: list[LookupQuery] = []
+            append = queries.append
+            key_of = self._key
             for i, r in enumerate(request.requests):
                 try:
-                    queries.append(LookupQuery(self._key(r.key), r.max_age_seconds, r.wait_ms))
+                    append(LookupQuery(key_of(r.key), r.max_age_seconds, r.wait_ms))
                 except InvalidArgument as exc:
                     raise InvalidArgument(f"requests[{i}].{exc.field}", exc.problem) from exc
             results = await self._cache.lookup_many(queries)
         except InfercacheError as exc:
             await abort_for(context, "LookupBatch", exc)
-        return PB2.LookupBatchResponse(responses=[lookup_result_to_pb(r) for r in results])
+        return lookup_batch_to_pb(results)
 
     async def Store(
         self, request: PB2.StoreRequest, context: grpc.aio.ServicerContext

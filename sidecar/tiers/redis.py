@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
@@ -17,6 +20,13 @@ from sidecar.tiers.coalesce import ReadCoalescer
 PEEK_BYTES = 4096
 # Most entry keys one coalesced read asks for (a single larger batch still goes alone).
 MAX_COALESCED_KEYS = 1024
+
+
+def _pack_mget(keys: list[bytes]) -> bytes:
+    """RESP for `MGET keys...`: what redis-py's pack_command makes of bytes keys, cheaper."""
+    parts = [b"*%d\r\n$4\r\nMGET\r\n" % (len(keys) + 1)]
+    parts += [b"$%d\r\n%s\r\n" % (len(k), k) for k in keys]
+    return b"".join(parts)
 
 
 class RedisWarmTier:
@@ -44,6 +54,7 @@ class RedisWarmTier:
         )
         self._guard = RedisGuard("redis warm tier")
         self._epoch_key = self.keys.meta("epoch").encode()
+        self._read_conn: AbstractConnection | None = None
         self._reads: ReadCoalescer[bytes, bytes | None, int] = ReadCoalescer(
             self._mget_with_epoch,
             deadline_s=read_timeout_s,
@@ -88,14 +99,43 @@ class RedisWarmTier:
     ) -> tuple[list[bytes | None], int]:
         """One MGET of the epoch key followed by `keys` (atomic in Redis)."""
         async with self._guard(timeout_s):
-            replies: list[bytes | None] = await self.client.mget(  # type: ignore[assignment]
-                [self._epoch_key, *keys]
-            )
-        if len(replies) != len(keys) + 1:
-            raise TierUnavailable(f"redis warm tier: MGET answered {len(replies)} values")
+            replies = await self._read_mget([self._epoch_key, *keys])
+        if not isinstance(replies, list) or len(replies) != len(keys) + 1:
+            raise TierUnavailable("redis warm tier: MGET answered an unexpected reply")
         epoch = int(replies[0] or 0)
         del replies[0]
         return replies, epoch
+
+    async def _read_mget(self, args: list[bytes]) -> list[bytes | None]:
+        """MGET on the tier's own read connection, bypassing the client's per-call machinery.
+
+        The coalescer runs one read at a time, so one connection serves every read;
+        the caller's guard bounds it (the connection has no socket timeout of its own).
+        Any error or cancellation mid-call drops the connection, so a late reply can
+        never be taken for the next read's. A connection found closed (e.g. by Redis
+        after an idle timeout) is replaced once, within the same deadline.
+        """
+        packed = _pack_mget(args)
+        for attempt in range(2):
+            conn = self._read_conn
+            if conn is None:
+                pool = self.client.connection_pool
+                conn = pool.make_connection()  # type: ignore[no-untyped-call]
+                conn.socket_timeout = None
+                self._read_conn = conn
+            reused = conn.is_connected
+            try:
+                await conn.send_packed_command(packed, check_health=False)
+                reply = await conn.read_response(timeout=math.inf)
+            except BaseException as exc:
+                self._read_conn = None
+                if conn.is_connected:  # redis-py normally disconnects already
+                    conn._close()
+                if attempt == 0 and reused and isinstance(exc, RedisConnectionError):
+                    continue
+                raise
+            return reply  # type: ignore[no-any-return]
+        raise AssertionError("unreachable")
 
     async def put_many(self, items: Sequence[WarmItem]) -> None:
         """SET PX for each item in one pipelined round trip."""
@@ -143,6 +183,9 @@ class RedisWarmTier:
             await self.client.ping()
 
     async def close(self) -> None:
-        """Close the pool (if this tier created it)."""
+        """Close the read connection, and the pool (if this tier created it)."""
+        conn, self._read_conn = self._read_conn, None
+        if conn is not None:
+            await conn.disconnect()
         if self._owns_client:
             await self.client.aclose()

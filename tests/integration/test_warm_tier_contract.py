@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+import redis.asyncio as aioredis
 
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
@@ -160,4 +161,76 @@ async def test_unreachable_redis_raises_only_tier_unavailable() -> None:
             with pytest.raises(TierUnavailable):
                 await call()
     finally:
+        await tier.close()
+
+
+@pytest.mark.redis
+async def test_redis_concurrent_epoch_reads_share_one_mget(redis_server: RedisServer) -> None:
+    """Concurrent get_many_with_epoch calls are answered by one round trip, each its own values."""
+    tier = RedisWarmTier(redis_server.url, key_prefix="co:", read_timeout_s=5.0)
+    try:
+        await tier.put_many([WarmItem(digest(i), bytes([i]) * 3, LONG_MS) for i in range(1, 6)])
+        await tier.get_many_with_epoch([])  # connect first
+        before = tier._reads.fetches
+        got = await asyncio.gather(
+            tier.get_many_with_epoch([digest(1), digest(9)]),
+            tier.get_many_with_epoch([]),
+            tier.get_many_with_epoch([digest(5), digest(3), digest(5)]),
+        )
+        assert [values for values, _ in got] == [
+            [b"\x01" * 3, None],
+            [],
+            [b"\x05" * 3, b"\x03" * 3, b"\x05" * 3],
+        ]
+        assert len({epoch for _, epoch in got}) == 1
+        assert tier._reads.fetches == before + 1
+    finally:
+        await tier.close()
+
+
+@pytest.mark.redis
+async def test_redis_read_survives_a_closed_read_connection(redis_server: RedisServer) -> None:
+    """Redis dropping the idle read connection costs no failed read (one reconnect)."""
+    tier = RedisWarmTier(redis_server.url, key_prefix="kill:", read_timeout_s=5.0)
+    other = aioredis.Redis.from_url(redis_server.url)
+    try:
+        await tier.put_many([WarmItem(digest(1), b"one", LONG_MS)])
+        assert (await tier.get_many_with_epoch([digest(1)]))[0] == [b"one"]
+        killed = await other.execute_command(  # type: ignore[no-untyped-call]
+            "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"
+        )
+        assert killed >= 1
+        assert (await tier.get_many_with_epoch([digest(1)]))[0] == [b"one"]
+        assert tier.failures == 0
+    finally:
+        await other.aclose()
+        await tier.close()
+
+
+@pytest.mark.redis
+async def test_redis_late_reply_after_a_timeout_is_never_taken_for_the_next_read(
+    redis_server: RedisServer,
+) -> None:
+    """A read timed out while Redis was busy: the next read gets its own values, not late ones."""
+    tier = RedisWarmTier(redis_server.url, key_prefix="late:", read_timeout_s=0.05)
+    other = aioredis.Redis.from_url(redis_server.url)
+    busy = "local t0 = redis.call('TIME') repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 300000 return 1"  # noqa: E501
+    try:
+        await tier.put_many(
+            [WarmItem(digest(1), b"one", LONG_MS), WarmItem(digest(2), b"two", LONG_MS)]
+        )
+        assert (await tier.get_many_with_epoch([digest(1)]))[0] == [b"one"]
+
+        async def hold_redis() -> object:
+            return await other.eval(busy, 0)
+
+        script = asyncio.create_task(hold_redis())
+        await asyncio.sleep(0.05)  # the script now holds Redis for ~0.3 s
+        with pytest.raises(TierUnavailable):
+            await tier.get_many_with_epoch([digest(1)])
+        assert await script == 1
+        await asyncio.sleep(0.1)  # past the circuit's first pause (50 ms)
+        assert (await tier.get_many_with_epoch([digest(2)]))[0] == [b"two"]
+    finally:
+        await other.aclose()
         await tier.close()

@@ -140,8 +140,13 @@ class RunningServer:
         if self.admin_server is not None:
             stops.append(self.admin_server.stop(grace_s))
         await asyncio.gather(*stops)
-        for t in self.tasks:
-            t.cancel()
+        # Cancel until done: a cancellation can be lost inside a Redis call (Python
+        # 3.11's asyncio.wait_for, which redis-py uses, drops it when the awaited I/O
+        # finishes at the same moment), and the loop would then run on forever.
+        while pending := [t for t in self.tasks if not t.done()]:
+            for t in pending:
+                t.cancel()
+            await asyncio.wait(pending, timeout=0.2)
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.cache.drain()
         await self.stores.control.close()

@@ -126,9 +126,15 @@ class Sidecar:
         return resp
 
 
+# On a store that just came up (every test flushes Redis), Invalidate waits out one
+# freshness bound for members that might predate it; a short bound keeps tests quick.
+IN_PROCESS_BOUND_MS = 500
+
+
 @asynccontextmanager
 async def sidecar(redis_url: str | None = None, **settings: Any) -> AsyncIterator[Sidecar]:
     """Start an in-process sidecar (embedded stores without redis_url); stop it afterwards."""
+    settings.setdefault("freshness_bound_ms", IN_PROCESS_BOUND_MS)
     config = load_config({}, config_overrides(redis_url, **settings))
     running = await start_server(config)
     client = AsyncCacheClient(f"127.0.0.1:{running.ports[0]}")

@@ -7,6 +7,8 @@ Layout (all under the `{meta}` hash tag, see RedisKeys):
     members   sorted set, score = liveness deadline in Redis-clock ms, member = sidecar id
     acks      hash, sidecar id -> newest epoch it has applied
     secret    the deployment's lease secret (SET NX)
+    store     hash: born = Redis-clock ms of the first heartbeat on this data (set
+              again after Redis lost it), max_ttl = longest member ttl seen since
 An invalidation is one Lua script (epoch, rule, audit record, PUBLISH), so it
 is all-or-nothing. Time comes from Redis's clock so that members' liveness
 deadlines are compared on one clock.
@@ -56,6 +58,10 @@ if tonumber(ARGV[2]) > acked then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) 
 if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
   redis.call('SET', KEYS[3], ARGV[2])
 end
+redis.call('HSETNX', KEYS[4], 'born', now)
+if tonumber(ARGV[3]) > tonumber(redis.call('HGET', KEYS[4], 'max_ttl') or '0') then
+  redis.call('HSET', KEYS[4], 'max_ttl', ARGV[3])
+end
 return now
 """
 
@@ -68,6 +74,13 @@ for _, id in ipairs(live) do
   if tonumber(redis.call('HGET', KEYS[2], id) or '0') < tonumber(ARGV[1]) then
     table.insert(out, id)
   end
+end
+-- Members confirmed before Redis lost its data are missing from `members` but may
+-- still serve hits until their ttl runs out: wait that long after the store's rebirth.
+local born = tonumber(redis.call('HGET', KEYS[3], 'born') or now)
+local age = now - born
+if age < tonumber(redis.call('HGET', KEYS[3], 'max_ttl') or '0') then
+  table.insert(out, 'members-from-before-a-store-reset-' .. age .. 'ms-ago')
 end
 return out
 """
@@ -205,7 +218,7 @@ class RedisControlStore:
         store's epoch to acked_epoch if the store lost it."""
         async with self._guard(self._timeout):
             await self._heartbeat(
-                keys=[self._k("members"), self._k("acks"), self._k("epoch")],
+                keys=[self._k("members"), self._k("acks"), self._k("epoch"), self._k("store")],
                 args=[member_id, acked_epoch, ttl_ms],
             )
 
@@ -218,9 +231,13 @@ class RedisControlStore:
             await pipe.execute()
 
     async def unconfirmed_members(self, epoch: int) -> list[str]:
-        """Live members whose acknowledged epoch is below `epoch`."""
+        """Live members whose acknowledged epoch is below `epoch`; while the store's data
+        is younger than the longest member ttl, also a placeholder for members that may
+        have been confirmed before Redis lost its data and not heartbeated since."""
         async with self._guard(self._timeout):
-            ids = await self._unconfirmed(keys=[self._k("members"), self._k("acks")], args=[epoch])
+            ids = await self._unconfirmed(
+                keys=[self._k("members"), self._k("acks"), self._k("store")], args=[epoch]
+            )
         return [i.decode() for i in ids]
 
     async def acquire_holder(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:

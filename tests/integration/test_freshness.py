@@ -236,3 +236,30 @@ async def test_frozen_sidecar_delays_invalidate_until_its_membership_lapses(
             assert time.monotonic() - started <= 2 * bound_ms / 1000 + 1.0
     finally:
         frozen.stop()
+
+
+async def test_redis_restart_does_not_let_a_stale_member_serve(own_redis: RedisServer) -> None:
+    """After Redis restarts empty (membership lost), an Invalidate that returns OK still
+    binds a sidecar that was confirmed before the restart and has not heartbeated since."""
+    bound_ms = 3000
+    async with (
+        sidecar(own_redis.url, freshness_bound_ms=bound_ms) as a,
+        sidecar(own_redis.url, freshness_bound_ms=bound_ms) as b,
+    ):
+        k = key("hot on b")
+        await a.fill(k, b"cached")
+        await _make_hot(b, k)
+        own_redis.kill()
+        own_redis.start()
+
+        async def invalidated() -> bool:
+            try:
+                await a.invalidate(tenant="acme", reason="right after the restart")
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                return False
+            return True
+
+        await _poll(invalidated, timeout_s=15, what="Invalidate to succeed")
+        assert (await b.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_MISS

@@ -56,7 +56,7 @@ async def node(request: pytest.FixtureRequest) -> AsyncIterator[Node]:
         warm = redis_warm
         control = RedisControlStore(server.url, timeout_s=2, client=redis_warm.client)
     rules = RuleSet()
-    freshness = Freshness(control, rules, bound_s=5)
+    freshness = Freshness(control, rules, bound_s=0.3)
     await freshness.refresh()
     cache = ResultCache(
         HotTier(1 << 30, 100_000),

@@ -51,7 +51,7 @@ async def test_rule_committed_just_before_ours_is_applied(redis_server: RedisSer
     other = RedisControlStore(redis_server.url, timeout_s=2)
     rules = RuleSet()
     control: Any = CommitsRightBefore(mine, other, Selector(tenant="acme"))
-    freshness = Freshness(control, rules, bound_s=5)
+    freshness = Freshness(control, rules, bound_s=0.3)
     cache = ResultCache(
         HotTier(1 << 20, 100),
         warm,

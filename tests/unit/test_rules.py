@@ -227,3 +227,22 @@ def test_cached_answer_is_dropped_when_rules_are_pruned() -> None:
     assert rules.newest_matching(dims) == 1
     rules.prune(older_than_ms=200)
     assert rules.newest_matching(dims) == 0
+
+
+@given(rule_lists(), st.lists(entry_dims(), min_size=1, max_size=4), st.integers(0, 10_001))
+def test_answers_stay_right_while_rules_arrive(
+    rules: list[Rule], probes: list[Dims], cutoff: int
+) -> None:
+    """Queried between every add (and after a prune), newest_matching always equals a
+    linear scan over the rules held at that moment (no stale cached answer)."""
+    rs = RuleSet()
+    held: list[Rule] = []
+    for r in rules:
+        for dims in probes:
+            assert rs.newest_matching(dims) == _reference_newest(held, dims)
+        rs.add(r)
+        held.append(r)
+    rs.prune(cutoff)
+    held = [r for r in held if r.time_ms >= cutoff]
+    for dims in probes:
+        assert rs.newest_matching(dims) == _reference_newest(held, dims)

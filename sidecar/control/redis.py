@@ -142,6 +142,9 @@ class RedisControlStore:
             url, connect_timeout_s=timeout_s, socket_timeout_s=timeout_s
         )
         self._guard = RedisGuard("redis control store")
+        # Holder keys sit on the lookup path with its short deadline; their own
+        # circuit keeps a slow lookup from failing the next Invalidate or heartbeat.
+        self._holder_guard = RedisGuard("redis holder keys")
         self._commit = self.client.register_script(_COMMIT)
         self._heartbeat = self.client.register_script(_HEARTBEAT)
         self._unconfirmed = self.client.register_script(_UNCONFIRMED)
@@ -242,13 +245,13 @@ class RedisControlStore:
 
     async def acquire_holder(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:
         """SET NX PX."""
-        async with self._guard(self._lookup_timeout):
+        async with self._holder_guard(self._lookup_timeout):
             ok = await self.client.set(self.keys.holder(digest), lease_id, nx=True, px=ttl_ms)
         return bool(ok)
 
     async def release_holder(self, digest: KeyDigest, lease_id: bytes) -> None:
         """Compare-and-delete."""
-        async with self._guard(self._timeout):
+        async with self._holder_guard(self._timeout):
             await self._release(keys=[self.keys.holder(digest)], args=[lease_id])
 
     async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:

@@ -25,7 +25,7 @@ async def test_holder_timeout_does_not_open_the_invalidation_circuit(
     try:
         # Writes block for 300 ms; reads go on, so the lookup's MGET answers and its
         # holder SET NX (a write) overruns the 50 ms lookup deadline.
-        await admin.execute_command("CLIENT", "PAUSE", "300", "WRITE")
+        await admin.client_pause(300, all=False)
         miss = await sidecar.client.lookup(key())
         assert miss.outcome == pb.LOOKUP_OUTCOME_MISS
         assert not miss.lease_holder  # the holder call failed
@@ -34,5 +34,5 @@ async def test_holder_timeout_does_not_open_the_invalidation_circuit(
         record = await invalidator.invalidate(Selector(tenant="acme"), "test", "tests")
         assert record.epoch >= 1
     finally:
-        await admin.execute_command("CLIENT", "UNPAUSE")
+        await admin.client_unpause()
         await admin.aclose()

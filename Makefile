@@ -22,6 +22,7 @@ run: install
 	$(BIN)/infercache serve
 
 test: install
+	bash scripts/ensure_redis.sh
 	$(BIN)/python -m pytest
 
 node_modules/.bin/buf: package.json

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import itertools
@@ -49,9 +48,7 @@ import json
 import math
 import os
 import secrets
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -64,8 +61,22 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-LAUNCHER = REPO / "bench" / "sidecar_without_freshness.py"
+from common import (
+    CALL_TIMEOUT_S,
+    CHANNEL_OPTIONS,
+    ServerProc,
+    cpu_seconds,
+    die_with_parent,
+    free_port,
+    interrupt_on,
+    load_average,
+    redis_server,
+    sidecar_env,
+    start_all,
+    worker_runner,
+)
+
+LAUNCHER = Path(__file__).resolve().with_name("sidecar_without_freshness.py")
 PAYLOAD = bytes(range(256)) * 4  # the ~1 KiB result of the hot-hit scenario
 N_KEYS = 256
 CONCURRENCY = 16
@@ -78,135 +89,10 @@ DIMENSIONS = ("tenant", "model_version", "adapter_version", "prompt_version")
 HOT_TENANT = "bench"
 HOT_MODEL = "fp1-bench0000000000000000"
 HOT_PROMPT = "support-v3"
-# What infercache_client.AsyncCacheClient uses by default.
-CHANNEL_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-]
-CALL_TIMEOUT_S = 10.0
 TIER_HOT = 1  # infercache.v1.Tier; the main process never imports grpc
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the bench dies, even by SIGKILL."""
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), from /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return float("nan")
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class ServerProc:
-    """A server child: its own session (Ctrl-C reaches only the bench), killed with it."""
-
-    name: str
-    argv: list[str]
-    ports: tuple[int, ...]
-    env: dict[str, str] | None = None  # None: inherit the bench's environment
-    proc: subprocess.Popen[bytes] | None = None
-    log: Any = None
-
-    def spawn(self) -> None:
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
-        self.proc = subprocess.Popen(
-            self.argv,
-            cwd=REPO,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        """Until every port accepts connections."""
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout_s
-        waiting = list(self.ports)
-        while waiting and time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with {self.proc.returncode}:\n{self.output()}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.2):
-                    waiting.pop(0)
-            except OSError:
-                time.sleep(0.05)
-        if waiting:
-            raise RuntimeError(f"{self.name} did not listen on {waiting} within {timeout_s} s")
-
-    @property
-    def port(self) -> int:
-        return self.ports[0]
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} died during the run:\n{self.output()}")
-
-    def output(self) -> str:
-        if self.log is None:
-            return ""
-        self.log.seek(0)
-        text: str = self.log.read().decode(errors="replace")
-        return text[-4000:]
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-
-
-def start_all(stack: contextlib.ExitStack, procs: Sequence[ServerProc]) -> None:
-    """Spawn every server (stopped when the stack closes), then wait for all of them."""
-    for p in procs:
-        stack.callback(p.stop)
-        p.spawn()
-    for p in procs:
-        p.wait_ready()
-
-
-def redis_server(port: int, data_dir: str) -> ServerProc:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server not found (apt-get install redis-server)")
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    argv += ["--appendonly", "no", "--dir", data_dir, "--protected-mode", "no"]
-    return ServerProc(f"redis:{port}", argv, (port,))
 
 
 def sidecar_server(
@@ -220,8 +106,7 @@ def sidecar_server(
     argv += ["--admin-tokens", f"{ADMIN_NAME}={token}", "--log-level", "warning"]
     argv += ["--grace-period-s", "1", "--uvloop", "true" if uvloop else "false", *flags]
     # Only the flags above configure it; stray INFERCACHE_* variables must not.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERCACHE_")}
-    return ServerProc(name, argv, (port, admin), env=env)
+    return ServerProc(name, argv, (port, admin), env=sidecar_env())
 
 
 class PySpy:
@@ -232,7 +117,7 @@ class PySpy:
         argv = [str(binary), "record", "-p", str(pid), "-r", "500", "--native"]
         argv += ["--format", "raw", "-o", str(out)]
         self.proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent
         )
         time.sleep(0.5)  # let it attach
 
@@ -650,18 +535,11 @@ _OPS: dict[str, Callable[..., Any]] = {
 
 def _worker_main(conn: Connection, uvloop: bool) -> None:
     """The client process: runs the ops the bench sends until it sends None."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench handles Ctrl-C and stops us
-    _die_with_parent()
-    factory = None
-    if uvloop:
-        import uvloop as uv
-
-        factory = uv.new_event_loop
 
     def mark(what: str) -> None:
         conn.send(("mark", what))
 
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with worker_runner(uvloop) as runner:
         while True:
             try:
                 msg = conn.recv()
@@ -1113,20 +991,9 @@ def print_freshness(
 # --------------------------------------------------------------------------- main
 
 
-def _on_signal(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _load() -> str:
-    with contextlib.suppress(OSError):
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    return "?"
-
-
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
+    interrupt_on(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     if args.py_spy:
         Path(args.py_spy).mkdir(parents=True, exist_ok=True)
     token = "bench-" + secrets.token_hex(16)
@@ -1139,7 +1006,7 @@ def run(args: argparse.Namespace) -> int:
         f" hot hits: store {args.store}, {args.rules} unrelated rules over {args.rule_shapes}"
         f" shapes, concurrency {CONCURRENCY}, {args.slices} slices of {args.slice_s} s"
         f" alternating variants; uvloop={'on' if args.uvloop else 'off'},"
-        f" {os.cpu_count()} CPUs, load average {_load()}",
+        f" {os.cpu_count()} CPUs, load average {load_average()}",
         flush=True,
     )
     inv: list[InvalidateResult] = []
@@ -1194,7 +1061,7 @@ def run(args: argparse.Namespace) -> int:
             "rules": str(args.rules),
             "rule_shapes": str(args.rule_shapes),
         }
-    print(f"# total {time.monotonic() - started:.0f} s, load average now {_load()}")
+    print(f"# total {time.monotonic() - started:.0f} s, load average now {load_average()}")
     print(" ".join(f"{k}={v}" for k, v in pairs.items()), flush=True)
     failed = any(r.errors > 0.01 * max(r.ops, 1) for r in fresh)
     return 1 if failed else 0

@@ -41,12 +41,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,7 +55,20 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from common import (
+    CALL_TIMEOUT_S,
+    CHANNEL_OPTIONS,
+    ServerProc,
+    Usage,
+    die_with_parent,
+    free_port,
+    interrupt_on,
+    load_average,
+    redis_server,
+    sidecar_env,
+    worker_runner,
+)
+
 PAYLOAD = bytes(range(256)) * 4  # the ~1 KiB cached result every scenario returns
 N_KEYS = 256
 BATCH = 32
@@ -70,125 +81,10 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", max(_MAX_MESSAGE, 64 * 1024 * 1024)),
     ("grpc.so_reuseport", 0),
 ]
-# What infercache_client.AsyncCacheClient uses by default.
-CHANNEL_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-]
-CALL_TIMEOUT_S = 10.0
 DEGRADED = "degraded"
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the bench dies, even by SIGKILL."""
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass(frozen=True)
-class Usage:
-    """A process's (all threads') user and system CPU seconds and syscalls, from /proc."""
-
-    user_s: float
-    system_s: float
-    syscalls: int
-
-    @classmethod
-    def of(cls, pid: int) -> Usage:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            io = Path(f"/proc/{pid}/io").read_text()
-        except OSError:
-            return cls(float("nan"), float("nan"), 0)
-        fields = stat.rsplit(")", 1)[1].split()
-        tick = os.sysconf("SC_CLK_TCK")
-        counts = dict(line.split(": ") for line in io.splitlines() if ": " in line)
-        return cls(
-            int(fields[11]) / tick,
-            int(fields[12]) / tick,
-            int(counts.get("syscr", 0)) + int(counts.get("syscw", 0)),
-        )
-
-    def __sub__(self, other: Usage) -> Usage:
-        return Usage(
-            self.user_s - other.user_s,
-            self.system_s - other.system_s,
-            self.syscalls - other.syscalls,
-        )
-
-
-@dataclass
-class ServerProc:
-    """A server child: its own session (Ctrl-C reaches only the bench), killed with it."""
-
-    name: str
-    argv: list[str]
-    port: int
-    env: dict[str, str] | None = None  # None: inherit the bench's environment
-    proc: subprocess.Popen[bytes] | None = None
-    log: Any = None
-
-    def start(self, timeout_s: float = 30.0) -> None:
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
-        self.proc = subprocess.Popen(
-            self.argv,
-            cwd=REPO,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with {self.proc.returncode}:\n{self.output()}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"{self.name} did not listen on {self.port} within {timeout_s} s")
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def output(self) -> str:
-        if self.log is None:
-            return ""
-        self.log.seek(0)
-        text: str = self.log.read().decode(errors="replace")
-        return text[-4000:]
-
-    def stop(self) -> None:
-        """SIGTERM (a clean exit lets cProfile write its file), then SIGKILL."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.log is not None:
-            self.log.close()
-            self.log = None
 
 
 def _python(profile_dir: Path | None, name: str) -> list[str]:
@@ -201,7 +97,7 @@ def echo_server(port: int, uvloop: bool, profile_dir: Path | None) -> ServerProc
     argv = [*_python(profile_dir, "echo"), str(Path(__file__).resolve()), "_echo"]
     argv += ["--port", str(port)]
     argv.append("--uvloop" if uvloop else "--no-uvloop")
-    return ServerProc("echo", argv, port)
+    return ServerProc("echo", argv, (port,))
 
 
 def sidecar_server(
@@ -213,18 +109,9 @@ def sidecar_server(
     # Only the flags above configure it; stray INFERCACHE_* variables must not. The admin
     # plane is off (set as a variable, which sidecars without that setting ignore) so
     # that several sidecars can run side by side.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERCACHE_")}
+    env = sidecar_env()
     env["INFERCACHE_ADMIN_LISTEN"] = ""
-    return ServerProc(name, argv, port, env=env)
-
-
-def redis_server(port: int, data_dir: str) -> ServerProc:
-    binary = subprocess.run(["which", "redis-server"], capture_output=True, text=True).stdout
-    if not binary.strip():
-        raise RuntimeError("redis-server not found (apt-get install redis-server)")
-    argv = [binary.strip(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    argv += ["--appendonly", "no", "--dir", data_dir, "--protected-mode", "no"]
-    return ServerProc("redis", argv, port)
+    return ServerProc(name, argv, (port,), env=env)
 
 
 # --------------------------------------------------------------------------- echo server
@@ -488,16 +375,7 @@ async def _run_cell(cell: Cell, conn: Connection) -> dict[str, Any]:
 
 def _worker_main(conn: Connection, uvloop: bool) -> None:
     """A client process: runs the cells the bench sends until it sends None."""
-    import asyncio
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench handles Ctrl-C and stops us
-    _die_with_parent()
-    factory = None
-    if uvloop:
-        import uvloop as uv
-
-        factory = uv.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with worker_runner(uvloop) as runner:
         while True:
             try:
                 msg = conn.recv()
@@ -526,7 +404,7 @@ def _start_pyspy(pid: int, duration_s: float, out: Path) -> subprocess.Popen[byt
     argv = [str(binary), "record", "-p", str(pid), "-d", str(max(1, int(duration_s)))]
     argv += ["-r", "250", "--nonblocking", "--format", "raw", "-o", str(out)]
     return subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent
     )
 
 
@@ -774,17 +652,6 @@ def summary_line(results: Results, c: int) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def _loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "?"
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     concurrencies = [int(x) for x in args.concurrency.split(",")]
     wanted = set(args.scenarios.split(",")) if args.scenarios else {s.name for s in SCENARIOS}
@@ -801,10 +668,8 @@ def run(args: argparse.Namespace) -> int:
         if d is not None:
             d.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    # Ctrl-C and SIGTERM unwind through the ExitStack below, which stops every child
-    # (SIGINT explicitly: a shell that starts us in the background leaves it ignored).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    # Ctrl-C and SIGTERM unwind through the ExitStack below, which stops every child.
+    interrupt_on(signal.SIGINT, signal.SIGTERM)
 
     with contextlib.ExitStack() as stack:
         redis_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ic-bench-redis-"))
@@ -818,7 +683,7 @@ def run(args: argparse.Namespace) -> int:
             servers[name] = proc
 
         if "redis" in needed:
-            add("redis", redis_server(free_port(), redis_dir))
+            add("redis", redis_server(free_port(), redis_dir, "redis"))
         if "echo" in needed:
             add("echo", echo_server(free_port(), args.uvloop, profile_dir))
         if "sidecar-hot" in needed:
@@ -844,7 +709,7 @@ def run(args: argparse.Namespace) -> int:
             f" warm-up {args.warmup}s + {args.duration}s per cell, {args.rounds} round(s),"
             f" {args.client_procs} client"
             f" process(es), uvloop={'on' if args.uvloop else 'off'}, {os.cpu_count()} CPUs,"
-            f" load average {_loadavg()}",
+            f" load average {load_average()}",
             flush=True,
         )
         results = Results()
@@ -874,9 +739,8 @@ def run(args: argparse.Namespace) -> int:
                 print(
                     f"  r{rnd} {sc.name} c={c}: {r.ops_per_s:,.0f}/s", file=sys.stderr, flush=True
                 )
-        for name, srv in servers.items():
-            if srv.proc is not None and srv.proc.poll() is not None:
-                raise RuntimeError(f"{name} died during the run:\n{srv.output()}")
+        for srv in servers.values():
+            srv.check_alive()
 
     print()
     print_table(results, concurrencies)
@@ -904,7 +768,7 @@ def run(args: argparse.Namespace) -> int:
         f"# ratios: sidecar RPC/s / baseline RPC/s at concurrency {ratio_c}, best of"
         f" {args.rounds} round(s) each; *_cpu_vs_*: baseline server µs/RPC /"
         f" sidecar server µs/RPC; total {time.monotonic() - started:.0f} s; load average"
-        f" now {_loadavg()}"
+        f" now {load_average()}"
     )
     print(summary_line(results, ratio_c), flush=True)
     return 1 if failed else 0
@@ -917,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         echo.add_argument("--port", type=int, required=True)
         echo.add_argument("--uvloop", action=argparse.BooleanOptionalAction, default=True)
         echo_args = echo.parse_args(argv[1:])
-        _die_with_parent()
+        die_with_parent()
         _serve_echo(echo_args.port, echo_args.uvloop)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)

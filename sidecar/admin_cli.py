@@ -45,7 +45,8 @@ _SERVICE_CONFIG = json.dumps(
 )
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def add_common(p: argparse.ArgumentParser) -> None:
+    """--admin, --token-env and --timeout, shared by every admin subcommand."""
     p.add_argument("--admin", required=True, metavar="HOST:PORT", help="admin listener address")
     p.add_argument(
         "--token-env",
@@ -63,7 +64,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         help="invalidate cached entries fleet-wide (admin plane)",
         description="Invalidate every entry matching all given dimensions, or --all.",
     )
-    _common(inv)
+    add_common(inv)
     inv.add_argument("--tenant")
     inv.add_argument("--model-version")
     inv.add_argument("--adapter", dest="adapter_version", metavar="ADAPTER_VERSION")
@@ -76,13 +77,14 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     audit = subparsers.add_parser(
         "audit", help="list invalidations, newest first", description="Print the audit log."
     )
-    _common(audit)
+    add_common(audit)
     audit.add_argument("--limit", type=int, default=50, help="most records to print")
     audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     audit.set_defaults(func=run_audit)
 
 
-def _stub(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]] | None:
+def connect_admin(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]] | None:
+    """An AdminService stub and the bearer metadata, or None (message printed) without a token."""
     token = os.environ.get(args.token_env, "")
     if not token:
         print(f"infercache: set {args.token_env} to an admin token", file=sys.stderr)
@@ -94,7 +96,8 @@ def _stub(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]] | None:
     return admin_pb2_grpc.AdminServiceStub(channel), [("authorization", f"Bearer {token}")]
 
 
-def _fail(what: str, exc: grpc.RpcError) -> int:
+def fail(what: str, exc: grpc.RpcError) -> int:
+    """Print a failed RPC's status and return EXIT_FAILED."""
     code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
     details = exc.details() if hasattr(exc, "details") else str(exc)
     print(f"infercache: {what} failed: {code}: {details}", file=sys.stderr)
@@ -115,7 +118,7 @@ def run_invalidate(args: argparse.Namespace) -> int:
     ):
         print("infercache: name at least one dimension, or --all", file=sys.stderr)
         return EXIT_USAGE
-    conn = _stub(args)
+    conn = connect_admin(args)
     if conn is None:
         return EXIT_USAGE
     stub, metadata = conn
@@ -126,7 +129,7 @@ def run_invalidate(args: argparse.Namespace) -> int:
             timeout=args.timeout,
         )
     except grpc.RpcError as exc:
-        return _fail("invalidate", exc)
+        return fail("invalidate", exc)
     r = resp.record
     if args.json:
         print(json.dumps(_record_dict(r)))
@@ -160,7 +163,7 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.limit < 1:
         print("infercache: --limit must be >= 1", file=sys.stderr)
         return EXIT_USAGE
-    conn = _stub(args)
+    conn = connect_admin(args)
     if conn is None:
         return EXIT_USAGE
     stub, metadata = conn
@@ -180,7 +183,7 @@ def run_audit(args: argparse.Namespace) -> int:
             if not token:
                 break
     except grpc.RpcError as exc:
-        return _fail("audit", exc)
+        return fail("audit", exc)
     if args.json:
         for r in records:
             print(json.dumps(_record_dict(r)))

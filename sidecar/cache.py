@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import structlog
 
@@ -27,10 +27,13 @@ from sidecar.errors import FailedPrecondition, InvalidArgument, TierUnavailable
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.leases import Lease, LeaseSigner
 from sidecar.invalidation.rules import RuleSet
-from sidecar.keys import CacheKey, KeyDigest
+from sidecar.keys import CacheKey, KeyDigest, KeyRequest
 from sidecar.stats import CacheStats
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.hot import HotTier
+
+if TYPE_CHECKING:
+    from sidecar.prewarm.hits import HitRecorder
 
 log = structlog.get_logger("infercache.cache")
 
@@ -75,6 +78,9 @@ class LookupQuery(NamedTuple):
     key: CacheKey
     max_age_s: int = 0
     wait_ms: int = 0
+    source: KeyRequest | None = None
+    """The request the key was built from; set by the data plane so that hits can be
+    recorded for prewarm (None: this lookup is not traffic, e.g. prewarm's own)."""
 
 
 class LookupResult(NamedTuple):
@@ -169,6 +175,8 @@ class ResultCache:
         self.stats = stats or CacheStats()
         self._clock_ms = clock_ms
         self._background: set[asyncio.Task[None]] = set()
+        self.hits: HitRecorder | None = None
+        """Records sampled hits for prewarm (set by the server; None = off)."""
 
     async def lookup(self, query: LookupQuery) -> LookupResult:
         """Look one key up."""
@@ -185,6 +193,8 @@ class ResultCache:
         counts = self.stats.lookups
         for r in results:
             counts[_LOOKUP_LABELS[r.outcome, r.tier]] += 1
+        if self.hits is not None:
+            self.hits.observe(queries, results)
         return results
 
     async def _find(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:

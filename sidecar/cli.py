@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sidecar import __version__, admin_cli, fingerprint_cli
+from sidecar import __version__, admin_cli, fingerprint_cli, prewarm_cli
 from sidecar.config import SETTINGS, ConfigError, load_config
 from sidecar.fingerprint import FingerprintError
 
@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_serve(sub)
     admin_cli.add_parsers(sub)
+    prewarm_cli.add_parser(sub)
     fingerprint_cli.add_parser(sub)
     return parser
 

@@ -149,6 +149,34 @@ def _optional_str(text: str) -> str | None:
     return text.strip() or None
 
 
+def _http_url(text: str) -> str:
+    url = text.strip().rstrip("/")
+    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", url):
+        raise ValueError(f"expected an http:// or https:// base URL, got {text!r}")
+    return url
+
+
+def _model_name(text: str) -> str:
+    name = text.strip()
+    if name and not re.fullmatch(r"[\w./:@+-]{1,256}", name):
+        raise ValueError(f"expected a served model name such as org/model-7b, got {text!r}")
+    return name
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def _payload_format(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("text", "openai_json"):
+        raise ValueError(f"expected text or openai_json, got {text!r}")
+    return value
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "listen",
@@ -260,6 +288,53 @@ SETTINGS: tuple[Setting, ...] = (
         "false",
         "With a model path, accept Stores for a model_version other than the pod's",
     ),
+    Setting(
+        "model_server_url",
+        _http_url,
+        "http://127.0.0.1:8000",
+        "Base URL of the pod's OpenAI-compatible model server (prewarm sends requests there)",
+    ),
+    Setting(
+        "model_server_model",
+        _model_name,
+        "",
+        "Served model name at the model server (`model` of prewarm requests); required to prewarm",
+    ),
+    Setting(
+        "prewarm_concurrency", _positive_int, "4", "Most model-server calls in flight per prewarm"
+    ),
+    Setting("prewarm_timeout_s", _positive_int, "120", "Deadline of one prewarm model-server call"),
+    Setting("prewarm_max_requests", _positive_int, "10000", "Most requests in one prewarm run"),
+    Setting(
+        "prewarm_max_message_bytes",
+        parse_bytes,
+        "64MiB",
+        "Largest Prewarm request the admin plane accepts (the requests of a file, inline)",
+    ),
+    Setting(
+        "prewarm_payload",
+        _payload_format,
+        "text",
+        "What prewarm stores: text (the answer's text) or openai_json (the whole response)",
+    ),
+    Setting(
+        "hit_sample_rate",
+        _fraction,
+        "0.01",
+        "Fraction of hits recorded for prewarm's top-K (retaining tenants only); 0 = off",
+    ),
+    Setting(
+        "hit_record_max_per_version",
+        _positive_int,
+        "10000",
+        "Most distinct requests ranked per model version for prewarm",
+    ),
+    Setting(
+        "hit_record_ttl_s",
+        _positive_int,
+        "604800",
+        "Recorded requests and hit counts expire this long after their last sampled hit",
+    ),
     Setting("log_level", _log_level, "info", "debug, info, warning or error"),
     Setting("uvloop", _bool, "true", "Run the event loop on uvloop"),
 )
@@ -300,6 +375,16 @@ class Config:
     fingerprint_mode: Literal["fast", "full"]
     fingerprint_cache_file: str | None
     allow_foreign_model_store: bool
+    model_server_url: str
+    model_server_model: str
+    prewarm_concurrency: int
+    prewarm_timeout_s: int
+    prewarm_max_requests: int
+    prewarm_max_message_bytes: int
+    prewarm_payload: Literal["text", "openai_json"]
+    hit_sample_rate: float
+    hit_record_max_per_version: int
+    hit_record_ttl_s: int
     log_level: str
     uvloop: bool
 

@@ -30,6 +30,11 @@ from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
 from sidecar.pod import PodIdentity
+from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HitStore
+from sidecar.prewarm.hits_redis import RedisHitStore
+from sidecar.prewarm.openai import PayloadFormat
+from sidecar.prewarm.runner import Prewarmer, PrewarmSettings
+from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
@@ -115,6 +120,51 @@ def build_cache(
     )
 
 
+def build_hit_store(config: Config, stores: Stores) -> HitStore:
+    """Hit rankings next to the entries: in the fleet's Redis, or in process memory."""
+    if isinstance(stores.warm, RedisWarmTier):
+        return RedisHitStore(
+            stores.warm.client,
+            key_prefix=config.redis_key_prefix,
+            max_per_version=config.hit_record_max_per_version,
+            ttl_ms=config.hit_record_ttl_s * 1000,
+            timeout_s=config.write_timeout_ms / 1000,
+        )
+    return EmbeddedHitStore(
+        max_per_version=config.hit_record_max_per_version, ttl_ms=config.hit_record_ttl_s * 1000
+    )
+
+
+def retain_inputs_standin(tenant: str) -> bool:
+    """STAND-IN until the cacheability policy lands: no tenant's inputs are retained."""
+    return False
+
+
+def build_prewarmer(
+    config: Config, cache: ResultCache, pod: PodIdentity, limits: KeyLimits, hits: HitStore
+) -> Prewarmer:
+    """The prewarm runner for this pod, talking to the configured model server."""
+
+    def model_server(concurrency: int) -> ModelServer:
+        return HttpModelServer(
+            config.model_server_url,
+            timeout_s=config.prewarm_timeout_s,
+            max_connections=concurrency,
+            # openai_json stores the body, text stores part of it: either way a body
+            # far above the payload limit cannot be stored.
+            max_response_bytes=2 * config.max_payload_bytes + _MESSAGE_HEADROOM,
+        )
+
+    settings = PrewarmSettings(
+        model=config.model_server_model,
+        base_url=config.model_server_url,
+        concurrency=config.prewarm_concurrency,
+        max_requests=config.prewarm_max_requests,
+        payload_format=PayloadFormat(config.prewarm_payload),
+    )
+    return Prewarmer(cache, pod, limits, settings, model_server, hits)
+
+
 @dataclass(slots=True)
 class RunningServer:
     """Started servers, their background tasks, and what must be closed after them."""
@@ -149,6 +199,8 @@ class RunningServer:
             await asyncio.wait(pending, timeout=0.2)
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.cache.drain()
+        if self.cache.hits is not None:
+            await self.cache.hits.drain()
         await self.stores.control.close()
         await self.stores.warm.close()
 
@@ -185,6 +237,9 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
         # Serve anyway: lookups degrade to MISS until the store answers.
         log.warning("initial_refresh_failed", error=str(exc))
     cache = build_cache(config, stores, freshness, await lease_signer(config, stores.control))
+    hits = build_hit_store(config, stores)
+    if config.hit_sample_rate > 0:
+        cache.hits = HitRecorder(hits, retain_inputs_standin, sample_rate=config.hit_sample_rate)
 
     server = _grpc_server(config.max_payload_bytes + _MESSAGE_HEADROOM)
     limits = KeyLimits(max_input_bytes=config.max_input_bytes)
@@ -203,10 +258,14 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
         auth = AdminAuth(config.admin_tokens)
         if not auth.enabled:
             log.warning("admin_without_tokens", detail="every admin call will be UNAUTHENTICATED")
-        admin_server = _grpc_server(_MESSAGE_HEADROOM)
+        # Prewarm carries a file's requests inline: the one large admin message.
+        admin_server = _grpc_server(
+            max(_MESSAGE_HEADROOM, config.prewarm_max_message_bytes + _MESSAGE_HEADROOM)
+        )
         invalidator = Invalidator(stores.control, freshness, stores.warm)
+        prewarmer = build_prewarmer(config, cache, pod, limits, hits)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(invalidator, auth, cache.stats), admin_server
+            AdminServicer(invalidator, auth, cache.stats, prewarmer), admin_server
         )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, admin_server)
         reflection.enable_server_reflection(

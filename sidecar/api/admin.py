@@ -1,18 +1,23 @@
-"""AdminService: authenticated invalidation and audit listing (admin listener only)."""
+"""AdminService: authenticated invalidation, audit listing and prewarm (admin listener only)."""
 
 from __future__ import annotations
 
 import grpc
+import structlog
 from infercache.v1 import admin_pb2 as PB2
 from infercache.v1 import admin_pb2_grpc
 
+from sidecar.api.prewarm_convert import items_from_pb, options_from_pb, progress_to_pb
 from sidecar.api.status import abort_for
 from sidecar.auth import AdminAuth
 from sidecar.control.base import AuditRecord
-from sidecar.errors import InfercacheError
+from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.invalidation.rules import Selector
+from sidecar.prewarm.runner import Prewarmer, PrewarmRun
 from sidecar.stats import CacheStats
+
+log = structlog.get_logger("infercache.admin")
 
 
 def selector_from_pb(s: PB2.Selector) -> Selector:
@@ -53,10 +58,17 @@ def record_to_pb(r: AuditRecord) -> PB2.InvalidationRecord:
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     """Every method authenticates first; nothing happens for a bad token."""
 
-    def __init__(self, invalidator: Invalidator, auth: AdminAuth, stats: CacheStats) -> None:
+    def __init__(
+        self,
+        invalidator: Invalidator,
+        auth: AdminAuth,
+        stats: CacheStats,
+        prewarmer: Prewarmer | None = None,
+    ) -> None:
         self._invalidator = invalidator
         self._auth = auth
         self._stats = stats
+        self._prewarmer = prewarmer
 
     async def Invalidate(
         self, request: PB2.InvalidateRequest, context: grpc.aio.ServicerContext
@@ -96,3 +108,31 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
             confirmed=freshness.confirmed(),
             member_id=freshness.member_id,
         )
+
+    async def Prewarm(self, request: PB2.PrewarmRequest, context: grpc.aio.ServicerContext) -> None:
+        # A coroutine writing to the context rather than an async generator: a
+        # cancelled RPC then cancels this task at its current await, and leaving
+        # `async with run` stops every upstream call at once.
+        try:
+            caller = self._auth.caller(context.invocation_metadata() or ())
+            run = await self._start_prewarm(request)
+        except InfercacheError as exc:
+            await abort_for(context, "Prewarm", exc)
+        log.info("prewarm_requested", caller=caller, source=request.WhichOneof("source"))
+        async with run:
+            async for progress in run.updates():
+                await context.write(progress_to_pb(progress))
+
+    async def _start_prewarm(self, request: PB2.PrewarmRequest) -> PrewarmRun:
+        if self._prewarmer is None:
+            raise FailedPrecondition("prewarm is not available on this sidecar")
+        source = request.WhichOneof("source")
+        if source == "requests":
+            self._prewarmer.check_ready(len(request.requests.keys))
+            items = items_from_pb(request.requests)
+        elif source == "from_version":
+            v = request.from_version
+            items = await self._prewarmer.from_version(v.model_version, v.top_k)
+        else:
+            raise InvalidArgument("source", "set requests or from_version")
+        return self._prewarmer.run(items, options_from_pb(request))

@@ -19,7 +19,7 @@ from sidecar.api.convert import (
 from sidecar.api.status import abort_for
 from sidecar.cache import LookupQuery, ResultCache
 from sidecar.errors import InfercacheError, InvalidArgument
-from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits, build_key
+from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits, KeyRequest, build_key
 from sidecar.pod import PodIdentity
 
 # A hot hit spends most of its Python time canonicalising the key; repeated
@@ -43,9 +43,13 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self._limits = limits
         self._max_batch = max_batch
         self._pod = pod or PodIdentity()
-        self._built: dict[bytes, CacheKey] = {}
+        self._built: dict[bytes, tuple[CacheKey, KeyRequest]] = {}
 
     def _key(self, key: PB2.CacheKey) -> CacheKey:
+        return self._key_and_source(key)[0]
+
+    def _key_and_source(self, key: PB2.CacheKey) -> tuple[CacheKey, KeyRequest]:
+        """The validated key and the request it was built from (as sent: prewarm replays it)."""
         # build_key is a pure function of the message (limits and pod are fixed per
         # servicer), and a byte string parses to exactly one message, so equal
         # serialisations give equal keys. The plain serialisation is about half the
@@ -55,12 +59,12 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         built = self._built.get(raw)
         if built is not None:
             return built
-        req = key_request_from_pb(key)
+        source = req = key_request_from_pb(key)
         if self._pod.adapter_versions and req.adapter_version:
             req = dataclasses.replace(
                 req, adapter_version=self._pod.resolve_adapter(req.adapter_version)
             )
-        built = build_key(req, self._limits, self._pod.model_version)
+        built = (build_key(req, self._limits, self._pod.model_version), source)
         # Only keys that passed validation are kept; small ones, a bounded number.
         if len(raw) <= _MEMO_MAX_KEY_BYTES:
             if len(self._built) >= _MEMO_MAX_KEYS:
@@ -72,9 +76,9 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self, request: PB2.LookupRequest, context: grpc.aio.ServicerContext
     ) -> PB2.LookupResponse:
         try:
-            key = self._key(request.key)
+            key, source = self._key_and_source(request.key)
             result = await self._cache.lookup(
-                LookupQuery(key, request.max_age_seconds, request.wait_ms)
+                LookupQuery(key, request.max_age_seconds, request.wait_ms, source)
             )
         except InfercacheError as exc:
             await abort_for(context, "Lookup", exc)
@@ -91,10 +95,11 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
                 )
             queries: list[LookupQuery] = []
             append = queries.append
-            key_of = self._key
+            key_of = self._key_and_source
             for i, r in enumerate(request.requests):
                 try:
-                    append(LookupQuery(key_of(r.key), r.max_age_seconds, r.wait_ms))
+                    k, source = key_of(r.key)
+                    append(LookupQuery(k, r.max_age_seconds, r.wait_ms, source))
                 except InvalidArgument as exc:
                     raise InvalidArgument(f"requests[{i}].{exc.field}", exc.problem) from exc
             results = await self._cache.lookup_many(queries)

@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from infercache.v1 import cache_pb2 as infercache_dot_v1_dot_cache__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19infercache/v1/admin.proto\x12\rinfercache.v1\"o\n\x08Selector\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x17\n\x0f\x61\x64\x61pter_version\x18\x03 \x01(\t\x12\x16\n\x0eprompt_version\x18\x04 \x01(\t\x12\x0b\n\x03\x61ll\x18\x05 \x01(\x08\"N\n\x11InvalidateRequest\x12)\n\x08selector\x18\x01 \x01(\x0b\x32\x17.infercache.v1.Selector\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x12InvalidateResponse\x12\x31\n\x06record\x18\x01 \x01(\x0b\x32!.infercache.v1.InvalidationRecord\"\xa6\x01\n\x12InvalidationRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07time_ms\x18\x02 \x01(\x04\x12\x0e\n\x06\x63\x61ller\x18\x03 \x01(\t\x12)\n\x08selector\x18\x04 \x01(\x0b\x32\x17.infercache.v1.Selector\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\r\n\x05\x65poch\x18\x06 \x01(\x04\x12\x19\n\x11\x65stimated_entries\x18\x07 \x01(\x04\"A\n\x18ListInvalidationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"h\n\x19ListInvalidationsResponse\x12\x32\n\x07records\x18\x01 \x03(\x0b\x32!.infercache.v1.InvalidationRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x11\n\x0fGetStatsRequest\"\xb9\x01\n\x10GetStatsResponse\x12?\n\x08\x63ounters\x18\x01 \x03(\x0b\x32-.infercache.v1.GetStatsResponse.CountersEntry\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\tconfirmed\x18\x03 \x01(\x08\x12\x11\n\tmember_id\x18\x04 \x01(\t\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x32\x96\x02\n\x0c\x41\x64minService\x12Q\n\nInvalidate\x12 .infercache.v1.InvalidateRequest\x1a!.infercache.v1.InvalidateResponse\x12\x66\n\x11ListInvalidations\x12\'.infercache.v1.ListInvalidationsRequest\x1a(.infercache.v1.ListInvalidationsResponse\x12K\n\x08GetStats\x12\x1e.infercache.v1.GetStatsRequest\x1a\x1f.infercache.v1.GetStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19infercache/v1/admin.proto\x12\rinfercache.v1\x1a\x19infercache/v1/cache.proto\"o\n\x08Selector\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x17\n\x0f\x61\x64\x61pter_version\x18\x03 \x01(\t\x12\x16\n\x0eprompt_version\x18\x04 \x01(\t\x12\x0b\n\x03\x61ll\x18\x05 \x01(\x08\"N\n\x11InvalidateRequest\x12)\n\x08selector\x18\x01 \x01(\x0b\x32\x17.infercache.v1.Selector\x12\x0e\n\x06reason\x18\x02 \x01(\t\"G\n\x12InvalidateResponse\x12\x31\n\x06record\x18\x01 \x01(\x0b\x32!.infercache.v1.InvalidationRecord\"\xa6\x01\n\x12InvalidationRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07time_ms\x18\x02 \x01(\x04\x12\x0e\n\x06\x63\x61ller\x18\x03 \x01(\t\x12)\n\x08selector\x18\x04 \x01(\x0b\x32\x17.infercache.v1.Selector\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\r\n\x05\x65poch\x18\x06 \x01(\x04\x12\x19\n\x11\x65stimated_entries\x18\x07 \x01(\x04\"A\n\x18ListInvalidationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"h\n\x19ListInvalidationsResponse\x12\x32\n\x07records\x18\x01 \x03(\x0b\x32!.infercache.v1.InvalidationRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x11\n\x0fGetStatsRequest\"\xb9\x01\n\x10GetStatsResponse\x12?\n\x08\x63ounters\x18\x01 \x03(\x0b\x32-.infercache.v1.GetStatsResponse.CountersEntry\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x11\n\tconfirmed\x18\x03 \x01(\x08\x12\x11\n\tmember_id\x18\x04 \x01(\t\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xe2\x01\n\x0ePrewarmRequest\x12\x35\n\x08requests\x18\x01 \x01(\x0b\x32!.infercache.v1.PrewarmRequestListH\x00\x12\x39\n\x0c\x66rom_version\x18\x02 \x01(\x0b\x32!.infercache.v1.PrewarmFromVersionH\x00\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\r\x12\x13\n\x0b\x63oncurrency\x18\x04 \x01(\r\x12\x19\n\x0cmax_failures\x18\x05 \x01(\rH\x01\x88\x01\x01\x42\x08\n\x06sourceB\x0f\n\r_max_failures\";\n\x12PrewarmRequestList\x12%\n\x04keys\x18\x01 \x03(\x0b\x32\x17.infercache.v1.CacheKey\":\n\x12PrewarmFromVersion\x12\x15\n\rmodel_version\x18\x01 \x01(\t\x12\r\n\x05top_k\x18\x02 \x01(\r\"\x8a\x01\n\x11PrewarmItemResult\x12\r\n\x05index\x18\x01 \x01(\r\x12\x32\n\x07outcome\x18\x02 \x01(\x0e\x32!.infercache.v1.PrewarmItemOutcome\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x12\n\nkey_digest\x18\x05 \x01(\x0c\"\x93\x04\n\x0fPrewarmResponse\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x1b.infercache.v1.PrewarmState\x12\r\n\x05total\x18\x02 \x01(\r\x12\x0c\n\x04\x64one\x18\x03 \x01(\r\x12\x0e\n\x06stored\x18\x04 \x01(\r\x12\x0f\n\x07skipped\x18\x05 \x01(\r\x12\x0e\n\x06\x66\x61iled\x18\x06 \x01(\r\x12N\n\x11skipped_by_reason\x18\x07 \x03(\x0b\x32\x33.infercache.v1.PrewarmResponse.SkippedByReasonEntry\x12L\n\x10\x66\x61iled_by_reason\x18\x08 \x03(\x0b\x32\x32.infercache.v1.PrewarmResponse.FailedByReasonEntry\x12\x12\n\nelapsed_ms\x18\t \x01(\x04\x12\x0e\n\x06\x65ta_ms\x18\n \x01(\x04\x12/\n\x05items\x18\x0b \x03(\x0b\x32 .infercache.v1.PrewarmItemResult\x12\r\n\x05\x65rror\x18\x0c \x01(\t\x12\x15\n\rmodel_version\x18\r \x01(\t\x1a\x36\n\x14SkippedByReasonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\x1a\x35\n\x13\x46\x61iledByReasonEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01*\xaa\x01\n\x0cPrewarmState\x12\x1d\n\x19PREWARM_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PREWARM_STATE_RUNNING\x10\x01\x12\x1b\n\x17PREWARM_STATE_COMPLETED\x10\x02\x12)\n%PREWARM_STATE_FAILURE_BUDGET_EXCEEDED\x10\x03\x12\x18\n\x14PREWARM_STATE_FAILED\x10\x04*\x9e\x01\n\x12PrewarmItemOutcome\x12$\n PREWARM_ITEM_OUTCOME_UNSPECIFIED\x10\x00\x12\x1f\n\x1bPREWARM_ITEM_OUTCOME_STORED\x10\x01\x12 \n\x1cPREWARM_ITEM_OUTCOME_SKIPPED\x10\x02\x12\x1f\n\x1bPREWARM_ITEM_OUTCOME_FAILED\x10\x03\x32\xe2\x02\n\x0c\x41\x64minService\x12Q\n\nInvalidate\x12 .infercache.v1.InvalidateRequest\x1a!.infercache.v1.InvalidateResponse\x12\x66\n\x11ListInvalidations\x12\'.infercache.v1.ListInvalidationsRequest\x1a(.infercache.v1.ListInvalidationsResponse\x12K\n\x08GetStats\x12\x1e.infercache.v1.GetStatsRequest\x1a\x1f.infercache.v1.GetStatsResponse\x12J\n\x07Prewarm\x12\x1d.infercache.v1.PrewarmRequest\x1a\x1e.infercache.v1.PrewarmResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,24 +34,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._loaded_options = None
   _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._serialized_options = b'8\001'
-  _globals['_SELECTOR']._serialized_start=44
-  _globals['_SELECTOR']._serialized_end=155
-  _globals['_INVALIDATEREQUEST']._serialized_start=157
-  _globals['_INVALIDATEREQUEST']._serialized_end=235
-  _globals['_INVALIDATERESPONSE']._serialized_start=237
-  _globals['_INVALIDATERESPONSE']._serialized_end=308
-  _globals['_INVALIDATIONRECORD']._serialized_start=311
-  _globals['_INVALIDATIONRECORD']._serialized_end=477
-  _globals['_LISTINVALIDATIONSREQUEST']._serialized_start=479
-  _globals['_LISTINVALIDATIONSREQUEST']._serialized_end=544
-  _globals['_LISTINVALIDATIONSRESPONSE']._serialized_start=546
-  _globals['_LISTINVALIDATIONSRESPONSE']._serialized_end=650
-  _globals['_GETSTATSREQUEST']._serialized_start=652
-  _globals['_GETSTATSREQUEST']._serialized_end=669
-  _globals['_GETSTATSRESPONSE']._serialized_start=672
-  _globals['_GETSTATSRESPONSE']._serialized_end=857
-  _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._serialized_start=810
-  _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._serialized_end=857
-  _globals['_ADMINSERVICE']._serialized_start=860
-  _globals['_ADMINSERVICE']._serialized_end=1138
+  _globals['_PREWARMRESPONSE_SKIPPEDBYREASONENTRY']._loaded_options = None
+  _globals['_PREWARMRESPONSE_SKIPPEDBYREASONENTRY']._serialized_options = b'8\001'
+  _globals['_PREWARMRESPONSE_FAILEDBYREASONENTRY']._loaded_options = None
+  _globals['_PREWARMRESPONSE_FAILEDBYREASONENTRY']._serialized_options = b'8\001'
+  _globals['_PREWARMSTATE']._serialized_start=1912
+  _globals['_PREWARMSTATE']._serialized_end=2082
+  _globals['_PREWARMITEMOUTCOME']._serialized_start=2085
+  _globals['_PREWARMITEMOUTCOME']._serialized_end=2243
+  _globals['_SELECTOR']._serialized_start=71
+  _globals['_SELECTOR']._serialized_end=182
+  _globals['_INVALIDATEREQUEST']._serialized_start=184
+  _globals['_INVALIDATEREQUEST']._serialized_end=262
+  _globals['_INVALIDATERESPONSE']._serialized_start=264
+  _globals['_INVALIDATERESPONSE']._serialized_end=335
+  _globals['_INVALIDATIONRECORD']._serialized_start=338
+  _globals['_INVALIDATIONRECORD']._serialized_end=504
+  _globals['_LISTINVALIDATIONSREQUEST']._serialized_start=506
+  _globals['_LISTINVALIDATIONSREQUEST']._serialized_end=571
+  _globals['_LISTINVALIDATIONSRESPONSE']._serialized_start=573
+  _globals['_LISTINVALIDATIONSRESPONSE']._serialized_end=677
+  _globals['_GETSTATSREQUEST']._serialized_start=679
+  _globals['_GETSTATSREQUEST']._serialized_end=696
+  _globals['_GETSTATSRESPONSE']._serialized_start=699
+  _globals['_GETSTATSRESPONSE']._serialized_end=884
+  _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._serialized_start=837
+  _globals['_GETSTATSRESPONSE_COUNTERSENTRY']._serialized_end=884
+  _globals['_PREWARMREQUEST']._serialized_start=887
+  _globals['_PREWARMREQUEST']._serialized_end=1113
+  _globals['_PREWARMREQUESTLIST']._serialized_start=1115
+  _globals['_PREWARMREQUESTLIST']._serialized_end=1174
+  _globals['_PREWARMFROMVERSION']._serialized_start=1176
+  _globals['_PREWARMFROMVERSION']._serialized_end=1234
+  _globals['_PREWARMITEMRESULT']._serialized_start=1237
+  _globals['_PREWARMITEMRESULT']._serialized_end=1375
+  _globals['_PREWARMRESPONSE']._serialized_start=1378
+  _globals['_PREWARMRESPONSE']._serialized_end=1909
+  _globals['_PREWARMRESPONSE_SKIPPEDBYREASONENTRY']._serialized_start=1800
+  _globals['_PREWARMRESPONSE_SKIPPEDBYREASONENTRY']._serialized_end=1854
+  _globals['_PREWARMRESPONSE_FAILEDBYREASONENTRY']._serialized_start=1856
+  _globals['_PREWARMRESPONSE_FAILEDBYREASONENTRY']._serialized_end=1909
+  _globals['_ADMINSERVICE']._serialized_start=2246
+  _globals['_ADMINSERVICE']._serialized_end=2600
 # @@protoc_insertion_point(module_scope)

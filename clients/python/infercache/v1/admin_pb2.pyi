@@ -1,10 +1,36 @@
+from infercache.v1 import cache_pb2 as _cache_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class PrewarmState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PREWARM_STATE_UNSPECIFIED: _ClassVar[PrewarmState]
+    PREWARM_STATE_RUNNING: _ClassVar[PrewarmState]
+    PREWARM_STATE_COMPLETED: _ClassVar[PrewarmState]
+    PREWARM_STATE_FAILURE_BUDGET_EXCEEDED: _ClassVar[PrewarmState]
+    PREWARM_STATE_FAILED: _ClassVar[PrewarmState]
+
+class PrewarmItemOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PREWARM_ITEM_OUTCOME_UNSPECIFIED: _ClassVar[PrewarmItemOutcome]
+    PREWARM_ITEM_OUTCOME_STORED: _ClassVar[PrewarmItemOutcome]
+    PREWARM_ITEM_OUTCOME_SKIPPED: _ClassVar[PrewarmItemOutcome]
+    PREWARM_ITEM_OUTCOME_FAILED: _ClassVar[PrewarmItemOutcome]
+PREWARM_STATE_UNSPECIFIED: PrewarmState
+PREWARM_STATE_RUNNING: PrewarmState
+PREWARM_STATE_COMPLETED: PrewarmState
+PREWARM_STATE_FAILURE_BUDGET_EXCEEDED: PrewarmState
+PREWARM_STATE_FAILED: PrewarmState
+PREWARM_ITEM_OUTCOME_UNSPECIFIED: PrewarmItemOutcome
+PREWARM_ITEM_OUTCOME_STORED: PrewarmItemOutcome
+PREWARM_ITEM_OUTCOME_SKIPPED: PrewarmItemOutcome
+PREWARM_ITEM_OUTCOME_FAILED: PrewarmItemOutcome
 
 class Selector(_message.Message):
     __slots__ = ("tenant", "model_version", "adapter_version", "prompt_version", "all")
@@ -90,3 +116,89 @@ class GetStatsResponse(_message.Message):
     confirmed: bool
     member_id: str
     def __init__(self, counters: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ..., confirmed: _Optional[bool] = ..., member_id: _Optional[str] = ...) -> None: ...
+
+class PrewarmRequest(_message.Message):
+    __slots__ = ("requests", "from_version", "ttl_seconds", "concurrency", "max_failures")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    requests: PrewarmRequestList
+    from_version: PrewarmFromVersion
+    ttl_seconds: int
+    concurrency: int
+    max_failures: int
+    def __init__(self, requests: _Optional[_Union[PrewarmRequestList, _Mapping]] = ..., from_version: _Optional[_Union[PrewarmFromVersion, _Mapping]] = ..., ttl_seconds: _Optional[int] = ..., concurrency: _Optional[int] = ..., max_failures: _Optional[int] = ...) -> None: ...
+
+class PrewarmRequestList(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[_cache_pb2.CacheKey]
+    def __init__(self, keys: _Optional[_Iterable[_Union[_cache_pb2.CacheKey, _Mapping]]] = ...) -> None: ...
+
+class PrewarmFromVersion(_message.Message):
+    __slots__ = ("model_version", "top_k")
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    model_version: str
+    top_k: int
+    def __init__(self, model_version: _Optional[str] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class PrewarmItemResult(_message.Message):
+    __slots__ = ("index", "outcome", "reason", "detail", "key_digest")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    KEY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    outcome: PrewarmItemOutcome
+    reason: str
+    detail: str
+    key_digest: bytes
+    def __init__(self, index: _Optional[int] = ..., outcome: _Optional[_Union[PrewarmItemOutcome, str]] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., key_digest: _Optional[bytes] = ...) -> None: ...
+
+class PrewarmResponse(_message.Message):
+    __slots__ = ("state", "total", "done", "stored", "skipped", "failed", "skipped_by_reason", "failed_by_reason", "elapsed_ms", "eta_ms", "items", "error", "model_version")
+    class SkippedByReasonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class FailedByReasonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_BY_REASON_FIELD_NUMBER: _ClassVar[int]
+    FAILED_BY_REASON_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    ETA_MS_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    state: PrewarmState
+    total: int
+    done: int
+    stored: int
+    skipped: int
+    failed: int
+    skipped_by_reason: _containers.ScalarMap[str, int]
+    failed_by_reason: _containers.ScalarMap[str, int]
+    elapsed_ms: int
+    eta_ms: int
+    items: _containers.RepeatedCompositeFieldContainer[PrewarmItemResult]
+    error: str
+    model_version: str
+    def __init__(self, state: _Optional[_Union[PrewarmState, str]] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., stored: _Optional[int] = ..., skipped: _Optional[int] = ..., failed: _Optional[int] = ..., skipped_by_reason: _Optional[_Mapping[str, int]] = ..., failed_by_reason: _Optional[_Mapping[str, int]] = ..., elapsed_ms: _Optional[int] = ..., eta_ms: _Optional[int] = ..., items: _Optional[_Iterable[_Union[PrewarmItemResult, _Mapping]]] = ..., error: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...

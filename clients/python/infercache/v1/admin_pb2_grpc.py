@@ -50,6 +50,11 @@ class AdminServiceStub:
                 request_serializer=infercache_dot_v1_dot_admin__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=infercache_dot_v1_dot_admin__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.Prewarm = channel.unary_stream(
+                '/infercache.v1.AdminService/Prewarm',
+                request_serializer=infercache_dot_v1_dot_admin__pb2.PrewarmRequest.SerializeToString,
+                response_deserializer=infercache_dot_v1_dot_admin__pb2.PrewarmResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -79,6 +84,16 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prewarm(self, request, context):
+        """Prewarm fills the cache for the pod's current model: each request is sent
+        to the pod's model server and the answer stored under the pod's model
+        fingerprint through the normal Store path. It streams progress, then one
+        final message (`state` no longer RUNNING). Cancelling the call stops the run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -96,6 +111,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=infercache_dot_v1_dot_admin__pb2.GetStatsRequest.FromString,
                     response_serializer=infercache_dot_v1_dot_admin__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'Prewarm': grpc.unary_stream_rpc_method_handler(
+                    servicer.Prewarm,
+                    request_deserializer=infercache_dot_v1_dot_admin__pb2.PrewarmRequest.FromString,
+                    response_serializer=infercache_dot_v1_dot_admin__pb2.PrewarmResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -180,6 +200,33 @@ class AdminService:
             '/infercache.v1.AdminService/GetStats',
             infercache_dot_v1_dot_admin__pb2.GetStatsRequest.SerializeToString,
             infercache_dot_v1_dot_admin__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prewarm(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/infercache.v1.AdminService/Prewarm',
+            infercache_dot_v1_dot_admin__pb2.PrewarmRequest.SerializeToString,
+            infercache_dot_v1_dot_admin__pb2.PrewarmResponse.FromString,
             options,
             channel_credentials,
             insecure,

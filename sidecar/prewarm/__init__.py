@@ -1,0 +1,1 @@
+"""Prewarm: replay representative or previously hot requests against the pod's model server."""

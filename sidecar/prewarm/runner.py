@@ -1,0 +1,374 @@
+"""Runs a prewarm: check the model server, then for each request look it up, call
+the model server on a MISS, and store the answer through ResultCache.store.
+
+Per request, in order:
+  - the key is built for the pod's model (a request naming other weights is skipped);
+  - a Lookup HIT is skipped ("already_cached"), a BYPASS too (policy), and so is a
+    MISS whose single-flight lease someone else holds ("being_computed");
+  - the model server is called with the run's concurrency and deadline;
+  - the answer is stored with the MISS's lease, so policy, leases, TTL caps and
+    size limits apply exactly as to a client's Store.
+A run is a task owned by `PrewarmRun`; leaving its `async with` (the RPC ended,
+was cancelled, or the server stops) cancels every upstream call in flight and
+starts no more. One run at a time per sidecar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from sidecar.cache import LookupQuery, Outcome, ResultCache, StoreStatus
+from sidecar.entries import ComputeCost
+from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
+from sidecar.keys import CacheKey, KeyLimits, KeyRequest, build_key
+from sidecar.pod import PodIdentity
+from sidecar.prewarm import replay
+from sidecar.prewarm.hits import HitStore
+from sidecar.prewarm.openai import (
+    BadAnswer,
+    NotReplayable,
+    PayloadFormat,
+    parse_answer,
+    upstream_call,
+)
+from sidecar.prewarm.progress import (
+    ItemOutcome,
+    ItemReport,
+    PrewarmItem,
+    Progress,
+    RunOptions,
+    RunState,
+    Tally,
+)
+from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
+
+log = structlog.get_logger("infercache.prewarm")
+
+# Progress messages are sent at most this often (plus the final one).
+_UPDATE_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class PrewarmSettings:
+    """Server-side bounds and the model server's identity."""
+
+    model: str
+    """The served model name (`model` of every request, checked in GET /v1/models)."""
+    base_url: str
+    concurrency: int
+    max_requests: int
+    payload_format: PayloadFormat = PayloadFormat.TEXT
+
+
+def _skip(index: int, reason: str, detail: str = "", digest: bytes = b"") -> ItemReport:
+    return ItemReport(index, ItemOutcome.SKIPPED, reason, detail, digest)
+
+
+def _fail(index: int, reason: str, detail: str = "", digest: bytes = b"") -> ItemReport:
+    return ItemReport(index, ItemOutcome.FAILED, reason, detail, digest)
+
+
+class Prewarmer:
+    """Creates prewarm runs for this pod; refuses a second one while one is going."""
+
+    def __init__(
+        self,
+        cache: ResultCache,
+        pod: PodIdentity,
+        limits: KeyLimits,
+        settings: PrewarmSettings,
+        server_factory: Callable[[int], ModelServer],
+        hits: HitStore | None = None,
+    ) -> None:
+        self.cache = cache
+        self.pod = pod
+        self.limits = limits
+        self.settings = settings
+        self._server_factory = server_factory
+        self._hits = hits
+        self.running = False
+
+    def check_ready(self, count: int) -> None:
+        """Refuse a run this sidecar cannot do, before anything is read or called."""
+        if not self.pod.model_version:
+            raise FailedPrecondition(
+                "prewarm needs the pod's model fingerprint: start the sidecar with --model-path"
+            )
+        if not self.settings.model:
+            raise FailedPrecondition(
+                "prewarm needs the served model name: set INFERCACHE_MODEL_SERVER_MODEL"
+            )
+        if count > self.settings.max_requests:
+            raise InvalidArgument(
+                "requests",
+                f"has {count} requests; the limit is {self.settings.max_requests} "
+                "(INFERCACHE_PREWARM_MAX_REQUESTS)",
+            )
+        if self.running:
+            raise FailedPrecondition("a prewarm run is already in progress on this sidecar")
+
+    async def from_version(self, model_version: str, top_k: int) -> list[PrewarmItem]:
+        """The top_k most-hit recorded requests of `model_version`, most hit first."""
+        if not model_version:
+            raise InvalidArgument("from_version.model_version", "is required")
+        if top_k <= 0:
+            raise InvalidArgument("from_version.top_k", "must be at least 1")
+        self.check_ready(top_k)
+        if self._hits is None:
+            raise FailedPrecondition("hit recording is off (INFERCACHE_HIT_SAMPLE_RATE=0)")
+        items = []
+        for hot in await self._hits.top(model_version, top_k):
+            if hot.request is None:
+                items.append(PrewarmItem(None, "record_expired", f"digest {hot.digest.hex()}"))
+                continue
+            try:
+                items.append(PrewarmItem(replay.decode(hot.request)))
+            except replay.BadRecord as exc:
+                items.append(PrewarmItem(None, "bad_record", str(exc)))
+        return items
+
+    def run(self, items: Sequence[PrewarmItem], options: RunOptions) -> PrewarmRun:
+        """A run over `items`; use it as `async with run: async for p in run.updates()`."""
+        self.check_ready(len(items))
+        concurrency = self.settings.concurrency
+        if options.concurrency:
+            concurrency = min(options.concurrency, concurrency)
+        return PrewarmRun(
+            self, list(items), options, self._server_factory(concurrency), concurrency
+        )
+
+
+class PrewarmRun:
+    """One run: a background task plus the progress it publishes."""
+
+    def __init__(
+        self,
+        owner: Prewarmer,
+        items: list[PrewarmItem],
+        options: RunOptions,
+        server: ModelServer,
+        concurrency: int,
+    ) -> None:
+        self._owner = owner
+        self._items = items
+        self._options = options
+        self._server = server
+        self._concurrency = concurrency
+        self._tally = Tally(len(items))
+        self._state = RunState.RUNNING
+        self._error = ""
+        self._changed = asyncio.Event()
+        self._started = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        self._served: set[str] = set()
+
+    async def __aenter__(self) -> PrewarmRun:
+        if self._owner.running:
+            raise FailedPrecondition("a prewarm run is already in progress on this sidecar")
+        self._owner.running = True
+        self._started = time.monotonic()
+        self._task = asyncio.create_task(self._main())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._task is not None and not self._task.done():
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+        finally:
+            await self._server.close()
+            self._owner.running = False
+            t = self._tally
+            log.info(
+                "prewarm_finished" if self._state is not RunState.RUNNING else "prewarm_cancelled",
+                state=self._state.value,
+                total=t.total,
+                stored=t.stored,
+                skipped=dict(t.skipped),
+                failed=dict(t.failed),
+                elapsed_ms=self._elapsed_ms(),
+            )
+
+    def _elapsed_ms(self) -> int:
+        return int((time.monotonic() - self._started) * 1000)
+
+    def snapshot(self) -> Progress:
+        """The current progress (takes the pending item reports)."""
+        return self._tally.snapshot(
+            self._state, self._elapsed_ms(), self._error, self._owner.pod.model_version
+        )
+
+    async def updates(self) -> AsyncIterator[Progress]:
+        """Snapshots as the run advances (at most every 100 ms), ending with the final one."""
+        while True:
+            self._changed.clear()
+            progress = self.snapshot()
+            yield progress
+            if progress.state is not RunState.RUNNING:
+                return
+            await self._changed.wait()
+            if self._state is RunState.RUNNING:
+                await asyncio.sleep(_UPDATE_INTERVAL_S)
+
+    def _finish(self, state: RunState, error: str = "") -> None:
+        self._state = state
+        self._error = error
+        self._changed.set()
+
+    async def _main(self) -> None:
+        settings = self._owner.settings
+        try:
+            self._served = set(await self._server.served_models())
+        except UpstreamFailure as exc:
+            self._fail_all(f"model server at {settings.base_url} did not list its models: {exc}")
+            return
+        if settings.model not in self._served:
+            served = sorted(self._served)[:10]
+            self._fail_all(
+                f"model server at {settings.base_url} serves {served}, not {settings.model!r} "
+                "(INFERCACHE_MODEL_SERVER_MODEL)"
+            )
+            return
+        log.info(
+            "prewarm_started",
+            total=len(self._items),
+            concurrency=self._concurrency,
+            model_version=self._owner.pod.model_version,
+        )
+        budget_blown = asyncio.Event()
+        queue = iter(enumerate(self._items))
+        workers = [
+            asyncio.create_task(self._worker(queue, budget_blown)) for _ in range(self._concurrency)
+        ]
+        everything: asyncio.Future[list[None]] = asyncio.gather(*workers)
+        blown = asyncio.create_task(budget_blown.wait())
+        try:
+            waiting: list[asyncio.Future[Any]] = [everything, blown]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            blown.cancel()
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(everything, blown, return_exceptions=True)
+        if budget_blown.is_set():
+            self._finish(RunState.FAILURE_BUDGET_EXCEEDED)
+        else:
+            everything.result()  # a bug in a worker surfaces here, not as a silent success
+            self._finish(RunState.COMPLETED)
+
+    def _fail_all(self, error: str) -> None:
+        log.warning("prewarm_model_server_check_failed", error=error)
+        for i in range(len(self._items)):
+            self._tally.add(_fail(i, "model_server_check"))
+        self._tally.reports.clear()  # one error says it; no per-item noise
+        self._finish(RunState.FAILED, error)
+
+    async def _worker(
+        self, queue: Iterator[tuple[int, PrewarmItem]], budget_blown: asyncio.Event
+    ) -> None:
+        # Workers share one iterator: each takes the next request when it is free.
+        limit = self._options.max_failures
+        for index, item in queue:
+            report = await self._one(index, item)
+            self._tally.add(report)
+            self._changed.set()
+            if limit is not None and self._tally.failed.total() > limit:
+                budget_blown.set()
+                return
+
+    async def _one(self, index: int, item: PrewarmItem) -> ItemReport | None:
+        """Process one request; None when its answer was stored."""
+        if item.request is None:
+            return _skip(index, item.skip_reason, item.detail)
+        owner = self._owner
+        prepared = self._prepare(index, item.request)
+        if isinstance(prepared, ItemReport):
+            return prepared
+        key, req, model = prepared
+        digest = bytes(key.digest)
+        try:
+            call = upstream_call(req, model, owner.settings.payload_format)
+        except NotReplayable as exc:
+            return _skip(index, exc.reason, exc.detail, digest)
+        found = await owner.cache.lookup(LookupQuery(key))
+        if found.outcome is Outcome.HIT:
+            return _skip(index, "already_cached", digest=digest)
+        if found.outcome is Outcome.BYPASS:
+            return _skip(index, "policy_bypass", found.bypass_reason, digest)
+        if found.degraded:
+            return _fail(index, "cache_unavailable", "the warm tier did not answer", digest)
+        if not found.lease_holder:
+            return _skip(index, "being_computed", "another caller holds its lease", digest)
+        started = time.monotonic()
+        try:
+            body = await self._server.complete(call)
+            answer = parse_answer(call, model, body, owner.settings.payload_format)
+        except (UpstreamFailure, BadAnswer) as exc:
+            return _fail(index, exc.reason, exc.detail, digest)
+        cost = ComputeCost(
+            int((time.monotonic() - started) * 1000),
+            answer.prompt_tokens,
+            answer.completion_tokens,
+        )
+        try:
+            owner.pod.check_store(key.model_version)
+            stored = await owner.cache.store(
+                key, answer.payload, self._options.ttl_s, cost, lease_token=found.lease
+            )
+        except InfercacheError as exc:
+            return _fail(index, "store_refused", str(exc), digest)
+        if stored.status is StoreStatus.STORED:
+            return None
+        if stored.status is StoreStatus.WRITE_FAILED:
+            return _fail(index, "write_failed", "the warm tier refused the write", digest)
+        if stored.status is StoreStatus.STALE_LEASE:
+            return _skip(index, "invalidated_meanwhile", "an invalidation matched it", digest)
+        return _skip(index, "policy_bypass", "the store was bypassed", digest)
+
+    def _prepare(
+        self, index: int, req: KeyRequest
+    ) -> tuple[CacheKey, KeyRequest, str] | ItemReport:
+        """The key under the pod's model, the request to send and the upstream model name."""
+        pod = self._owner.pod
+        if req.model_version and req.model_version != pod.model_version:
+            return _skip(
+                index,
+                "other_model_version",
+                f"names {req.model_version[:80]!r}, the pod runs {pod.model_version}",
+            )
+        model = self._owner.settings.model
+        keyed = req
+        if req.adapter_version:
+            name = _adapter_name(pod, req.adapter_version)
+            if name is None or name not in self._served:
+                return _skip(index, "adapter_not_served", f"adapter {req.adapter_version[:80]!r}")
+            model = name
+            keyed = dataclasses.replace(req, adapter_version=pod.resolve_adapter(name))
+        try:
+            key = build_key(keyed, self._owner.limits, pod.model_version)
+        except InvalidArgument as exc:
+            return _fail(index, "invalid_request", str(exc))
+        return key, req, model
+
+
+def _adapter_name(pod: PodIdentity, adapter_version: str) -> str | None:
+    """The configured adapter a request names (by name or by fingerprint), if any."""
+    if adapter_version in pod.adapter_versions:
+        return adapter_version
+    for name, fp in pod.adapter_versions.items():
+        if fp == adapter_version:
+            return name
+    return None

@@ -1,0 +1,313 @@
+"""Prewarm against a real OpenAI-compatible model server process and real sidecars."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from infercache.v1 import admin_pb2 as admin_pb
+from infercache.v1 import admin_pb2_grpc
+from infercache.v1 import cache_pb2 as pb
+from infercache_client import AsyncCacheClient, make_key
+
+from sidecar.config import load_config
+from sidecar.server import identify_pod, start_server
+from tests.model_server import ModelServerProcess, answer_for, chat_prompt, token_prompt
+from tests.sidecar_harness import Sidecar, bearer, config_overrides, run_cli
+from tests.unit.checkpoints import llama_tensors, write_model
+
+MODEL = "tiny"
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny safetensors models: v1 and v2 weights (different fingerprints)."""
+    root = tmp_path_factory.mktemp("weights")
+    return {
+        "v1": write_model(root / "v1", llama_tensors(layers=1, seed=1)),
+        "v2": write_model(root / "v2", llama_tensors(layers=1, seed=2)),
+    }
+
+
+@pytest.fixture
+def upstream() -> Iterator[ModelServerProcess]:
+    """A model server process (started by each test with the weights it needs)."""
+    server = ModelServerProcess()
+    yield server
+    server.stop()
+
+
+@asynccontextmanager
+async def pod(
+    model_dir: Path, upstream: ModelServerProcess, redis_url: str | None = None, **settings: Any
+) -> AsyncIterator[Sidecar]:
+    """An in-process sidecar fingerprinting `model_dir`, prewarming from `upstream`."""
+    base = {
+        "freshness_bound_ms": 500,
+        "model_path": str(model_dir),
+        "model_server_url": upstream.url,
+        "model_server_model": MODEL,
+    }
+    overrides = config_overrides(redis_url, **(base | settings))
+    config = load_config({}, overrides)
+    running = await start_server(config, await identify_pod(config))
+    client = AsyncCacheClient(f"127.0.0.1:{running.ports[0]}")
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.admin_ports[0]}")
+    try:
+        yield Sidecar(running, client, channel, admin_pb2_grpc.AdminServiceStub(channel))
+    finally:
+        await client.close()
+        await channel.close()
+        await running.stop(0)
+
+
+def text_key(text: str, tenant: str = "acme", **kw: Any) -> pb.CacheKey:
+    """A key with no model_version (= the pod's model), temperature 0."""
+    return make_key(tenant=tenant, prompt_version="p1", text=text, temperature=0.0, **kw)
+
+
+def file_request(*keys: pb.CacheKey, **options: Any) -> admin_pb.PrewarmRequest:
+    """A Prewarm of inline requests."""
+    return admin_pb.PrewarmRequest(requests=admin_pb.PrewarmRequestList(keys=keys), **options)
+
+
+async def prewarm(sc: Sidecar, request: admin_pb.PrewarmRequest) -> list[Any]:
+    """Every progress message of one run."""
+    call = sc.admin.Prewarm(request, metadata=bearer(), timeout=60)
+    return [p async for p in call]
+
+
+def final(messages: list[Any]) -> Any:
+    """The summary: the last message, the only one not RUNNING."""
+    assert messages, "the stream must end with a summary"
+    *before, last = messages
+    assert all(m.state == admin_pb.PREWARM_STATE_RUNNING for m in before)
+    assert last.state != admin_pb.PREWARM_STATE_RUNNING
+    return last
+
+
+async def test_prewarm_from_requests_fills_the_cache(
+    weights: dict[str, Path], upstream: ModelServerProcess
+) -> None:
+    """Text, chat and token-id requests are computed upstream and stored; a Lookup then
+    HITs with the model server's answer, and a second run skips them all."""
+    upstream.start("v1")
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    chat = make_key(tenant="acme", prompt_version="p1", chat=messages, temperature=0.0)
+    tokens = make_key(tenant="acme", prompt_version="p1", token_ids=[5, 6, 7])
+    keys = [text_key("How do I reset my password?"), chat, tokens]
+    expected = [
+        answer_for("v1", "How do I reset my password?"),
+        answer_for("v1", chat_prompt(messages)),
+        answer_for("v1", token_prompt([5, 6, 7])),
+    ]
+    async with pod(weights["v1"], upstream) as sc:
+        info = await sc.client.server_info()
+        summary = final(await prewarm(sc, file_request(*keys)))
+        assert summary.state == admin_pb.PREWARM_STATE_COMPLETED
+        assert (summary.total, summary.done, summary.stored) == (3, 3, 3)
+        assert summary.model_version == info.model_version
+        for k, answer in zip(keys, expected, strict=True):
+            hit = await sc.client.lookup(k)
+            assert hit.outcome == pb.LOOKUP_OUTCOME_HIT
+            assert hit.payload.decode() == answer
+            assert hit.cost.completion_tokens == 3
+        assert upstream.stats()["completions"] == 3
+
+        again = final(await prewarm(sc, file_request(*keys)))
+        assert again.stored == 0
+        assert dict(again.skipped_by_reason) == {"already_cached": 3}
+        assert upstream.stats()["completions"] == 3, "cached keys are not sent upstream"
+
+
+async def test_upstream_failures_are_counted_and_nothing_is_stored(
+    weights: dict[str, Path], upstream: ModelServerProcess
+) -> None:
+    """An HTTP 500, a timeout and an answer from another model are failures by reason;
+    a caller-hashed input is skipped; only the good request is stored."""
+    upstream.start("v1", slow_s=3.0)
+    good = text_key("fine")
+    bad = [text_key("[[error]]"), text_key("[[slow]]"), text_key("[[wrong-model]]")]
+    hashed = make_key(tenant="acme", prompt_version="p1", input_sha256=b"\x01" * 32)
+    async with pod(weights["v1"], upstream, prewarm_timeout_s=1) as sc:
+        messages = await prewarm(sc, file_request(good, *bad, hashed))
+        summary = final(messages)
+        assert summary.state == admin_pb.PREWARM_STATE_COMPLETED
+        assert (summary.total, summary.stored, summary.failed, summary.skipped) == (5, 1, 3, 1)
+        assert dict(summary.failed_by_reason) == {
+            "upstream_http_500": 1,
+            "upstream_timeout": 1,
+            "wrong_model": 1,
+        }
+        assert dict(summary.skipped_by_reason) == {"not_replayable": 1}
+        reported = {i.index: i.reason for m in messages for i in m.items}
+        assert reported == {
+            1: "upstream_http_500",
+            2: "upstream_timeout",
+            3: "wrong_model",
+            4: "not_replayable",
+        }
+        for k in bad:
+            assert (await sc.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_MISS
+        hit = await sc.client.lookup(good)
+        assert hit.payload.decode() == answer_for("v1", "fine")
+
+
+async def test_model_server_serving_another_model_fails_the_run(
+    weights: dict[str, Path], upstream: ModelServerProcess
+) -> None:
+    """When GET /v1/models does not list the expected model, no completion is requested,
+    every request counts as failed and the final state says why."""
+    upstream.start("v1", models=("something-else",))
+    async with pod(weights["v1"], upstream) as sc:
+        summary = final(await prewarm(sc, file_request(text_key("a"), text_key("b"))))
+        assert summary.state == admin_pb.PREWARM_STATE_FAILED
+        assert "something-else" in summary.error
+        assert repr(MODEL) in summary.error
+        assert (summary.failed, summary.stored) == (2, 0)
+        assert dict(summary.failed_by_reason) == {"model_server_check": 2}
+        assert upstream.stats()["completions"] == 0
+        assert (await sc.client.lookup(text_key("a"))).outcome == pb.LOOKUP_OUTCOME_MISS
+
+
+async def test_unreachable_model_server_fails_the_run(
+    weights: dict[str, Path], upstream: ModelServerProcess
+) -> None:
+    """Nothing listening at the model server URL: state FAILED, not a hang."""
+    async with pod(weights["v1"], upstream) as sc:
+        summary = final(await prewarm(sc, file_request(text_key("a"))))
+        assert summary.state == admin_pb.PREWARM_STATE_FAILED
+        assert "did not list its models" in summary.error
+
+
+async def test_failure_budget_stops_the_run(
+    weights: dict[str, Path], upstream: ModelServerProcess
+) -> None:
+    """With max_failures=2 a run of failing requests stops after the third failure."""
+    upstream.start("v1")
+    keys = [text_key(f"[[error]] {i}") for i in range(10)]
+    async with pod(weights["v1"], upstream) as sc:
+        summary = final(await prewarm(sc, file_request(*keys, concurrency=1, max_failures=2)))
+        assert summary.state == admin_pb.PREWARM_STATE_FAILURE_BUDGET_EXCEEDED
+        assert summary.failed == 3
+        assert upstream.stats()["completions"] == 3
+
+
+async def test_cancelling_the_rpc_stops_upstream_calls(
+    weights: dict[str, Path], upstream: ModelServerProcess
+) -> None:
+    """A client cancelling Prewarm mid-run ends the run on the sidecar: the model server
+    receives no further requests, and a new run can start."""
+    upstream.start("v1", delay_ms=150)
+    keys = [text_key(f"question {i}") for i in range(40)]
+    async with pod(weights["v1"], upstream) as sc:
+        call = sc.admin.Prewarm(file_request(*keys, concurrency=2), metadata=bearer(), timeout=60)
+        async for progress in call:
+            if progress.done >= 2:
+                break
+        call.cancel()
+        await asyncio.sleep(0.5)
+        after_cancel = (await asyncio.to_thread(upstream.stats))["completions"]
+        await asyncio.sleep(1.0)
+        later = (await asyncio.to_thread(upstream.stats))["completions"]
+        assert later == after_cancel, "no upstream call after the cancellation"
+        assert later < 15
+        # The run is over on the sidecar: another one is accepted (and finds the work done).
+        summary = final(await prewarm(sc, file_request(*keys[:2])))
+        assert dict(summary.skipped_by_reason) == {"already_cached": 2}
+
+
+async def test_prewarm_needs_a_token_and_a_model_path(
+    weights: dict[str, Path], upstream: ModelServerProcess
+) -> None:
+    """No bearer token: UNAUTHENTICATED; a sidecar without --model-path: FAILED_PRECONDITION;
+    no source: INVALID_ARGUMENT."""
+    upstream.start("v1")
+    async with pod(weights["v1"], upstream) as sc:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await prewarm_unauthenticated(sc)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await prewarm(sc, admin_pb.PrewarmRequest())
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    async with pod(weights["v1"], upstream, model_path="") as sc:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await prewarm(sc, file_request(text_key("a")))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "--model-path" in (err.value.details() or "")
+    assert upstream.stats()["completions"] == 0
+
+
+async def prewarm_unauthenticated(sc: Sidecar) -> list[Any]:
+    """A Prewarm without authorization metadata."""
+    return [p async for p in sc.admin.Prewarm(file_request(text_key("a")), timeout=10)]
+
+
+async def test_cli_prewarm_from_file(
+    weights: dict[str, Path], upstream: ModelServerProcess, tmp_path: Path
+) -> None:
+    """`infercache prewarm --file` exits 0 and stores the answers; with a failing request
+    and the default failure budget of 0 it exits 1 and names the failure."""
+    upstream.start("v1")
+    good = tmp_path / "good.jsonl"
+    good.write_text(
+        json.dumps(
+            {
+                "tenant": "acme",
+                "promptVersion": "p1",
+                "sampling": {"temperature": 0},
+                "text": "from the file",
+            }
+        )
+        + "\n\n"
+        + json.dumps(
+            {
+                "tenant": "acme",
+                "prompt_version": "p1",
+                "chat": {"messages": [{"role": "user", "content": "hi"}]},
+            }
+        )
+        + "\n"
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"tenant": "acme", "promptVersion": "p1", "text": "[[error]]"}))
+    async with pod(weights["v1"], upstream) as sc:
+        ok = await asyncio.to_thread(
+            run_cli, "prewarm", "--admin", sc.admin_target, "--file", str(good)
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert "prewarm completed: 2 stored, 0 skipped, 0 failed of 2" in ok.stdout
+        hit = await sc.client.lookup(text_key("from the file"))
+        assert hit.payload.decode() == answer_for("v1", "from the file")
+
+        failing = await asyncio.to_thread(
+            run_cli, "prewarm", "--admin", sc.admin_target, "--file", str(bad), "--json"
+        )
+        assert failing.returncode == 1, failing.stderr
+        summary = json.loads(failing.stdout)
+        assert summary["failed_by_reason"] == {"upstream_http_500": 1}
+        assert summary["items"][0]["reason"] == "upstream_http_500"
+
+        tolerated = await asyncio.to_thread(
+            run_cli,
+            "prewarm",
+            "--admin",
+            sc.admin_target,
+            "--file",
+            str(bad),
+            "--max-failures",
+            "1",
+        )
+        assert tolerated.returncode == 0, tolerated.stderr
+
+    malformed = tmp_path / "malformed.jsonl"
+    malformed.write_text('{"tenant": "acme"}\n{"tenant": 5, "nope": 1}\n')
+    usage = run_cli("prewarm", "--admin", "127.0.0.1:1", "--file", str(malformed))
+    assert usage.returncode == 2
+    assert "malformed.jsonl:2" in usage.stderr

@@ -1,0 +1,208 @@
+"""A stand-in for the pod's model server: OpenAI-compatible HTTP in its own process.
+
+    python -m tests.model_server --port P --model NAME --weights v1 [--delay-ms N] [--slow-s S]
+
+Answers are a deterministic function of (weights version, prompt): `answer_for`.
+Restart it with other `--weights` to play a pod whose model was upgraded.
+A prompt containing one of these markers changes the answer:
+    [[error]]        HTTP 500
+    [[slow]]         answer after --slow-s seconds (to trip a client deadline)
+    [[wrong-model]]  the response names another model
+GET /stats returns {"completions": N, "prompts": [...]}, counted when a request arrives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tests.redis_server import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def answer_for(weights: str, prompt: str) -> str:
+    """What the model with `weights` answers to `prompt`."""
+    digest = hashlib.sha256(f"{weights}\0{prompt}".encode()).hexdigest()[:16]
+    return f"[{weights}] answer {digest}"
+
+
+def chat_prompt(messages: list[dict[str, str]]) -> str:
+    """The prompt text a chat request stands for (what answer_for is given)."""
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def token_prompt(ids: list[int]) -> str:
+    """The prompt text a token-id prompt stands for."""
+    return "tokens:" + ",".join(str(i) for i in ids)
+
+
+class _State:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.lock = threading.Lock()
+        self.prompts: list[str] = []
+
+
+def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
+    args = state.args
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *a: Any) -> None:
+            pass
+
+        def _send(self, status: int, doc: Any) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                models = [{"id": m, "object": "model", "owned_by": "test"} for m in args.model]
+                self._send(200, {"object": "list", "data": models})
+            elif self.path == "/stats":
+                with state.lock:
+                    prompts = list(state.prompts)
+                self._send(200, {"completions": len(prompts), "prompts": prompts})
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            req = json.loads(self.rfile.read(length))
+            if self.path == "/v1/chat/completions":
+                prompt = chat_prompt(req["messages"])
+            elif self.path == "/v1/completions":
+                p = req["prompt"]
+                prompt = p if isinstance(p, str) else token_prompt(p)
+            else:
+                self._send(404, {"error": "not found"})
+                return
+            with state.lock:
+                state.prompts.append(prompt)
+            if args.delay_ms:
+                time.sleep(args.delay_ms / 1000)
+            if "[[error]]" in prompt:
+                self._send(500, {"error": {"message": "boom"}})
+                return
+            if "[[slow]]" in prompt:
+                time.sleep(args.slow_s)
+            model = "someone-else" if "[[wrong-model]]" in prompt else req["model"]
+            if req["model"] not in args.model:
+                self._send(404, {"error": {"message": f"model {req['model']} not served"}})
+                return
+            text = answer_for(args.weights, prompt)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+            if self.path == "/v1/chat/completions":
+                choice["message"] = {"role": "assistant", "content": text}
+                kind = "chat.completion"
+            else:
+                choice["text"] = text
+                kind = "text_completion"
+            usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 3}
+            usage["total_tokens"] = usage["prompt_tokens"] + 3
+            self._send(
+                200,
+                {
+                    "id": "cmpl-test",
+                    "object": kind,
+                    "created": 0,
+                    "model": model,
+                    "choices": [choice],
+                    "usage": usage,
+                },
+            )
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", action="append", required=True)
+    parser.add_argument("--weights", required=True)
+    parser.add_argument("--delay-ms", type=int, default=0)
+    parser.add_argument("--slow-s", type=float, default=5.0)
+    args = parser.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(_State(args)))
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+class ModelServerProcess:
+    """Starts, restarts and stops `python -m tests.model_server` on its own free port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.weights = ""
+
+    @property
+    def url(self) -> str:
+        """Base URL (what INFERCACHE_MODEL_SERVER_URL is set to)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(
+        self,
+        weights: str,
+        *,
+        models: tuple[str, ...] = ("tiny",),
+        delay_ms: int = 0,
+        slow_s: float = 5.0,
+    ) -> ModelServerProcess:
+        """Start (on the same port after a stop) and wait until /v1/models answers."""
+        self.stop()
+        self.weights = weights
+        args = [sys.executable, "-m", "tests.model_server", "--port", str(self.port)]
+        args += ["--weights", weights, "--delay-ms", str(delay_ms), "--slow-s", str(slow_s)]
+        for m in models:
+            args += ["--model", m]
+        self.proc = subprocess.Popen(
+            args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 20
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"model server exited with {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/v1/models", timeout=0.5):
+                    return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("model server did not start") from None
+                time.sleep(0.05)
+
+    def stats(self) -> dict[str, Any]:
+        """{"completions": N, "prompts": [...]} since this process started."""
+        with urllib.request.urlopen(self.url + "/stats", timeout=5) as resp:
+            stats: dict[str, Any] = json.loads(resp.read())
+            return stats
+
+    def stop(self) -> None:
+        """Terminate if running."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+if __name__ == "__main__":
+    main()

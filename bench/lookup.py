@@ -48,6 +48,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -101,17 +102,125 @@ def echo_server(port: int, uvloop: bool, profile_dir: Path | None) -> ServerProc
 
 
 def sidecar_server(
-    name: str, port: int, uvloop: bool, profile_dir: Path | None, *extra: str
+    name: str,
+    port: int,
+    uvloop: bool,
+    profile_dir: Path | None,
+    *extra: str,
+    env_extra: dict[str, str] | None = None,
 ) -> ServerProc:
     argv = [*_python(profile_dir, name), "-m", "sidecar.cli", "serve"]
     argv += ["--listen", f"127.0.0.1:{port}", "--log-level", "warning", "--grace-period-s", "1"]
     argv += ["--uvloop", "true" if uvloop else "false", *extra]
-    # Only the flags above configure it; stray INFERCACHE_* variables must not. The admin
-    # plane is off (set as a variable, which sidecars without that setting ignore) so
-    # that several sidecars can run side by side.
-    env = sidecar_env()
+    # Only the flags above configure it; stray INFERCACHE_* and OTEL_* variables must not.
+    # The admin plane and /metrics are off (set as variables, which sidecars without
+    # those settings ignore) so that several sidecars can run side by side; a telemetry
+    # scenario turns /metrics on with a flag.
+    env = {k: v for k, v in sidecar_env().items() if not k.startswith("OTEL_")}
     env["INFERCACHE_ADMIN_LISTEN"] = ""
+    env["INFERCACHE_METRICS_LISTEN"] = ""
+    env |= env_extra or {}
     return ServerProc(name, argv, (port,), env=env)
+
+
+# The telemetry scenarios' sidecars: /metrics on (scraped every SCRAPE_INTERVAL_S, as
+# Prometheus would, more often) and, for the traced ones, every span exported over
+# OTLP/gRPC to a sink process with the given OTEL_TRACES_SAMPLER.
+SCRAPE_INTERVAL_S = 5.0
+TELEMETRY_SIDECARS: dict[str, dict[str, str]] = {
+    "sidecar-metrics": {},
+    "sidecar-traced": {"OTEL_TRACES_SAMPLER": "parentbased_always_on"},
+    "sidecar-sampled": {
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.01",
+    },
+}
+
+
+def telemetry_sidecar(
+    name: str, port: int, metrics_port: int, sink_port: int, uvloop: bool, profile_dir: Path | None
+) -> ServerProc:
+    env = dict(TELEMETRY_SIDECARS[name])
+    if env:
+        env |= {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_METRICS_EXPORTER": "none",
+        }
+    flags = ("--metrics-listen", f"127.0.0.1:{metrics_port}")
+    proc = sidecar_server(name, port, uvloop, profile_dir, *flags, env_extra=env)
+    proc.ports = (port, metrics_port)
+    return proc
+
+
+def otlp_sink(port: int) -> ServerProc:
+    argv = [sys.executable, str(Path(__file__).resolve()), "_otlp_sink", "--port", str(port)]
+    return ServerProc("otlp-sink", argv, (port,))
+
+
+def _serve_otlp_sink(port: int) -> None:
+    """An OTLP/gRPC trace endpoint that accepts and drops every export (counts spans)."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import (
+        trace_service_pb2,
+        trace_service_pb2_grpc,
+    )
+
+    class Sink(trace_service_pb2_grpc.TraceServiceServicer):
+        spans = 0
+
+        def Export(self, request: Any, context: Any) -> Any:
+            for rs in request.resource_spans:
+                for ss in rs.scope_spans:
+                    Sink.spans += len(ss.spans)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Sink(), server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    print(f"otlp-sink: {Sink.spans} spans received", flush=True)
+    server.stop(0)
+
+
+class Scraper:
+    """Fetches /metrics of the telemetry sidecars every SCRAPE_INTERVAL_S (a thread)."""
+
+    def __init__(self, ports: Sequence[int]) -> None:
+        self.ports = list(ports)
+        self.scrapes = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        if self.ports:
+            self._thread.start()
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(SCRAPE_INTERVAL_S):
+            for port in self.ports:
+                try:
+                    with urllib.request.urlopen(
+                        f"http://127.0.0.1:{port}/metrics", timeout=5
+                    ) as resp:
+                        resp.read()
+                    self.scrapes += 1
+                except OSError:
+                    self.failures += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
 
 
 # --------------------------------------------------------------------------- echo server
@@ -540,6 +649,13 @@ SCENARIOS = (
     Scenario("batch32-hot", "sidecar-hot", "batch", 1, "echo-batch32"),
     Scenario("batch32-warm", "sidecar-warm", "batch", 2, "echo-batch32"),
     Scenario("redis-get", "redis", "redis_get", 0, None),
+    # Telemetry on vs off (issue 5): the same hot hits; the baseline "hot" has /metrics off
+    # and no tracer (its plain-Python counters and RPC histogram still run: they feed
+    # GetStats). metrics: /metrics on and scraped; traced: plus every span exported over
+    # OTLP; sampled: spans sampled at 1% (parentbased_traceidratio).
+    Scenario("hot-metrics", "sidecar-metrics", "lookup", 1, "hot"),
+    Scenario("hot-traced", "sidecar-traced", "lookup", 1, "hot"),
+    Scenario("hot-sampled", "sidecar-sampled", "lookup", 1, "hot"),
 )
 
 
@@ -577,6 +693,14 @@ class Results:
                 x, y = ra.ops_per_s, rb.ops_per_s
             out.append(x / y if y else float("nan"))
         return out
+
+    def median_ratio(self, a: str, b: str, c: int, *, cpu: bool = False) -> float:
+        """Median over rounds of a/b (both cells of a round ran back to back)."""
+        each = sorted(self.per_round(a, b, c, cpu=cpu))
+        if not each:
+            return float("nan")
+        mid = len(each) // 2
+        return each[mid] if len(each) % 2 else (each[mid - 1] + each[mid]) / 2
 
     def ratio(self, a: str, b: str, c: int, *, cpu: bool = False) -> float:
         """Best round of a against best round of b (RPC/s, or b's µs/RPC over a's)."""
@@ -627,6 +751,12 @@ RATIOS = (
     ("warm_vs_redis_get", "warm", "redis-get"),
     ("batch_warm_vs_echo", "batch32-warm", "echo-batch32"),
 )
+# (key, telemetry off, telemetry on): RPC/s off / on, so above 1 is what telemetry costs.
+TELEMETRY_RATIOS = (
+    ("telemetry_cost", "hot", "hot-traced"),
+    ("telemetry_cost_metrics", "hot", "hot-metrics"),
+    ("telemetry_cost_sampled", "hot", "hot-sampled"),
+)
 
 
 def summary_line(results: Results, c: int) -> str:
@@ -639,6 +769,10 @@ def summary_line(results: Results, c: int) -> str:
         pairs[key] = f"{results.ratio(a, b, c):.3f}"
     for key, a, b in RATIOS[:3]:
         pairs[key.replace("_vs_", "_cpu_vs_")] = f"{results.ratio(a, b, c, cpu=True):.3f}"
+    for key, a, b in TELEMETRY_RATIOS:
+        if results.cell(a, c) and results.cell(b, c):
+            pairs[key] = f"{results.median_ratio(a, b, c):.3f}"
+            pairs[key + "_cpu"] = f"{results.median_ratio(a, b, c, cpu=True):.3f}"
     pairs |= {
         "echo_rps": f"{rps('echo'):.0f}",
         "hot_rps": f"{rps('hot'):.0f}",
@@ -696,6 +830,23 @@ def run(args: argparse.Namespace) -> int:
                 sidecar_server("sidecar-warm", free_port(), args.uvloop, profile_dir, *warm_flags),
             )
 
+        if needed & set(TELEMETRY_SIDECARS):
+            sink_port = free_port()
+            if needed & {"sidecar-traced", "sidecar-sampled"}:
+                add("otlp-sink", otlp_sink(sink_port))
+            for name in TELEMETRY_SIDECARS:
+                if name in needed:
+                    add(
+                        name,
+                        telemetry_sidecar(
+                            name, free_port(), free_port(), sink_port, args.uvloop, profile_dir
+                        ),
+                    )
+                    clients.setup(servers[name].port, 1)
+        scraper = Scraper([servers[n].ports[1] for n in TELEMETRY_SIDECARS if n in servers])
+        stack.callback(scraper.stop)
+        scraper.start()
+
         redis_keys: list[bytes] = []
         if "sidecar-hot" in servers:
             clients.setup(servers["sidecar-hot"].port, 1)
@@ -741,6 +892,13 @@ def run(args: argparse.Namespace) -> int:
                 )
         for srv in servers.values():
             srv.check_alive()
+        scraper.stop()
+        if scraper.ports:
+            print(
+                f"# /metrics scraped {scraper.scrapes} times ({scraper.failures} failed) during"
+                " the run",
+                flush=True,
+            )
 
     print()
     print_table(results, concurrencies)
@@ -760,7 +918,7 @@ def run(args: argparse.Namespace) -> int:
         failed |= errors > 0.01 * total or not ops
     ratio_c = RATIO_CONCURRENCY if RATIO_CONCURRENCY in concurrencies else concurrencies[0]
     if args.rounds > 1:
-        for key, a, b in RATIOS:
+        for key, a, b in (*RATIOS, *TELEMETRY_RATIOS):
             each = " ".join(f"{x:.2f}" for x in results.per_round(a, b, ratio_c))
             if each:
                 print(f"# {key} per round at concurrency {ratio_c}: {each}")
@@ -776,6 +934,10 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_otlp_sink"]:  # internal: the OTLP trace sink process
+        die_with_parent()
+        _serve_otlp_sink(int(argv[argv.index("--port") + 1]))
+        return 0
     if argv[:1] == ["_echo"]:  # internal: the echo server process
         echo = argparse.ArgumentParser(prog="lookup.py _echo")
         echo.add_argument("--port", type=int, required=True)

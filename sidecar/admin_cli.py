@@ -1,8 +1,9 @@
-"""`infercache invalidate` and `infercache audit`: the admin plane for deploy pipelines.
+"""`infercache invalidate`, `audit` and `stats`: the admin plane for pipelines and operators.
 
     infercache invalidate --admin HOST:PORT [--tenant T] [--model-version M]
         [--adapter A] [--prompt-version P] [--all] --reason "..."
     infercache audit --admin HOST:PORT [--limit N] [--json]
+    infercache stats --admin HOST:PORT [--json] [--watch [SECONDS]]
 
 The bearer token comes from an environment variable (INFERCACHE_ADMIN_TOKEN by
 default, --token-env to pick another), never from the command line where `ps`
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,6 +83,24 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     audit.add_argument("--limit", type=int, default=50, help="most records to print")
     audit.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     audit.set_defaults(func=run_audit)
+
+    stats = subparsers.add_parser(
+        "stats",
+        help="per-model-version hits, misses, refusals and savings of one sidecar",
+        description="Print a sidecar's counters since start (GetStats), per model version.",
+    )
+    add_common(stats)
+    stats.add_argument("--json", action="store_true", help="one JSON document (a line per refresh)")
+    stats.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
+    stats.set_defaults(func=run_stats)
 
 
 def connect_admin(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]] | None:
@@ -204,3 +224,46 @@ def run_audit(args: argparse.Namespace) -> int:
     for row in (header, *rows):
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return EXIT_OK
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    """GetStats once (or every --watch seconds), as a table or JSON."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from sidecar.stats_view import stats_dict, stats_table
+
+    if args.watch is not None and args.watch <= 0:
+        print("infercache: --watch needs a positive number of seconds", file=sys.stderr)
+        return EXIT_USAGE
+    conn = connect_admin(args)
+    if conn is None:
+        return EXIT_USAGE
+    stub, metadata = conn
+
+    def fetch() -> PB2.GetStatsResponse:
+        resp: PB2.GetStatsResponse = stub.GetStats(
+            PB2.GetStatsRequest(), metadata=metadata, timeout=args.timeout
+        )
+        return resp
+
+    console = Console()
+    try:
+        resp = fetch()
+        if args.json:
+            print(json.dumps(stats_dict(resp)), flush=True)
+            while args.watch is not None:
+                time.sleep(args.watch)
+                print(json.dumps(stats_dict(fetch())), flush=True)
+            return EXIT_OK
+        if args.watch is None:
+            console.print(stats_table(resp, args.admin))
+            return EXIT_OK
+        with Live(stats_table(resp, args.admin), console=console, auto_refresh=False) as live:
+            while True:
+                time.sleep(args.watch)
+                live.update(stats_table(fetch(), args.admin), refresh=True)
+    except grpc.RpcError as exc:
+        return fail("stats", exc)
+    except KeyboardInterrupt:
+        return EXIT_OK

@@ -136,9 +136,9 @@ class LeasePolicy:
     max_wait_ms: int = 30_000
 
 
-# CacheStats.count_lookup's labels ("hit.hot", "miss", ...), precomputed per (outcome, tier).
-_LOOKUP_LABELS: dict[tuple[Outcome, TierName | None], str] = {
-    (o, t): f"{o.value}.{t.value}" if t else o.value for o in Outcome for t in (None, *TierName)
+# CacheStats.lookups' (outcome, tier) labels, precomputed per (outcome, tier).
+_LOOKUP_LABELS: dict[tuple[Outcome, TierName | None], tuple[str, str]] = {
+    (o, t): (o.value, t.value if t else "") for o in Outcome for t in (None, *TierName)
 }
 
 
@@ -190,12 +190,28 @@ class ResultCache:
             leased = await asyncio.gather(*(self._lease(queries[i], results[i]) for i in missed))
             for i, r in zip(missed, leased, strict=True):
                 results[i] = r
-        counts = self.stats.lookups
-        for r in results:
-            counts[_LOOKUP_LABELS[r.outcome, r.tier]] += 1
+        self._count(queries, results)
         if self.hits is not None:
             self.hits.observe(queries, results)
         return results
+
+    def _count(self, queries: Sequence[LookupQuery], results: list[LookupResult]) -> None:
+        """Per model version: outcome and tier, degraded answers, what hits saved."""
+        stats = self.stats
+        counts = stats.lookups
+        version = stats.version
+        for q, r in zip(queries, results, strict=True):
+            v = version(q.key.model_version)
+            outcome, tier = _LOOKUP_LABELS[r.outcome, r.tier]
+            counts[v, outcome, tier] += 1
+            if r.entry is not None:
+                cost = r.entry.cost
+                if cost.latency_ms or cost.prompt_tokens or cost.completion_tokens:
+                    stats.count_hit_saving(
+                        v, tier, cost.latency_ms, cost.prompt_tokens, cost.completion_tokens
+                    )
+            elif r.degraded:
+                stats.degraded[v] += 1
 
     async def _find(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
         """Hot then warm, without leases."""
@@ -213,7 +229,7 @@ class ResultCache:
                 pending.append(i)
             elif rules.is_dead(key.dims, entry.epoch):
                 self.hot.discard(key.digest)
-                self.stats.dead += 1
+                self.stats.count_dead(key.model_version)
                 pending.append(i)
             elif not confirmed:
                 # Not known to be current: let the warm read (which carries the
@@ -253,12 +269,12 @@ class ResultCache:
             try:
                 entry = entries.decode(value, q.key.material)
             except EntryRejected as exc:
-                self.stats.count_rejected(exc.reason)
+                self.stats.count_rejected(q.key.model_version, exc.reason)
                 log.warning("entry_rejected", reason=exc.reason, digest=q.key.digest.hex())
                 unwanted.append(q.key.digest)
                 continue
             if self.rules.is_dead(q.key.dims, entry.epoch):
-                self.stats.dead += 1
+                self.stats.count_dead(q.key.model_version)
                 unwanted.append(q.key.digest)
                 continue
             if entry.expires_at_ms <= now:
@@ -294,6 +310,8 @@ class ResultCache:
     async def _lease(self, q: LookupQuery, miss: LookupResult) -> LookupResult:
         """Attach a lease to a MISS; with wait_ms, wait for another holder's result first."""
         lease, token = self._issue(q.key.digest)
+        mv = q.key.model_version
+        self.stats.count_lease(mv, "issued")
         if miss.degraded:
             # The store just failed us; don't pay a second deadline for the holder key.
             return _with_lease(miss, token, holder=False)
@@ -303,6 +321,7 @@ class ResultCache:
             return _with_lease(miss, token, holder=True)
         if q.wait_ms <= 0:
             return _with_lease(miss, token, holder=False)
+        self.stats.count_lease(mv, "waited")
         deadline = time.monotonic() + min(q.wait_ms, self.leases.max_wait_ms) / 1000
         pause = 0.005
         while time.monotonic() < deadline:
@@ -310,10 +329,12 @@ class ResultCache:
             pause = min(pause * 1.5, 0.05)
             found = (await self._find([q]))[0]
             if found.outcome is Outcome.HIT:
+                self.stats.count_lease(mv, "wait_hit")
                 return found
             lease, token = self._issue(q.key.digest)
             if await self._try_hold(lease):
                 return await self._as_holder(q, lease, token)
+        self.stats.count_lease(mv, "wait_timeout")
         return _with_lease(miss, token, holder=False)
 
     async def _as_holder(self, q: LookupQuery, lease: Lease, token: bytes) -> LookupResult:
@@ -357,7 +378,7 @@ class ResultCache:
             )
         effective = self.ttl.effective(key.tenant, ttl_s)
         if self.rules.is_dead(key.dims, epoch):
-            self.stats.stale_stores += 1
+            self.stats.count_store(key.model_version, "refused", "stale_lease")
             await self._release(lease)
             return StoreResult(StoreStatus.STALE_LEASE, key.digest, effective)
         entry = Entry(
@@ -374,12 +395,13 @@ class ResultCache:
             )
         except TierUnavailable as exc:
             self.stats.warm_write_failures += 1
+            self.stats.count_store(key.model_version, "failed", "warm_write")
             log.warning("warm_write_failed", tier=self.warm.name, error=str(exc))
             # A stale hot copy must not outlive a failed overwrite.
             self.hot.discard(key.digest)
             return StoreResult(StoreStatus.WRITE_FAILED, key.digest, effective)
         self.hot.put(key.digest, entry)
-        self.stats.stores += 1
+        self.stats.count_store(key.model_version, "stored")
         await self._release(lease)
         return StoreResult(StoreStatus.STORED, key.digest, effective)
 

@@ -53,7 +53,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     from sidecar.logs import configure_logging
     from sidecar.server import serve
 
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_format)
     try:
         if config.uvloop:
             import uvloop
@@ -62,6 +62,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         return asyncio.run(serve(config))
     except FingerprintError as exc:
         print(f"infercache: cannot fingerprint the model: {exc}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:
+        print(f"infercache: configuration error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"infercache: {exc}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ENV_PREFIX = "INFERCACHE_"
@@ -143,6 +143,20 @@ def _log_level(text: str) -> str:
     if level not in ("debug", "info", "warning", "error"):
         raise ValueError(f"expected debug, info, warning or error, got {text!r}")
     return level
+
+
+def _optional_hostport(text: str) -> str:
+    addr = text.strip()
+    if addr and not re.fullmatch(r"(\[[0-9a-fA-F:]+\]|[\w.-]+):\d+", addr):
+        raise ValueError(f"expected HOST:PORT (or empty to disable), got {text!r}")
+    return addr
+
+
+def _log_format(text: str) -> str:
+    fmt = text.strip().lower()
+    if fmt not in ("auto", "json", "console"):
+        raise ValueError(f"expected auto, json or console, got {text!r}")
+    return fmt
 
 
 def _optional_str(text: str) -> str | None:
@@ -336,6 +350,30 @@ SETTINGS: tuple[Setting, ...] = (
         "Recorded requests and hit counts expire this long after their last sampled hit",
     ),
     Setting("log_level", _log_level, "info", "debug, info, warning or error"),
+    Setting(
+        "log_format",
+        _log_format,
+        "auto",
+        "json, console, or auto (console on a terminal, JSON lines otherwise)",
+    ),
+    Setting(
+        "metrics_listen",
+        _optional_hostport,
+        "127.0.0.1:9464",
+        "Prometheus scrape endpoint HOST:PORT (serves /metrics); empty disables it",
+    ),
+    Setting(
+        "metrics_max_model_versions",
+        _positive_int,
+        "32",
+        "Model versions that get their own metric label; later ones count as _other",
+    ),
+    Setting(
+        "telemetry_tenants_in_clear",
+        _bool,
+        "false",
+        "Put tenant names in span attributes in clear (default: a SHA-256 prefix)",
+    ),
     Setting("uvloop", _bool, "true", "Run the event loop on uvloop"),
 )
 
@@ -386,7 +424,13 @@ class Config:
     hit_record_max_per_version: int
     hit_record_ttl_s: int
     log_level: str
+    log_format: str
+    metrics_listen: str
+    metrics_max_model_versions: int
+    telemetry_tenants_in_clear: bool
     uvloop: bool
+    otel_env: Mapping[str, str] = field(default_factory=dict)
+    """The standard OTEL_* variables (not settings of ours; see sidecar/telemetry.py)."""
 
 
 def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> Config:
@@ -414,6 +458,7 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
         values["fingerprint_cache_file"] = str(default_cache_file(environ))
     if values["lease_secret"] and len(values["lease_secret"]) < 16:
         raise ConfigError("INFERCACHE_LEASE_SECRET: must be at least 16 characters")
+    values["otel_env"] = {k: v for k, v in environ.items() if k.startswith("OTEL_")}
     config = Config(**values)
     _check_consistency(config)
     return config

@@ -1,27 +1,118 @@
-"""structlog set-up: JSON lines on stderr. Callers log digests and dimensions, never prompt text."""
+"""structlog set-up: JSON lines in production, a console renderer on a terminal.
+
+Request context (the RPC, the key's digest prefix and model version) rides on
+two context variables that the api layer sets per RPC (each gRPC call runs in
+its own task, so they never leak between calls); a processor adds them to the
+events logged while the RPC runs. Setting a context variable costs ~0.1 us,
+binding structlog contextvars ~1 us per field, and most RPCs log nothing: the
+fields are built only when something is logged.
+
+Callers log digests and dimensions, never prompt text; `drop_prompt_fields`
+removes any field whose name says it could hold some (text, prompt, messages,
+payload, ...) and any bytes value, whoever logged it.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+if TYPE_CHECKING:
+    from sidecar.keys import CacheKey
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 _LEVELS["error"] = logging.ERROR
 
+REQUEST_RPC: ContextVar[str] = ContextVar("infercache_rpc", default="")
+"""The RPC being served by the current task ("" outside RPCs)."""
+REQUEST_KEY: ContextVar[CacheKey | None] = ContextVar("infercache_key", default=None)
+"""The validated key of the current RPC (the first of a batch), once built."""
 
-def configure_logging(level: str) -> None:
-    """Install the JSON renderer; called once by the entry point."""
+DIGEST_PREFIX_HEX = 16
+# Field names that could carry prompt or answer text; matched case-insensitively.
+PROMPT_FIELDS = frozenset(
+    {
+        "text",
+        "prompt",
+        "prompts",
+        "messages",
+        "message_text",
+        "chat",
+        "content",
+        "input",
+        "inputs",
+        "payload",
+        "completion",
+        "answer",
+        "output",
+        "body",
+        "request",
+        "response",
+        "material",
+        "key_material",
+        "chunks",
+    }
+)
+
+
+def add_request_context(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+    """Add rpc, model_version and key_digest (prefix) of the RPC being served, if any."""
+    rpc = REQUEST_RPC.get()
+    if rpc:
+        event.setdefault("rpc", rpc)
+    key = REQUEST_KEY.get()
+    if key is not None:
+        event.setdefault("model_version", key.model_version)
+        event.setdefault("key_digest", key.digest.hex()[:DIGEST_PREFIX_HEX])
+    return event
+
+
+def drop_prompt_fields(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+    """Remove fields that could hold prompt or answer text (by name), and bytes values."""
+    for name in [
+        k
+        for k, v in event.items()
+        if k.lower() in PROMPT_FIELDS or isinstance(v, bytes | bytearray)
+    ]:
+        del event[name]
+    return event
+
+
+def processors(renderer: Processor, *, json: bool = True) -> list[Processor]:
+    """The processor chain, ending in `renderer` (exposed for tests)."""
+    chain: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        add_request_context,
+        drop_prompt_fields,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if json:
+        # The console renderer formats exceptions itself (and warns if this ran first).
+        chain.append(structlog.processors.format_exc_info)
+    return [*chain, renderer]
+
+
+def configure_logging(level: str, fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Install the processors and renderer; called once by the entry point.
+
+    fmt: "json", "console", or "auto" (console when `stream` is a terminal).
+    """
+    out = stream or sys.stderr
+    console = fmt == "console" or (fmt == "auto" and out.isatty())
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer(colors=out.isatty())
+        if console
+        else structlog.processors.JSONRenderer()
+    )
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=processors(renderer, json=not console),
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=True,
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import grpc
 import structlog
@@ -13,7 +14,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2, cache_pb2_grpc
 
+from sidecar.api import admin as admin_api
+from sidecar.api import servicer as cache_api
 from sidecar.api.admin import AdminServicer
+from sidecar.api.observe import RpcObserver
 from sidecar.api.servicer import CacheServicer
 from sidecar.auth import AdminAuth
 from sidecar.cache import LeasePolicy, ResultCache, TtlPolicy
@@ -29,16 +33,20 @@ from sidecar.invalidation.leases import LeaseSigner
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
+from sidecar.metrics import RpcDurationCollector, register_metrics
 from sidecar.pod import PodIdentity
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HitStore
 from sidecar.prewarm.hits_redis import RedisHitStore
 from sidecar.prewarm.openai import PayloadFormat
 from sidecar.prewarm.runner import Prewarmer, PrewarmSettings
 from sidecar.prewarm.upstream import HttpModelServer, ModelServer
+from sidecar.stats import CacheStats, RpcStats
+from sidecar.telemetry import Telemetry, TelemetrySetup, configure_telemetry
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
 from sidecar.tiers.redis import RedisWarmTier
+from sidecar.usage import TierUsageMonitor
 
 log = structlog.get_logger("infercache.server")
 
@@ -117,6 +125,7 @@ def build_cache(
             unleased_window_s=config.unleased_window_s,
             max_wait_ms=config.max_wait_ms,
         ),
+        stats=CacheStats(config.metrics_max_model_versions),
     )
 
 
@@ -178,6 +187,14 @@ class RunningServer:
     tasks: list[asyncio.Task[None]]
     ports: list[int]
     admin_ports: list[int]
+    rpc_stats: RpcStats = field(default_factory=RpcStats)
+    telemetry: TelemetrySetup | None = None
+    """Set when start_server configured telemetry itself (then stop shuts it down)."""
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The bound port of /metrics, when start_server serves it."""
+        return self.telemetry.metrics_port if self.telemetry else None
 
     async def stop(self, grace_s: float) -> None:
         """NOT_SERVING, leave the fleet, drain in-flight RPCs within grace_s, close stores."""
@@ -203,6 +220,9 @@ class RunningServer:
             await self.cache.hits.drain()
         await self.stores.control.close()
         await self.stores.warm.close()
+        if self.telemetry is not None:
+            # Exporters flush on shutdown (blocking I/O): off the event loop.
+            await asyncio.to_thread(self.telemetry.shutdown)
 
 
 def _grpc_server(max_message: int) -> grpc.aio.Server:
@@ -225,9 +245,40 @@ def _listen(server: grpc.aio.Server, addresses: tuple[str, ...]) -> list[int]:
     return ports
 
 
-async def start_server(config: Config, pod: PodIdentity | None = None) -> RunningServer:
-    """Build and start the data plane (and the admin plane, if configured)."""
+async def start_server(
+    config: Config, pod: PodIdentity | None = None, telemetry: Telemetry | None = None
+) -> RunningServer:
+    """Build and start the data plane (and the admin plane, if configured).
+
+    Without `telemetry`, providers and exporters are configured here from the config
+    (OTEL_* variables, /metrics on INFERCACHE_METRICS_LISTEN) and shut down by stop();
+    with it (tests), the caller's providers are used and the caller owns them.
+    """
+    started = time.monotonic()
     pod = pod or PodIdentity()
+    setup: TelemetrySetup | None = None
+    if telemetry is None:
+        setup = configure_telemetry(
+            config.otel_env,
+            metrics_listen=config.metrics_listen,
+            tenants_in_clear=config.telemetry_tenants_in_clear,
+        )
+        telemetry = setup.telemetry
+    try:
+        return await _start(config, pod, telemetry, setup, started)
+    except BaseException:
+        if setup is not None:
+            setup.shutdown()
+        raise
+
+
+async def _start(
+    config: Config,
+    pod: PodIdentity,
+    telemetry: Telemetry,
+    setup: TelemetrySetup | None,
+    started: float,
+) -> RunningServer:
     stores = build_stores(config)
     rules = RuleSet()
     freshness = Freshness(stores.control, rules, bound_s=config.freshness_bound_ms / 1000)
@@ -241,9 +292,21 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
     if config.hit_sample_rate > 0:
         cache.hits = HitRecorder(hits, retain_inputs_standin, sample_rate=config.hit_sample_rate)
 
+    rpc_stats = RpcStats()
+    usage = TierUsageMonitor(cache.hot, stores.warm)
+    register_metrics(telemetry.meter, cache.stats, usage.current)
+    if setup is not None and setup.registry is not None:
+        setup.registry.register(RpcDurationCollector(rpc_stats))
+
     server = _grpc_server(config.max_payload_bytes + _MESSAGE_HEADROOM)
     limits = KeyLimits(max_input_bytes=config.max_input_bytes)
-    servicer = CacheServicer(cache, limits=limits, max_batch=config.max_batch, pod=pod)
+    servicer = CacheServicer(
+        cache,
+        limits=limits,
+        max_batch=config.max_batch,
+        pod=pod,
+        observer=RpcObserver(cache_api.SERVICE, telemetry, rpc_stats),
+    )
     cache_pb2_grpc.add_CacheServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -262,11 +325,18 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
         admin_server = _grpc_server(
             max(_MESSAGE_HEADROOM, config.prewarm_max_message_bytes + _MESSAGE_HEADROOM)
         )
-        invalidator = Invalidator(stores.control, freshness, stores.warm)
+        invalidator = Invalidator(stores.control, freshness, stores.warm, cache.stats)
         prewarmer = build_prewarmer(config, cache, pod, limits, hits)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(invalidator, auth, cache.stats, prewarmer), admin_server
+        admin_servicer = AdminServicer(
+            invalidator,
+            auth,
+            cache.stats,
+            prewarmer,
+            tiers=usage.current,
+            observer=RpcObserver(admin_api.SERVICE, telemetry, rpc_stats),
+            started=started,
         )
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(admin_servicer, admin_server)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, admin_server)
         reflection.enable_server_reflection(
             (ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), admin_server
@@ -287,6 +357,7 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
     tasks = [
         asyncio.create_task(freshness.run_refresh_loop()),
         asyncio.create_task(reclaimer.run_forever()),
+        asyncio.create_task(usage.run()),
     ]
     if stores.control.shared:
         tasks.append(asyncio.create_task(freshness.run_listener()))
@@ -297,12 +368,24 @@ async def start_server(config: Config, pod: PodIdentity | None = None) -> Runnin
         listen=list(config.listen),
         ports=ports,
         admin_ports=admin_ports,
+        metrics_port=setup.metrics_port if setup else None,
+        tracing=telemetry.tracing,
         warm_tier=stores.warm.name,
         member_id=freshness.member_id,
         model_version=pod.model_version or None,
     )
     return RunningServer(
-        server, admin_server, health_servicer, cache, stores, freshness, tasks, ports, admin_ports
+        server,
+        admin_server,
+        health_servicer,
+        cache,
+        stores,
+        freshness,
+        tasks,
+        ports,
+        admin_ports,
+        rpc_stats,
+        setup,
     )
 
 

@@ -62,10 +62,11 @@ def key(
 
 
 def config_overrides(redis_url: str | None, **settings: Any) -> dict[str, str]:
-    """Settings for a test sidecar: kernel-picked ports, admin tokens, no uvloop."""
+    """Settings for a test sidecar: kernel-picked ports, admin tokens, no uvloop, no /metrics."""
     base: dict[str, Any] = {
         "listen": "127.0.0.1:0",
         "admin_listen": "127.0.0.1:0",
+        "metrics_listen": "",
         "admin_tokens": TOKENS_SETTING,
         "lease_secret": LEASE_SECRET,
         "uvloop": "false",
@@ -158,9 +159,20 @@ def cli_env(token_name: str | None = "deployer") -> dict[str, str]:
 class SidecarProcess:
     """`python -m sidecar.cli serve` in a subprocess, on free ports."""
 
-    def __init__(self, redis_url: str, **settings: Any) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        metrics: bool = False,
+        **settings: Any,
+    ) -> None:
+        """`env`: extra environment (OTEL_*); `metrics`: serve /metrics on `metrics_port`."""
         self.port = free_port()
         self.admin_port = free_port()
+        self.metrics_port = free_port() if metrics else None
+        if self.metrics_port is not None:
+            settings["metrics_listen"] = f"127.0.0.1:{self.metrics_port}"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the process)
         overrides = config_overrides(
             redis_url,
@@ -175,7 +187,7 @@ class SidecarProcess:
         self.proc = subprocess.Popen(
             args,
             cwd=REPO,
-            env=cli_env(None),
+            env=cli_env(None) | dict(env or {}),
             stdout=subprocess.DEVNULL,
             # A file, not a pipe: a chatty sidecar must never block on a full pipe.
             stderr=self._log,

@@ -16,11 +16,17 @@ from sidecar.api.convert import (
     lookup_result_to_pb,
     store_result_to_pb,
 )
+from sidecar.api.observe import CacheDescriber, RpcObserver
 from sidecar.api.status import abort_for
 from sidecar.cache import LookupQuery, ResultCache
 from sidecar.errors import InfercacheError, InvalidArgument
 from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits, KeyRequest, build_key
+from sidecar.logs import REQUEST_KEY
 from sidecar.pod import PodIdentity
+from sidecar.stats import RpcStats
+from sidecar.telemetry import Telemetry
+
+SERVICE = PB2.DESCRIPTOR.services_by_name["CacheService"].full_name
 
 # A hot hit spends most of its Python time canonicalising the key; repeated
 # requests skip that. 8192 x 4 KiB bounds the memo at ~32 MiB of key bytes.
@@ -38,12 +44,15 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         limits: KeyLimits,
         max_batch: int,
         pod: PodIdentity | None = None,
+        observer: RpcObserver | None = None,
     ) -> None:
         self._cache = cache
         self._limits = limits
         self._max_batch = max_batch
         self._pod = pod or PodIdentity()
         self._built: dict[bytes, tuple[CacheKey, KeyRequest]] = {}
+        self._observe = observer or RpcObserver(SERVICE, Telemetry(), RpcStats())
+        self._describe = CacheDescriber(self._key, self._observe.tenant)
 
     def _key(self, key: PB2.CacheKey) -> CacheKey:
         return self._key_and_source(key)[0]
@@ -75,8 +84,16 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
     async def Lookup(
         self, request: PB2.LookupRequest, context: grpc.aio.ServicerContext
     ) -> PB2.LookupResponse:
+        return await self._observe.run(
+            "Lookup", request, context, self._lookup, self._describe.lookup
+        )
+
+    async def _lookup(
+        self, request: PB2.LookupRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.LookupResponse:
         try:
             key, source = self._key_and_source(request.key)
+            REQUEST_KEY.set(key)
             result = await self._cache.lookup(
                 LookupQuery(key, request.max_age_seconds, request.wait_ms, source)
             )
@@ -85,6 +102,13 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         return lookup_result_to_pb(result)
 
     async def LookupBatch(
+        self, request: PB2.LookupBatchRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.LookupBatchResponse:
+        return await self._observe.run(
+            "LookupBatch", request, context, self._lookup_batch, self._describe.lookup_batch
+        )
+
+    async def _lookup_batch(
         self, request: PB2.LookupBatchRequest, context: grpc.aio.ServicerContext
     ) -> PB2.LookupBatchResponse:
         try:
@@ -102,6 +126,8 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
                     append(LookupQuery(k, r.max_age_seconds, r.wait_ms, source))
                 except InvalidArgument as exc:
                     raise InvalidArgument(f"requests[{i}].{exc.field}", exc.problem) from exc
+            if queries:
+                REQUEST_KEY.set(queries[0].key)
             results = await self._cache.lookup_many(queries)
         except InfercacheError as exc:
             await abort_for(context, "LookupBatch", exc)
@@ -110,8 +136,14 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
     async def Store(
         self, request: PB2.StoreRequest, context: grpc.aio.ServicerContext
     ) -> PB2.StoreResponse:
+        return await self._observe.run("Store", request, context, self._store, self._describe.store)
+
+    async def _store(
+        self, request: PB2.StoreRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.StoreResponse:
         try:
             key = self._key(request.key)
+            REQUEST_KEY.set(key)
             self._pod.check_store(key.model_version)
             result = await self._cache.store(
                 key,
@@ -125,6 +157,11 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         return store_result_to_pb(result)
 
     async def GetServerInfo(
+        self, request: PB2.GetServerInfoRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.GetServerInfoResponse:
+        return await self._observe.run("GetServerInfo", request, context, self._server_info)
+
+    async def _server_info(
         self, request: PB2.GetServerInfoRequest, context: grpc.aio.ServicerContext
     ) -> PB2.GetServerInfoResponse:
         return PB2.GetServerInfoResponse(

@@ -14,6 +14,7 @@ from sidecar.errors import InvalidArgument, TierUnavailable, Unavailable
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import Rule, Selector
 from sidecar.keys import dims_from_material
+from sidecar.stats import CacheStats
 from sidecar.tiers.base import WarmTier
 
 log = structlog.get_logger("infercache.invalidation")
@@ -26,10 +27,17 @@ _SAMPLE_PAGES = 8
 class Invalidator:
     """Admin-side invalidation: O(1) in the number of entries (one script + a barrier)."""
 
-    def __init__(self, control: ControlStore, freshness: Freshness, warm: WarmTier) -> None:
+    def __init__(
+        self,
+        control: ControlStore,
+        freshness: Freshness,
+        warm: WarmTier,
+        stats: CacheStats | None = None,
+    ) -> None:
         self.control = control
         self.freshness = freshness
         self.warm = warm
+        self.stats = stats or CacheStats()
         # Every live member refreshes at least every bound/3 and is dropped by the
         # store after `bound`; past this deadline something is wrong, say so.
         self.barrier_timeout_s = 2 * freshness.bound_s + 1.0
@@ -52,6 +60,7 @@ class Invalidator:
         except TierUnavailable as exc:
             raise Unavailable(f"store unreachable, nothing was invalidated: {exc}") from exc
         self.freshness.rules.add(Rule(record.epoch, selector, record.time_ms))
+        self.stats.count_invalidation(selector.model_version or "")
         log.info(
             "invalidated",
             epoch=record.epoch,

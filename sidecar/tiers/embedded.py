@@ -37,6 +37,11 @@ class EmbeddedWarmTier:
     def __len__(self) -> int:
         return len(self._lru)
 
+    @property
+    def nbytes(self) -> int:
+        """Accounted bytes held."""
+        return self._lru.nbytes
+
     async def get_many(self, digests: Sequence[KeyDigest]) -> list[bytes | None]:
         """Values in order; expired values are dropped on sight."""
         now = self._clock_ms()

@@ -41,7 +41,7 @@ class Served:
         self.stderr_path = tmp / "serve.stderr"
         self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
-            [str(INFERCACHE), "serve", "--admin-listen", "", *flags],
+            [str(INFERCACHE), "serve", "--admin-listen", "", "--metrics-listen", "", *flags],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,

@@ -49,12 +49,18 @@ async def start_sidecar() -> AsyncIterator[StartSidecar]:
     """Factory: start_sidecar(setting=value, ...) starts a sidecar; all stop after the test.
 
     Settings are Config field names with text values, as `infercache serve` flags take them.
-    The admin plane is off unless asked for, so tests never collide on its default port.
+    The admin plane and /metrics are off unless asked for, so tests never collide on
+    their default ports.
     """
     async with AsyncExitStack() as stack:
 
         async def start(**settings: str) -> Sidecar:
-            overrides = {"listen": "127.0.0.1:0", "admin_listen": "", "uvloop": "false"}
+            overrides = {
+                "listen": "127.0.0.1:0",
+                "admin_listen": "",
+                "metrics_listen": "",
+                "uvloop": "false",
+            }
             config = load_config({}, overrides | settings)
             running = await start_server(config)
             stack.push_async_callback(running.stop, 0)

@@ -147,7 +147,7 @@ async def test_oversized_payload_is_refused_and_not_stored(sidecar: Sidecar) -> 
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "payload" in (err.value.details() or "")
     assert (await sidecar.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_MISS
-    assert sidecar.stats.stores == 0
+    assert sidecar.stats.total("stores", result="stored") == 0
     at_limit = await sidecar.client.store(k, b"x" * 1024, lease=miss.lease)
     assert at_limit.outcome == pb.STORE_OUTCOME_STORED
 

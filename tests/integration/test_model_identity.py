@@ -28,7 +28,12 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 async def _client(**settings: str) -> AsyncIterator[AsyncCacheClient]:
-    overrides = {"listen": "127.0.0.1:0", "admin_listen": "", "uvloop": "false"}
+    overrides = {
+        "listen": "127.0.0.1:0",
+        "admin_listen": "",
+        "metrics_listen": "",
+        "uvloop": "false",
+    }
     config = load_config({}, overrides | settings)
     running = await start_server(config, await identify_pod(config))
     client = AsyncCacheClient(f"127.0.0.1:{running.ports[0]}")

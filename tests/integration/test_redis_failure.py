@@ -160,4 +160,4 @@ async def test_frozen_redis_gives_misses_within_the_deadline(
 
     # Redis kept its data while frozen: the original entry must hit again, unharmed.
     await wait_for_hit(sidecar, k, b"cached", restore=False)
-    assert sidecar.stats.rejected.total() == 0
+    assert sidecar.stats.total("rejected") == 0

@@ -60,13 +60,13 @@ async def wait_deleted(raw: redis.Redis, rkey: bytes, timeout_s: float = 3.0) ->
 
 
 async def assert_rejected_miss(sidecar: Sidecar, text: str, reason: str, payload: bytes) -> None:
-    before = sidecar.stats.rejected[reason]
+    before = sidecar.stats.total("rejected", reason=reason)
     resp = await sidecar.client.lookup(key(text))
     assert resp.outcome == pb.LOOKUP_OUTCOME_MISS
     assert resp.payload == b""
     assert payload not in resp.SerializeToString()
     assert not resp.degraded
-    assert sidecar.stats.rejected[reason] == before + 1
+    assert sidecar.stats.total("rejected", reason=reason) == before + 1
 
 
 async def test_hit_before_tampering(sidecar: Sidecar, raw: redis.Redis) -> None:

@@ -43,7 +43,7 @@ async def test_store_after_invalidate_is_stale(store_url: str | None) -> None:
         after = await s.client.lookup(k)
         assert after.outcome == pb.LOOKUP_OUTCOME_MISS
         assert after.payload == b""
-        assert s.running.cache.stats.stale_stores == 1
+        assert s.running.cache.stats.total("stores", reason="stale_lease") == 1
 
 
 async def test_fresh_lease_after_invalidate_stores(store_url: str | None) -> None:

@@ -146,7 +146,7 @@ async def test_store_then_lookup_is_a_hot_hit(cache: ResultCache, clock: Clock) 
     assert hit.entry.payload == b"answer"
     assert hit.entry.cost == ComputeCost(900, 10, 5)
     assert hit.digest == k.digest
-    assert cache.stats.lookups["hit.hot"] == 1
+    assert cache.stats.total("lookups", outcome="hit", tier="hot") == 1
 
 
 async def test_hot_hit_does_not_touch_the_warm_tier(
@@ -173,8 +173,8 @@ async def test_warm_hit_is_promoted_to_hot(
     assert first.entry.payload == b"answer"
     second = await lookup(other_pod, k)
     assert (second.outcome, second.tier) == (Outcome.HIT, TierName.HOT)
-    assert other_pod.stats.lookups["hit.warm"] == 1
-    assert other_pod.stats.lookups["hit.hot"] == 1
+    assert other_pod.stats.total("lookups", outcome="hit", tier="warm") == 1
+    assert other_pod.stats.total("lookups", outcome="hit", tier="hot") == 1
 
 
 async def test_hot_tier_disabled_still_hits_warm(warm: FlakyWarmTier, clock: Clock) -> None:
@@ -246,7 +246,7 @@ async def test_store_with_failing_warm_tier_stores_nothing(
     assert result.status is StoreStatus.WRITE_FAILED
     assert len(cache.hot) == 0
     assert cache.stats.warm_write_failures == 1
-    assert cache.stats.stores == 0
+    assert cache.stats.total("stores", result="stored") == 0
     warm.down = False
     assert (await lookup(cache, k)).outcome is Outcome.MISS
 
@@ -321,7 +321,7 @@ async def test_corrupted_warm_value_is_a_counted_miss_and_deleted(
     await _plant(warm, k, bytes(damaged))
     result = await lookup(cache, k)
     assert (result.outcome, result.entry, result.degraded) == (Outcome.MISS, None, False)
-    assert cache.stats.rejected["corrupt"] == 1
+    assert cache.stats.total("rejected", reason="corrupt") == 1
     assert len(cache.hot) == 0
     await cache.drain()
     assert await warm.inner.get_many([k.digest]) == [None]
@@ -335,7 +335,7 @@ async def test_foreign_warm_value_is_a_counted_miss_and_deleted(
     await _plant(warm, k, _valid_value(other, b"not yours"))
     result = await lookup(cache, k)
     assert (result.outcome, result.entry) == (Outcome.MISS, None)
-    assert cache.stats.rejected["foreign"] == 1
+    assert cache.stats.total("rejected", reason="foreign") == 1
     await cache.drain()
     assert await warm.inner.get_many([k.digest]) == [None]
 

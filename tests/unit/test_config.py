@@ -18,8 +18,17 @@ BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def test_settings_match_the_config_fields() -> None:
-    """SETTINGS declares exactly the Config fields, in the same order."""
-    assert [s.name for s in SETTINGS] == [f.name for f in dataclasses.fields(Config)]
+    """SETTINGS declares exactly the Config fields, in the same order (plus the collected
+    OTEL_* variables, which are OpenTelemetry's, not settings of ours)."""
+    fields = [f.name for f in dataclasses.fields(Config)]
+    assert fields[-1] == "otel_env"
+    assert [s.name for s in SETTINGS] == fields[:-1]
+
+
+def test_otel_variables_are_collected_for_telemetry() -> None:
+    """load_config keeps the OTEL_* variables (and only those) for the telemetry set-up."""
+    config = load_config({"OTEL_TRACES_SAMPLER": "always_off", "OTHER": "x"})
+    assert dict(config.otel_env) == {"OTEL_TRACES_SAMPLER": "always_off"}
 
 
 def test_every_setting_has_a_prefixed_variable_and_a_flag() -> None:

@@ -99,8 +99,15 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("counters", "epoch", "confirmed", "member_id")
+    __slots__ = ("counters", "epoch", "confirmed", "member_id", "versions", "tiers", "uptime_seconds", "global_counters")
     class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class GlobalCountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -111,11 +118,101 @@ class GetStatsResponse(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONFIRMED_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    TIERS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     counters: _containers.ScalarMap[str, int]
     epoch: int
     confirmed: bool
     member_id: str
-    def __init__(self, counters: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ..., confirmed: _Optional[bool] = ..., member_id: _Optional[str] = ...) -> None: ...
+    versions: _containers.RepeatedCompositeFieldContainer[VersionStats]
+    tiers: _containers.RepeatedCompositeFieldContainer[TierUsage]
+    uptime_seconds: float
+    global_counters: _containers.ScalarMap[str, int]
+    def __init__(self, counters: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ..., confirmed: _Optional[bool] = ..., member_id: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[VersionStats, _Mapping]]] = ..., tiers: _Optional[_Iterable[_Union[TierUsage, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., global_counters: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class VersionStats(_message.Message):
+    __slots__ = ("model_version", "lookups", "stores", "rejected", "bypasses", "leases", "downstream", "degraded", "dead", "invalidations", "saved_latency_ms", "saved_prompt_tokens", "saved_completion_tokens")
+    class LookupsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class StoresEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class RejectedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class BypassesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class LeasesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class DownstreamEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LOOKUPS_FIELD_NUMBER: _ClassVar[int]
+    STORES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    BYPASSES_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    DOWNSTREAM_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_FIELD_NUMBER: _ClassVar[int]
+    INVALIDATIONS_FIELD_NUMBER: _ClassVar[int]
+    SAVED_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    SAVED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SAVED_COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model_version: str
+    lookups: _containers.ScalarMap[str, int]
+    stores: _containers.ScalarMap[str, int]
+    rejected: _containers.ScalarMap[str, int]
+    bypasses: _containers.ScalarMap[str, int]
+    leases: _containers.ScalarMap[str, int]
+    downstream: _containers.ScalarMap[str, int]
+    degraded: int
+    dead: int
+    invalidations: int
+    saved_latency_ms: int
+    saved_prompt_tokens: int
+    saved_completion_tokens: int
+    def __init__(self, model_version: _Optional[str] = ..., lookups: _Optional[_Mapping[str, int]] = ..., stores: _Optional[_Mapping[str, int]] = ..., rejected: _Optional[_Mapping[str, int]] = ..., bypasses: _Optional[_Mapping[str, int]] = ..., leases: _Optional[_Mapping[str, int]] = ..., downstream: _Optional[_Mapping[str, int]] = ..., degraded: _Optional[int] = ..., dead: _Optional[int] = ..., invalidations: _Optional[int] = ..., saved_latency_ms: _Optional[int] = ..., saved_prompt_tokens: _Optional[int] = ..., saved_completion_tokens: _Optional[int] = ...) -> None: ...
+
+class TierUsage(_message.Message):
+    __slots__ = ("name", "bytes", "entries")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    bytes: int
+    entries: int
+    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., entries: _Optional[int] = ...) -> None: ...
 
 class PrewarmRequest(_message.Message):
     __slots__ = ("requests", "from_version", "ttl_seconds", "concurrency", "max_failures")

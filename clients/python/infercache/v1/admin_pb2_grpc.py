@@ -77,8 +77,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetStats(self, request, context):
-        """GetStats reports this sidecar's counters (hits, misses, rejected entries,
-        reclaimed entries, ...) and its invalidation state.
+        """GetStats reports this sidecar's counters since start (in total and per
+        model version), its tiers' usage and its invalidation state.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

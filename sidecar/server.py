@@ -217,7 +217,7 @@ class RunningServer:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.cache.drain()
         if self.cache.hits is not None:
-            await self.cache.hits.drain()
+            await self.cache.hits.close()
         await self.stores.control.close()
         await self.stores.warm.close()
         if self.telemetry is not None:

@@ -211,17 +211,20 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         self, request: PB2.PrewarmRequest, context: grpc.aio.ServicerContext
     ) -> None:
         # A coroutine writing to the context rather than an async generator: a
-        # cancelled RPC then cancels this task at its current await, and leaving
-        # `async with run` stops every upstream call at once.
+        # cancelled RPC then cancels this task at its current await, and
+        # `run.stop()` in `finally` stops every upstream call at once.
         try:
             caller = self._auth.caller(context.invocation_metadata() or ())
             run = await self._start_prewarm(request)
+            run.start()
         except InfercacheError as exc:
             await abort_for(context, "Prewarm", exc)
         log.info("prewarm_requested", caller=caller, source=request.WhichOneof("source"))
-        async with run:
+        try:
             async for progress in run.updates():
                 await context.write(progress_to_pb(progress))
+        finally:
+            await run.stop()
 
     async def _start_prewarm(self, request: PB2.PrewarmRequest) -> PrewarmRun:
         if self._prewarmer is None:

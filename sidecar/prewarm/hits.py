@@ -1,11 +1,12 @@
 """Which requests are hot under each model version, for `Prewarm(from_version=...)`.
 
 On the hit path, `HitRecorder.observe` samples hits (INFERCACHE_HIT_SAMPLE_RATE)
-and, for a sampled hit of a tenant whose policy allows retaining inputs, hands
-the replayable request to a HitStore in a background task. Nothing is recorded,
-not even a count, for other tenants. Cost per hit: one random draw; per sampled
-hit: a policy lookup, a JSON encoding and one store write off the request path
-(at most `max_pending` in flight, further samples are dropped and counted).
+and, for a sampled hit of a tenant whose policy allows retaining inputs, queues
+the replayable request for a background writer. Nothing is recorded, not even a
+count, for other tenants. Cost per lookup call: a subtraction (lookups are
+sampled with geometric gaps); per sampled hit: a policy lookup, a JSON encoding
+and a queue append; the store write happens off the request path (at most
+`max_pending` queued, further samples are dropped and counted).
 
 A HitStore keeps per model version a ranking (sampled hit counts by key digest)
 and each ranked request's replayable form, both expiring `ttl_ms` after their
@@ -16,20 +17,21 @@ its top `max_per_version`, deleting the dropped requests with it.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import structlog
 
+# Runtime import is safe: sidecar.cache imports this module only for type checking.
+from sidecar.cache import LookupQuery, LookupResult, Outcome
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest, KeyRequest
 from sidecar.prewarm import replay
-
-if TYPE_CHECKING:
-    from sidecar.cache import LookupQuery, LookupResult
 
 log = structlog.get_logger("infercache.prewarm.hits")
 
@@ -127,7 +129,12 @@ class EmbeddedHitStore:
 
 
 class HitRecorder:
-    """Samples hits on the lookup path and records the retainable ones in the background."""
+    """Samples hits on the lookup path and records the retainable ones in the background.
+
+    Sampled records wait in a bounded queue (at most `max_pending`, each at most
+    MAX_RECORD_BYTES) for one writer task, which exists only while the queue is not
+    empty: a sample costs the hit path a policy check, a JSON encoding and an append.
+    """
 
     def __init__(
         self,
@@ -143,20 +150,39 @@ class HitRecorder:
         self._rate = sample_rate
         self._max_pending = max_pending
         self._rng = rng
-        self._pending: set[asyncio.Task[None]] = set()
+        self._queue: deque[tuple[str, KeyDigest, bytes]] = deque()
+        self._writer: asyncio.Task[None] | None = None
+        # Lookups to let pass before the next sampled one (see observe).
+        self._countdown = self._gap() - 1
         self.recorded = 0
         self.not_retained = 0
         self.dropped = 0
         self.failed = 0
 
-    def observe(self, queries: Sequence[LookupQuery], results: Sequence[LookupResult]) -> None:
-        """Consider every HIT among `results` (called once per lookup or batch)."""
-        from sidecar.cache import Outcome
+    def _gap(self) -> int:
+        """Lookups from one sample to the next: geometric with mean 1 / rate (>= 1)."""
+        if self._rate >= 1.0:
+            return 1
+        return 1 + int(math.log(1.0 - self._rng()) / math.log(1.0 - self._rate))
 
-        rate, rng = self._rate, self._rng
-        for q, r in zip(queries, results, strict=True):
-            if r.outcome is Outcome.HIT and q.source is not None and rng() < rate:
+    def observe(self, queries: Sequence[LookupQuery], results: Sequence[LookupResult]) -> None:
+        """Consider the lookups of one call; a sampled one is recorded if it is a HIT.
+
+        Sampling every lookup at `rate` with geometric gaps (one random draw per
+        sample, not per lookup) keeps the common case to one subtraction per call;
+        a hit is still sampled with probability `rate`.
+        """
+        n = len(results)
+        if self._countdown >= n:
+            self._countdown -= n
+            return
+        i = self._countdown
+        while i < n:
+            q = queries[i]
+            if results[i].outcome is Outcome.HIT and q.source is not None:
                 self._sampled(q.key.tenant, q.key.model_version, q.key.digest, q.source)
+            i += self._gap()
+        self._countdown = i - n
 
     def _sampled(
         self, tenant: str, model_version: str, digest: KeyDigest, source: KeyRequest
@@ -165,29 +191,38 @@ class HitRecorder:
             # The tenant's inputs must not be kept: not even a count is written.
             self.not_retained += 1
             return
-        if not replay.replayable(source) or len(self._pending) >= self._max_pending:
+        if len(self._queue) >= self._max_pending or not replay.replayable(source):
             self.dropped += 1
             return
         data = replay.encode(source)
         if len(data) > MAX_RECORD_BYTES:
             self.dropped += 1
             return
-        task = asyncio.get_running_loop().create_task(self._write(model_version, digest, data))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._queue.append((model_version, digest, data))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
 
-    async def _write(self, model_version: str, digest: KeyDigest, data: bytes) -> None:
-        try:
-            await self.store.record(model_version, digest, data)
-            self.recorded += 1
-        except TierUnavailable as exc:
-            self.failed += 1
-            log.debug("hit_record_failed", error=str(exc))
+    async def _write_queued(self) -> None:
+        while self._queue:
+            model_version, digest, data = self._queue.popleft()
+            try:
+                await self.store.record(model_version, digest, data)
+                self.recorded += 1
+            except TierUnavailable as exc:
+                self.failed += 1
+                log.debug("hit_record_failed", error=str(exc))
 
     async def drain(self) -> None:
-        """Wait for the writes in flight (shutdown, tests)."""
-        while self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        """Wait until every queued record is written (tests, benchmarks)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.gather(self._writer, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Drop what is queued and stop the writer (shutdown must not wait on a slow store)."""
+        self._queue.clear()
+        if self._writer is not None:
+            self._writer.cancel()
+            await asyncio.gather(self._writer, return_exceptions=True)
 
     def snapshot(self) -> dict[str, int]:
         """Counters by name."""

@@ -8,9 +8,9 @@ Per request, in order:
   - the model server is called with the run's concurrency and deadline;
   - the answer is stored with the MISS's lease, so policy, leases, TTL caps and
     size limits apply exactly as to a client's Store.
-A run is a task owned by `PrewarmRun`; leaving its `async with` (the RPC ended,
-was cancelled, or the server stops) cancels every upstream call in flight and
-starts no more. One run at a time per sidecar.
+A run is a task owned by `PrewarmRun`; `stop()` (the RPC ended, was cancelled,
+or the server stops) cancels every upstream call in flight and starts no more.
+One run at a time per sidecar.
 """
 
 from __future__ import annotations
@@ -136,14 +136,13 @@ class Prewarmer:
         return items
 
     def run(self, items: Sequence[PrewarmItem], options: RunOptions) -> PrewarmRun:
-        """A run over `items`; use it as `async with run: async for p in run.updates()`."""
+        """A run over `items`: `start()`, read `updates()`, and always `stop()` (or use
+        `async with run`)."""
         self.check_ready(len(items))
         concurrency = self.settings.concurrency
         if options.concurrency:
             concurrency = min(options.concurrency, concurrency)
-        return PrewarmRun(
-            self, list(items), options, self._server_factory(concurrency), concurrency
-        )
+        return PrewarmRun(self, list(items), options, self._server_factory, concurrency)
 
 
 class PrewarmRun:
@@ -154,13 +153,14 @@ class PrewarmRun:
         owner: Prewarmer,
         items: list[PrewarmItem],
         options: RunOptions,
-        server: ModelServer,
+        server_factory: Callable[[int], ModelServer],
         concurrency: int,
     ) -> None:
         self._owner = owner
         self._items = items
         self._options = options
-        self._server = server
+        self._server_factory = server_factory
+        self._server: ModelServer | None = None
         self._concurrency = concurrency
         self._tally = Tally(len(items))
         self._state = RunState.RUNNING
@@ -170,26 +170,27 @@ class PrewarmRun:
         self._task: asyncio.Task[None] | None = None
         self._served: set[str] = set()
 
-    async def __aenter__(self) -> PrewarmRun:
+    def start(self) -> None:
+        """Start the run's task; FailedPrecondition if another run is going."""
         if self._owner.running:
             raise FailedPrecondition("a prewarm run is already in progress on this sidecar")
         self._owner.running = True
         self._started = time.monotonic()
-        self._task = asyncio.create_task(self._main())
-        return self
+        self._server = self._server_factory(self._concurrency)
+        self._task = asyncio.create_task(self._main(self._server))
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def stop(self) -> None:
+        """Cancel whatever is still running (no further upstream calls) and release it all."""
+        if self._task is None:
+            return
         try:
-            if self._task is not None and not self._task.done():
+            if not self._task.done():
                 self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.gather(self._task, return_exceptions=True)
         finally:
-            await self._server.close()
+            self._task = None
+            if self._server is not None:
+                await self._server.close()
             self._owner.running = False
             t = self._tally
             log.info(
@@ -201,6 +202,18 @@ class PrewarmRun:
                 failed=dict(t.failed),
                 elapsed_ms=self._elapsed_ms(),
             )
+
+    async def __aenter__(self) -> PrewarmRun:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
 
     def _elapsed_ms(self) -> int:
         return int((time.monotonic() - self._started) * 1000)
@@ -228,10 +241,10 @@ class PrewarmRun:
         self._error = error
         self._changed.set()
 
-    async def _main(self) -> None:
+    async def _main(self, server: ModelServer) -> None:
         settings = self._owner.settings
         try:
-            self._served = set(await self._server.served_models())
+            self._served = set(await server.served_models())
         except UpstreamFailure as exc:
             self._fail_all(f"model server at {settings.base_url} did not list its models: {exc}")
             return
@@ -251,7 +264,8 @@ class PrewarmRun:
         budget_blown = asyncio.Event()
         queue = iter(enumerate(self._items))
         workers = [
-            asyncio.create_task(self._worker(queue, budget_blown)) for _ in range(self._concurrency)
+            asyncio.create_task(self._worker(server, queue, budget_blown))
+            for _ in range(self._concurrency)
         ]
         everything: asyncio.Future[list[None]] = asyncio.gather(*workers)
         blown = asyncio.create_task(budget_blown.wait())
@@ -277,19 +291,22 @@ class PrewarmRun:
         self._finish(RunState.FAILED, error)
 
     async def _worker(
-        self, queue: Iterator[tuple[int, PrewarmItem]], budget_blown: asyncio.Event
+        self,
+        server: ModelServer,
+        queue: Iterator[tuple[int, PrewarmItem]],
+        budget_blown: asyncio.Event,
     ) -> None:
         # Workers share one iterator: each takes the next request when it is free.
         limit = self._options.max_failures
         for index, item in queue:
-            report = await self._one(index, item)
+            report = await self._one(server, index, item)
             self._tally.add(report)
             self._changed.set()
             if limit is not None and self._tally.failed.total() > limit:
                 budget_blown.set()
                 return
 
-    async def _one(self, index: int, item: PrewarmItem) -> ItemReport | None:
+    async def _one(self, server: ModelServer, index: int, item: PrewarmItem) -> ItemReport | None:
         """Process one request; None when its answer was stored."""
         if item.request is None:
             return _skip(index, item.skip_reason, item.detail)
@@ -314,7 +331,7 @@ class PrewarmRun:
             return _skip(index, "being_computed", "another caller holds its lease", digest)
         started = time.monotonic()
         try:
-            body = await self._server.complete(call)
+            body = await server.complete(call)
             answer = parse_answer(call, model, body, owner.settings.payload_format)
         except (UpstreamFailure, BadAnswer) as exc:
             return _fail(index, exc.reason, exc.detail, digest)

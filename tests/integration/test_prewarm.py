@@ -202,8 +202,9 @@ async def test_failure_budget_stops_the_run(
 async def test_cancelling_the_rpc_stops_upstream_calls(
     weights: dict[str, Path], upstream: ModelServerProcess
 ) -> None:
-    """A client cancelling Prewarm mid-run ends the run on the sidecar: the model server
-    receives no further requests, and a new run can start."""
+    """A second run is refused while one is going; a client cancelling Prewarm mid-run
+    ends the run on the sidecar: the model server receives no further requests, and a
+    new run can start."""
     upstream.start("v1", delay_ms=150)
     keys = [text_key(f"question {i}") for i in range(40)]
     async with pod(weights["v1"], upstream) as sc:
@@ -211,6 +212,10 @@ async def test_cancelling_the_rpc_stops_upstream_calls(
         async for progress in call:
             if progress.done >= 2:
                 break
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await prewarm(sc, file_request(text_key("meanwhile")))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "already in progress" in (err.value.details() or "")
         call.cancel()
         await asyncio.sleep(0.5)
         after_cancel = (await asyncio.to_thread(upstream.stats))["completions"]

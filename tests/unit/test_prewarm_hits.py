@@ -119,26 +119,37 @@ async def test_recorder_keeps_only_retaining_tenants_and_only_hits() -> None:
 
 
 async def test_recorder_samples_and_bounds_its_backlog() -> None:
-    """With rate 0.5 a draw above it records nothing; past max_pending samples are dropped."""
-    draws = iter([0.9, 0.1])
+    """Lookups are sampled at geometric gaps drawn from the rate; past max_pending queued
+    samples are dropped, not written."""
+    # Gaps are geometric: with rate 0.5 a draw of 0.8 means 1 + floor(log(0.2)/log(0.5)) = 3.
+    draws = iter([0.0, 0.8, 0.0, 0.0])
     store = FakeStore()
     recorder = HitRecorder(store, lambda t: True, sample_rate=0.5, rng=lambda: next(draws))
     q, r = _hit(req("a"))
-    recorder.observe([q, q], [r, r])
+    recorder.observe([q] * 4, [r] * 4)  # samples lookups 0 and 3
     await recorder.drain()
-    assert len(store.records) == 1
+    assert len(store.records) == 2
+    recorder.observe([q], [r])  # lookup 4: the gap after 3 is 1
+    await recorder.drain()
+    assert len(store.records) == 3
 
     blocked = asyncio.Event()
 
     class SlowStore(FakeStore):
         async def record(self, model_version: str, digest: KeyDigest, request: bytes) -> None:
             await blocked.wait()
+            await super().record(model_version, digest, request)
 
-    slow = HitRecorder(SlowStore(), lambda t: True, sample_rate=1.0, max_pending=2)
+    slow_store = SlowStore()
+    slow = HitRecorder(slow_store, lambda t: True, sample_rate=1.0, max_pending=2)
     slow.observe([q] * 5, [r] * 5)
-    assert slow.dropped == 3
+    await asyncio.sleep(0)  # the writer takes the first record and blocks on it
+    slow.observe([q] * 5, [r] * 5)
+    # 2 queued, 3 dropped; the writer took 1, so 1 more fits and 4 are dropped.
+    assert slow.dropped == 7
     blocked.set()
     await slow.drain()
+    assert len(slow_store.records) == 3
 
 
 def test_tally_eta_and_reports() -> None:

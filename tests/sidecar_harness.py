@@ -206,14 +206,22 @@ class SidecarProcess:
     def wait_ready(self, timeout_s: float = 20.0) -> None:
         """Poll GetServerInfo until the data plane answers (bounded)."""
         deadline = time.monotonic() + timeout_s
+        # A plain RPC with a deadline, not channel_ready_future: each of those futures
+        # leaves a polling thread behind that raises "Channel closed" once the channel
+        # is closed, and pytest reports that thread's error against a later test.
         with grpc.insecure_channel(self.target) as channel:
+            info = channel.unary_unary(
+                "/infercache.v1.CacheService/GetServerInfo",
+                request_serializer=pb.GetServerInfoRequest.SerializeToString,
+                response_deserializer=pb.GetServerInfoResponse.FromString,
+            )
             while True:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"sidecar exited with {self.proc.returncode}: {self.log()}")
                 try:
-                    grpc.channel_ready_future(channel).result(timeout=0.2)
+                    info(pb.GetServerInfoRequest(), timeout=0.2, wait_for_ready=True)
                     return
-                except grpc.FutureTimeoutError:
+                except grpc.RpcError:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"sidecar did not start: {self.log()}") from None
 

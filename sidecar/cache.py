@@ -6,6 +6,8 @@ Lookups never fail because a tier failed: a warm-tier error becomes a MISS with
 the warm write succeeded, so a failed store leaves nothing half-written.
 Hot hits are served only while Freshness confirms the rule set is current;
 warm reads fetch the store's epoch in the same round trip and catch up first.
+The cacheability policy is applied first on every lookup and store: a BYPASS
+touches no tier and hands out no lease, a BYPASSED store writes nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.leases import Lease, LeaseSigner
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import CacheKey, KeyDigest, KeyRequest
+from sidecar.policy import NO_TRAITS, Bypass, PolicyHolder, RequestTraits, TenantPolicy
 from sidecar.stats import CacheStats
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.hot import HotTier
@@ -69,7 +72,8 @@ class StoreStatus(Enum):
 
 
 class LookupQuery(NamedTuple):
-    """One lookup: the key, the caller's freshness bound (0 = none) and single-flight wait.
+    """One lookup: the key, the caller's freshness bound (0 = none), single-flight wait, the
+    request it came from and what the caller declares (for the cacheability policy).
 
     Immutable; a NamedTuple rather than a frozen dataclass because one is built per
     looked-up key and a frozen dataclass's __init__ costs ~3x more.
@@ -81,6 +85,8 @@ class LookupQuery(NamedTuple):
     source: KeyRequest | None = None
     """The request the key was built from; set by the data plane so that hits can be
     recorded for prewarm (None: this lookup is not traffic, e.g. prewarm's own)."""
+    traits: RequestTraits = NO_TRAITS
+    """Declared traits; NO_TRAITS (compared by identity) when none."""
 
 
 class LookupResult(NamedTuple):
@@ -92,7 +98,7 @@ class LookupResult(NamedTuple):
     tier: TierName | None = None
     age_ms: int = 0
     degraded: bool = False
-    bypass_reason: str = ""
+    bypass: Bypass | None = None
     lease: bytes = b""
     lease_holder: bool = False
 
@@ -104,23 +110,31 @@ class StoreResult:
     status: StoreStatus
     digest: KeyDigest
     ttl_s: int
+    bypass: Bypass | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TtlPolicy:
-    """TTL bounds in seconds: a default, a global maximum and per-tenant maxima."""
+    """TTL bounds in seconds from the settings: a default, a global maximum and per-tenant
+    maxima. The policy file chooses within them (see `effective`)."""
 
     default_s: int = 3600
     max_s: int = 86400
     tenant_max_s: Mapping[str, int] = field(default_factory=dict)
 
-    def effective(self, tenant: str, requested_s: int) -> int:
-        """The TTL to apply: the request (or the default) clamped to the tenant's maximum.
-
-        A tenant cap only lowers the global maximum, never lifts it.
+    def effective(self, tenant: str, requested_s: int, policy: TenantPolicy | None = None) -> int:
+        """The TTL to apply: the request, else the policy's default, else the setting's
+        default; clamped to the smallest of the policy's max_ttl_s, the tenant cap and the
+        global maximum. Every maximum only lowers, never lifts, the others.
         """
         cap = min(self.tenant_max_s.get(tenant, self.max_s), self.max_s)
-        wanted = requested_s if requested_s > 0 else self.default_s
+        default = self.default_s
+        if policy is not None:
+            if policy.max_ttl_s is not None:
+                cap = min(cap, policy.max_ttl_s)
+            if policy.default_ttl_s is not None:
+                default = policy.default_ttl_s
+        wanted = requested_s if requested_s > 0 else default
         return max(1, min(wanted, cap))
 
 
@@ -161,6 +175,7 @@ class ResultCache:
         signer: LeaseSigner | None = None,
         leases: LeasePolicy | None = None,
         stats: CacheStats | None = None,
+        policy: PolicyHolder | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.hot = hot
@@ -173,6 +188,7 @@ class ResultCache:
         self.signer = signer or LeaseSigner(os.urandom(32))
         self.leases = leases or LeasePolicy()
         self.stats = stats or CacheStats()
+        self.policy = policy or PolicyHolder()
         self._clock_ms = clock_ms
         self._background: set[asyncio.Task[None]] = set()
         self.hits: HitRecorder | None = None
@@ -182,9 +198,24 @@ class ResultCache:
         """Look one key up."""
         return (await self.lookup_many([query]))[0]
 
+    def tenant_policy(self, tenant: str) -> TenantPolicy:
+        """The cacheability policy in force for `tenant` (it changes on reload)."""
+        return self.policy.current.for_tenant(tenant)
+
+    def retains_inputs(self, tenant: str) -> bool:
+        """May `tenant`'s inputs be kept (recorded for prewarm)? Its policy's retain_inputs."""
+        return self.policy.current.for_tenant(tenant).retain_inputs
+
     async def lookup_many(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
-        """Look many keys up with at most one warm-tier round trip (plus lease work on misses)."""
-        results = await self._find(queries)
+        """Look many keys up with at most one warm-tier round trip (plus lease work on misses).
+
+        Queries the policy bypasses are answered BYPASS without touching any tier.
+        """
+        bypassed = self._screen(queries)
+        if bypassed is None:
+            results = await self._find(queries)
+        else:
+            results = await self._find_unbypassed(queries, bypassed)
         missed = [i for i, r in enumerate(results) if r.outcome is Outcome.MISS]
         if missed:
             leased = await asyncio.gather(*(self._lease(queries[i], results[i]) for i in missed))
@@ -212,6 +243,27 @@ class ResultCache:
                     )
             elif r.degraded:
                 stats.degraded[v] += 1
+
+    def _screen(self, queries: Sequence[LookupQuery]) -> list[LookupResult | None] | None:
+        """BYPASS results by position, or None when the policy lets every query through."""
+        policy = self.policy.current
+        out: list[LookupResult | None] | None = None
+        for i, q in enumerate(queries):
+            decision = policy.for_tenant(q.key.tenant).bypass_for(q.key, q.traits)
+            if decision is None:
+                continue
+            if out is None:
+                out = [None] * len(queries)
+            out[i] = LookupResult(Outcome.BYPASS, q.key.digest, bypass=decision)
+            self.stats.count_bypass(q.key.model_version, decision.reason.value)
+        return out
+
+    async def _find_unbypassed(
+        self, queries: Sequence[LookupQuery], bypassed: list[LookupResult | None]
+    ) -> list[LookupResult]:
+        todo = [i for i, b in enumerate(bypassed) if b is None]
+        found = iter(await self._find([queries[i] for i in todo]) if todo else [])
+        return [b if b is not None else next(found) for b in bypassed]
 
     async def _find(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
         """Hot then warm, without leases."""
@@ -356,14 +408,28 @@ class ResultCache:
         ttl_s: int = 0,
         cost: ComputeCost | None = None,
         lease_token: bytes = b"",
+        traits: RequestTraits = NO_TRAITS,
     ) -> StoreResult:
-        """Write a result stamped with its lease's epoch; refuse it if that epoch is stale."""
+        """Write a result stamped with its lease's epoch; refuse it if that epoch is stale.
+
+        BYPASSED (nothing written, the lease released) when the tenant's policy does not
+        cache this request or a result this large.
+        """
         if len(payload) > self.max_payload_bytes:
             raise InvalidArgument(
                 "payload",
                 f"is {len(payload)} bytes; the limit is {self.max_payload_bytes} "
                 "(INFERCACHE_MAX_PAYLOAD_BYTES)",
             )
+        tenant_policy = self.tenant_policy(key.tenant)
+        decision = tenant_policy.bypass_for(key, traits) or tenant_policy.bypass_for_entry(
+            len(payload)
+        )
+        if decision is not None:
+            self.stats.count_bypass(key.model_version, decision.reason.value)
+            self.stats.count_store(key.model_version, "refused", decision.reason.value)
+            await self._release_quietly(lease_token, key.digest)
+            return StoreResult(StoreStatus.BYPASSED, key.digest, 0, decision)
         now = self._clock_ms()
         lease: Lease | None = None
         if lease_token:
@@ -376,7 +442,7 @@ class ResultCache:
                 "Store needs the lease returned by the Lookup MISS "
                 "(or INFERCACHE_ALLOW_UNLEASED_STORE=true)"
             )
-        effective = self.ttl.effective(key.tenant, ttl_s)
+        effective = self.ttl.effective(key.tenant, ttl_s, tenant_policy)
         if self.rules.is_dead(key.dims, epoch):
             self.stats.count_store(key.model_version, "refused", "stale_lease")
             await self._release(lease)
@@ -404,6 +470,20 @@ class ResultCache:
         self.stats.count_store(key.model_version, "stored")
         await self._release(lease)
         return StoreResult(StoreStatus.STORED, key.digest, effective)
+
+    async def _release_quietly(self, token: bytes, digest: KeyDigest) -> None:
+        """Release the lease of a store that will not happen, if the token is a valid one.
+
+        Waiters on the key then stop waiting at once; an invalid token changes nothing
+        (the BYPASSED answer does not depend on it).
+        """
+        if not token:
+            return
+        try:
+            lease = self.signer.verify(token, digest, self._clock_ms())
+        except (InvalidArgument, FailedPrecondition):
+            return
+        await self._release(lease)
 
     async def _release(self, lease: Lease | None) -> None:
         if lease is None:

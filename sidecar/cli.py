@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from sidecar import __version__, admin_cli, fingerprint_cli, prewarm_cli
 from sidecar.config import SETTINGS, ConfigError, load_config
 from sidecar.fingerprint import FingerprintError
+from sidecar.policy_file import PolicyError
 
 
 def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,6 +66,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         return 2
     except ConfigError as exc:
         print(f"infercache: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except PolicyError as exc:
+        print(f"infercache: invalid policy file: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"infercache: {exc}", file=sys.stderr)

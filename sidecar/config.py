@@ -349,6 +349,18 @@ SETTINGS: tuple[Setting, ...] = (
         "604800",
         "Recorded requests and hit counts expire this long after their last sampled hit",
     ),
+    Setting(
+        "policy_file",
+        _optional_str,
+        "",
+        "Cacheability policy YAML (per-tenant rules); empty = everything cacheable",
+    ),
+    Setting(
+        "policy_poll_ms",
+        _non_negative_int,
+        "2000",
+        "How often the policy file is checked for changes (0 = reload on SIGHUP only)",
+    ),
     Setting("log_level", _log_level, "info", "debug, info, warning or error"),
     Setting(
         "log_format",
@@ -423,6 +435,8 @@ class Config:
     hit_sample_rate: float
     hit_record_max_per_version: int
     hit_record_ttl_s: int
+    policy_file: str | None
+    policy_poll_ms: int
     log_level: str
     log_format: str
     metrics_listen: str

@@ -39,6 +39,11 @@ _MAGIC = b"ICK"
 KeyDigest = NewType("KeyDigest", bytes)
 """32-byte SHA-256 of a key's material."""
 
+TOOL_EXTRA_KEYS = frozenset(
+    {"tools", "functions", "tool_schema", "tool_schema_version", "tool_choice"}
+)
+"""`extra` names (compared case-insensitively) that say the request offers the model tools."""
+
 
 class InputKind(IntEnum):
     """Each kind is its own key space: a caller-hashed input never equals a text input."""
@@ -145,6 +150,14 @@ class CacheKey:
     model_version: str
     adapter_version: str
     prompt_version: str
+    # Facts the cacheability policy reads (sidecar.policy.KeyFacts); not key dimensions
+    # of their own: they are already encoded in the material.
+    temperature: float = 1.0
+    """Canonical temperature (unset = the default 1.0)."""
+    seeded: bool = False
+    """The request carries a sampling seed."""
+    tools: bool = False
+    """An `extra` entry names a tool / function schema (see TOOL_EXTRA_KEYS)."""
 
     @property
     def dims(self) -> tuple[str, str, str, str]:
@@ -173,8 +186,8 @@ def build_key(
     enc.text(model)
     enc.text(adapter)
     enc.text(prompt)
-    _encode_sampling(enc, req.sampling, limits)
-    _encode_extra(enc, req.extra, limits)
+    temperature = _encode_sampling(enc, req.sampling, limits)
+    tools = _encode_extra(enc, req.extra, limits)
     enc.u32(int(input_kind))
     enc.raw(input_digest)
     material = _MAGIC + bytes([KEY_SCHEMA_VERSION]) + enc.finish()
@@ -185,6 +198,9 @@ def build_key(
         model_version=model,
         adapter_version=adapter,
         prompt_version=prompt,
+        temperature=temperature,
+        seeded=req.sampling.seed is not None,
+        tools=tools,
     )
 
 
@@ -360,9 +376,11 @@ def _int(field_name: str, value: int | None, default: int, lo: int, hi: int) -> 
 _I32_MAX = 2**31 - 1
 
 
-def _encode_sampling(enc: _Encoder, s: Sampling, limits: KeyLimits) -> None:
+def _encode_sampling(enc: _Encoder, s: Sampling, limits: KeyLimits) -> float:
+    """Encode the sampling parameters; returns the canonical temperature."""
     p = "key.sampling."
-    enc.f32(_float(p + "temperature", s.temperature, 1.0, 0.0, 100.0))
+    temperature = _float(p + "temperature", s.temperature, 1.0, 0.0, 100.0)
+    enc.f32(temperature)
     enc.f32(_float(p + "top_p", s.top_p, 1.0, 0.0, 1.0, lo_open=True))
     top_k = _int(p + "top_k", s.top_k, 0, -1, _I32_MAX)
     enc.i64(0 if top_k == -1 else top_k)  # -1 and 0 both mean "disabled"
@@ -392,6 +410,7 @@ def _encode_sampling(enc: _Encoder, s: Sampling, limits: KeyLimits) -> None:
     enc.u32(1 if s.ignore_eos else 0)
     _encode_format(enc, s.response_format, limits)
     _encode_logit_bias(enc, s.logit_bias, limits)
+    return temperature
 
 
 def _string_set(field_name: str, values: Sequence[str], limits: KeyLimits) -> bytes:
@@ -440,7 +459,8 @@ def _encode_logit_bias(enc: _Encoder, bias: Mapping[int, float], limits: KeyLimi
     enc.raw(inner.finish())
 
 
-def _encode_extra(enc: _Encoder, extra: Mapping[str, str], limits: KeyLimits) -> None:
+def _encode_extra(enc: _Encoder, extra: Mapping[str, str], limits: KeyLimits) -> bool:
+    """Encode `extra`; returns whether one of its names is in TOOL_EXTRA_KEYS."""
     if len(extra) > limits.max_extra_entries:
         raise InvalidArgument(
             "key.extra", f"has {len(extra)} entries; the limit is {limits.max_extra_entries}"
@@ -460,3 +480,4 @@ def _encode_extra(enc: _Encoder, extra: Mapping[str, str], limits: KeyLimits) ->
         inner.text(k)
         inner.text(normalised[k])
     enc.raw(inner.finish())
+    return any(k.lower() in TOOL_EXTRA_KEYS for k in normalised)

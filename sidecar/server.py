@@ -35,6 +35,9 @@ from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
 from sidecar.metrics import RpcDurationCollector, register_metrics
 from sidecar.pod import PodIdentity
+from sidecar.policy import PolicyHolder
+from sidecar.policy_file import PolicyBounds
+from sidecar.policy_watch import PolicyWatcher
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HitStore
 from sidecar.prewarm.hits_redis import RedisHitStore
 from sidecar.prewarm.openai import PayloadFormat
@@ -108,10 +111,20 @@ async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
     return LeaseSigner(os.urandom(32))
 
 
+def policy_watcher(config: Config) -> PolicyWatcher:
+    """The watcher of the configured policy file (built-in policy when there is none)."""
+    bounds = PolicyBounds(max_ttl_s=config.max_ttl_s, max_entry_bytes=config.max_payload_bytes)
+    return PolicyWatcher(PolicyHolder(), config.policy_file, bounds, config.policy_poll_ms)
+
+
 def build_cache(
-    config: Config, stores: Stores, freshness: Freshness, signer: LeaseSigner
+    config: Config,
+    stores: Stores,
+    freshness: Freshness,
+    signer: LeaseSigner,
+    policy: PolicyHolder | None = None,
 ) -> ResultCache:
-    """The result cache with the configured budgets, TTL and lease policies."""
+    """The result cache with the configured budgets, TTL, lease and cacheability policies."""
     return ResultCache(
         HotTier(config.hot_max_bytes, config.hot_max_entries),
         stores.warm,
@@ -126,6 +139,7 @@ def build_cache(
             max_wait_ms=config.max_wait_ms,
         ),
         stats=CacheStats(config.metrics_max_model_versions),
+        policy=policy,
     )
 
 
@@ -142,11 +156,6 @@ def build_hit_store(config: Config, stores: Stores) -> HitStore:
     return EmbeddedHitStore(
         max_per_version=config.hit_record_max_per_version, ttl_ms=config.hit_record_ttl_s * 1000
     )
-
-
-def retain_inputs_standin(tenant: str) -> bool:
-    """STAND-IN until the cacheability policy lands: no tenant's inputs are retained."""
-    return False
 
 
 def build_prewarmer(
@@ -184,6 +193,7 @@ class RunningServer:
     cache: ResultCache
     stores: Stores
     freshness: Freshness
+    policy: PolicyWatcher
     tasks: list[asyncio.Task[None]]
     ports: list[int]
     admin_ports: list[int]
@@ -246,15 +256,23 @@ def _listen(server: grpc.aio.Server, addresses: tuple[str, ...]) -> list[int]:
 
 
 async def start_server(
-    config: Config, pod: PodIdentity | None = None, telemetry: Telemetry | None = None
+    config: Config,
+    pod: PodIdentity | None = None,
+    telemetry: Telemetry | None = None,
+    policy: PolicyWatcher | None = None,
 ) -> RunningServer:
     """Build and start the data plane (and the admin plane, if configured).
 
     Without `telemetry`, providers and exporters are configured here from the config
     (OTEL_* variables, /metrics on INFERCACHE_METRICS_LISTEN) and shut down by stop();
     with it (tests), the caller's providers are used and the caller owns them.
+    `policy`: an already loaded watcher; without one the configured file is loaded
+    here first (PolicyError when invalid, before anything is started).
     """
     started = time.monotonic()
+    if policy is None:
+        policy = policy_watcher(config)
+        await policy.load_initial()
     pod = pod or PodIdentity()
     setup: TelemetrySetup | None = None
     if telemetry is None:
@@ -265,7 +283,7 @@ async def start_server(
         )
         telemetry = setup.telemetry
     try:
-        return await _start(config, pod, telemetry, setup, started)
+        return await _start(config, pod, telemetry, setup, started, policy)
     except BaseException:
         if setup is not None:
             setup.shutdown()
@@ -278,6 +296,7 @@ async def _start(
     telemetry: Telemetry,
     setup: TelemetrySetup | None,
     started: float,
+    policy: PolicyWatcher,
 ) -> RunningServer:
     stores = build_stores(config)
     rules = RuleSet()
@@ -287,10 +306,12 @@ async def _start(
     except TierUnavailable as exc:
         # Serve anyway: lookups degrade to MISS until the store answers.
         log.warning("initial_refresh_failed", error=str(exc))
-    cache = build_cache(config, stores, freshness, await lease_signer(config, stores.control))
+    cache = build_cache(
+        config, stores, freshness, await lease_signer(config, stores.control), policy.holder
+    )
     hits = build_hit_store(config, stores)
     if config.hit_sample_rate > 0:
-        cache.hits = HitRecorder(hits, retain_inputs_standin, sample_rate=config.hit_sample_rate)
+        cache.hits = HitRecorder(hits, cache.retains_inputs, sample_rate=config.hit_sample_rate)
 
     rpc_stats = RpcStats()
     usage = TierUsageMonitor(cache.hot, stores.warm)
@@ -358,6 +379,7 @@ async def _start(
         asyncio.create_task(freshness.run_refresh_loop()),
         asyncio.create_task(reclaimer.run_forever()),
         asyncio.create_task(usage.run()),
+        asyncio.create_task(policy.run_forever()),
     ]
     if stores.control.shared:
         tasks.append(asyncio.create_task(freshness.run_listener()))
@@ -381,6 +403,7 @@ async def _start(
         cache,
         stores,
         freshness,
+        policy,
         tasks,
         ports,
         admin_ports,
@@ -419,12 +442,19 @@ async def identify_pod(config: Config) -> PodIdentity:
 
 
 async def serve(config: Config, pod: PodIdentity | None = None) -> int:
-    """Run until SIGTERM or SIGINT, then drain for the grace period and return 0."""
-    running = await start_server(config, pod or await identify_pod(config))
+    """Run until SIGTERM or SIGINT, then drain for the grace period and return 0.
+
+    SIGHUP reloads the policy file. The policy is loaded before the model is
+    fingerprinted, so an invalid file stops the start at once (PolicyError).
+    """
+    policy = policy_watcher(config)
+    await policy.load_initial()
+    running = await start_server(config, pod or await identify_pod(config), policy=policy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, policy.request_reload)
     await stop.wait()
     log.info("draining", grace_period_s=config.grace_period_s)
     await running.stop(config.grace_period_s)

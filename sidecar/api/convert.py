@@ -17,6 +17,7 @@ from sidecar.keys import (
     ResponseFormat,
     Sampling,
 )
+from sidecar.policy import NO_TRAITS, Bypass, BypassReason, RequestTraits
 
 _OPTIONAL_SAMPLING = (
     "temperature",
@@ -45,6 +46,15 @@ _STORE = {
     StoreStatus.WRITE_FAILED: PB2.STORE_OUTCOME_WRITE_FAILED,
     StoreStatus.BYPASSED: PB2.STORE_OUTCOME_BYPASSED,
     StoreStatus.STALE_LEASE: PB2.STORE_OUTCOME_STALE_LEASE,
+}
+BYPASS_CODE = {
+    BypassReason.NOT_CACHEABLE: PB2.BYPASS_REASON_NOT_CACHEABLE,
+    BypassReason.NON_DETERMINISTIC: PB2.BYPASS_REASON_NON_DETERMINISTIC,
+    BypassReason.SIDE_EFFECTS: PB2.BYPASS_REASON_SIDE_EFFECTS,
+    BypassReason.PRIVATE_DATA: PB2.BYPASS_REASON_PRIVATE_DATA,
+    BypassReason.REAL_TIME: PB2.BYPASS_REASON_REAL_TIME,
+    BypassReason.TOOLS: PB2.BYPASS_REASON_TOOLS,
+    BypassReason.ENTRY_TOO_LARGE: PB2.BYPASS_REASON_ENTRY_TOO_LARGE,
 }
 
 
@@ -100,6 +110,16 @@ def key_request_from_pb(k: PB2.CacheKey) -> KeyRequest:
     )
 
 
+def traits_from_pb(msg: PB2.LookupRequest | PB2.StoreRequest) -> RequestTraits:
+    """The traits a Lookup or Store request declares (NO_TRAITS when it declares none)."""
+    if not msg.HasField("traits"):
+        return NO_TRAITS
+    t = msg.traits
+    if not (t.side_effects or t.private_data or t.real_time or t.tools):
+        return NO_TRAITS
+    return RequestTraits(t.side_effects, t.private_data, t.real_time, t.tools)
+
+
 def cost_from_pb(c: PB2.ComputeCost) -> ComputeCost:
     """Copy a ComputeCost message."""
     return ComputeCost(c.latency_ms, c.prompt_tokens, c.completion_tokens)
@@ -132,8 +152,9 @@ def fill_lookup_response(resp: PB2.LookupResponse, r: LookupResult) -> None:
         cost.completion_tokens = c.completion_tokens
     if r.degraded:
         resp.degraded = True
-    if r.bypass_reason:
-        resp.bypass_reason = r.bypass_reason
+    if r.bypass is not None:
+        resp.bypass_reason = r.bypass.detail
+        resp.bypass_code = BYPASS_CODE[r.bypass.reason]
     if r.lease:
         resp.lease = r.lease
     if r.lease_holder:
@@ -151,4 +172,12 @@ def lookup_batch_to_pb(results: Sequence[LookupResult]) -> PB2.LookupBatchRespon
 
 def store_result_to_pb(r: StoreResult) -> PB2.StoreResponse:
     """Build the StoreResponse."""
-    return PB2.StoreResponse(outcome=_STORE[r.status], key_digest=r.digest, ttl_seconds=r.ttl_s)
+    resp = PB2.StoreResponse(outcome=_STORE[r.status], key_digest=r.digest, ttl_seconds=r.ttl_s)
+    if r.bypass is not None:
+        _fill_bypass(resp, r.bypass)
+    return resp
+
+
+def _fill_bypass(resp: PB2.StoreResponse, b: Bypass) -> None:
+    resp.bypass_reason = b.detail
+    resp.bypass_code = BYPASS_CODE[b.reason]

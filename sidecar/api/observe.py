@@ -181,6 +181,8 @@ class CacheDescriber:
             attrs["infercache.outcome"] = _LOOKUP_OUTCOME.get(response.outcome, "unknown")
             attrs["infercache.tier"] = _TIER.get(response.tier, "none")
             attrs["infercache.degraded"] = response.degraded
+            if response.bypass_code:
+                attrs["infercache.bypass_reason"] = _bypass_label(response.bypass_code)
         return attrs
 
     def lookup_batch(
@@ -206,4 +208,15 @@ class CacheDescriber:
         attrs["infercache.payload_bytes"] = len(request.payload)
         if response is not None:
             attrs["infercache.outcome"] = _STORE_OUTCOME.get(response.outcome, "unknown")
+            if response.bypass_code:
+                attrs["infercache.bypass_reason"] = _bypass_label(response.bypass_code)
         return attrs
+
+
+def _bypass_label(code: int) -> str:
+    """ "not_cacheable" for BYPASS_REASON_NOT_CACHEABLE (the stats label of the same reason)."""
+    try:
+        name = PB2.BypassReason.Name(code)
+    except ValueError:
+        return "unknown"
+    return name.removeprefix("BYPASS_REASON_").lower()

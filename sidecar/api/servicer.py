@@ -15,6 +15,7 @@ from sidecar.api.convert import (
     lookup_batch_to_pb,
     lookup_result_to_pb,
     store_result_to_pb,
+    traits_from_pb,
 )
 from sidecar.api.observe import CacheDescriber, RpcObserver
 from sidecar.api.status import abort_for
@@ -81,6 +82,14 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
             self._built[raw] = built
         return built
 
+    def query(self, request: PB2.LookupRequest) -> LookupQuery:
+        """The domain query of a LookupRequest (LookupStream's embedded one too): key,
+        freshness bound, wait, the request the key came from and the declared traits."""
+        key, source = self._key_and_source(request.key)
+        return LookupQuery(
+            key, request.max_age_seconds, request.wait_ms, source, traits_from_pb(request)
+        )
+
     async def Lookup(
         self, request: PB2.LookupRequest, context: grpc.aio.ServicerContext
     ) -> PB2.LookupResponse:
@@ -92,11 +101,9 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self, request: PB2.LookupRequest, context: grpc.aio.ServicerContext
     ) -> PB2.LookupResponse:
         try:
-            key, source = self._key_and_source(request.key)
-            REQUEST_KEY.set(key)
-            result = await self._cache.lookup(
-                LookupQuery(key, request.max_age_seconds, request.wait_ms, source)
-            )
+            query = self.query(request)
+            REQUEST_KEY.set(query.key)
+            result = await self._cache.lookup(query)
         except InfercacheError as exc:
             await abort_for(context, "Lookup", exc)
         return lookup_result_to_pb(result)
@@ -119,11 +126,10 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
                 )
             queries: list[LookupQuery] = []
             append = queries.append
-            key_of = self._key_and_source
+            query = self.query
             for i, r in enumerate(request.requests):
                 try:
-                    k, source = key_of(r.key)
-                    append(LookupQuery(k, r.max_age_seconds, r.wait_ms, source))
+                    append(query(r))
                 except InvalidArgument as exc:
                     raise InvalidArgument(f"requests[{i}].{exc.field}", exc.problem) from exc
             if queries:
@@ -151,6 +157,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
                 request.ttl_seconds,
                 cost_from_pb(request.cost),
                 lease_token=request.lease,
+                traits=traits_from_pb(request),
             )
         except InfercacheError as exc:
             await abort_for(context, "Store", exc)

@@ -324,7 +324,8 @@ class PrewarmRun:
         if found.outcome is Outcome.HIT:
             return _skip(index, "already_cached", digest=digest)
         if found.outcome is Outcome.BYPASS:
-            return _skip(index, "policy_bypass", found.bypass_reason, digest)
+            detail = found.bypass.detail if found.bypass is not None else ""
+            return _skip(index, "policy_bypass", detail, digest)
         if found.degraded:
             return _fail(index, "cache_unavailable", "the warm tier did not answer", digest)
         if not found.lease_holder:
@@ -353,7 +354,8 @@ class PrewarmRun:
             return _fail(index, "write_failed", "the warm tier refused the write", digest)
         if stored.status is StoreStatus.STALE_LEASE:
             return _skip(index, "invalidated_meanwhile", "an invalidation matched it", digest)
-        return _skip(index, "policy_bypass", "the store was bypassed", digest)
+        detail = stored.bypass.detail if stored.bypass is not None else "the store was bypassed"
+        return _skip(index, "policy_bypass", detail, digest)
 
     def _prepare(
         self, index: int, req: KeyRequest

@@ -188,6 +188,7 @@ FREE_TEXT_SETTINGS = {
     "lease_secret",
     "model_path",
     "fingerprint_cache_file",
+    "policy_file",  # a path; its content is validated when the server loads it
 }
 
 

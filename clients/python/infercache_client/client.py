@@ -6,6 +6,8 @@ gets the same digest for the same request.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,21 +27,30 @@ def make_key(
     token_ids: Sequence[int] | None = None,
     input_sha256: bytes | None = None,
     extra: Mapping[str, str] | None = None,
+    tools: Sequence[Mapping[str, Any]] | str | None = None,
     **sampling: Any,
 ) -> PB2.CacheKey:
     """Build a CacheKey; exactly one of text/chat/token_ids/input_sha256.
 
     `sampling` takes SamplingParams fields (temperature=0.2, stop=["\\n"], ...).
+    `tools`: the tool / function definitions offered to the model (JSON-able dicts,
+    hashed into `extra["tools"]`) or a tool-schema version name. The sidecar then
+    knows the request carries tools, and the key changes with the schema.
     """
     inputs = [x for x in (text, chat, token_ids, input_sha256) if x is not None]
     if len(inputs) != 1:
         raise ValueError("give exactly one of text, chat, token_ids, input_sha256")
+    extra = dict(extra or {})
+    if tools is not None:
+        if "tools" in extra:
+            raise ValueError("give tools either as tools= or as extra['tools'], not both")
+        extra["tools"] = _tools_dimension(tools)
     key = PB2.CacheKey(
         tenant=tenant,
         model_version=model_version,
         adapter_version=adapter_version,
         prompt_version=prompt_version,
-        extra=dict(extra or {}),
+        extra=extra,
     )
     if text is not None:
         key.text = text
@@ -52,6 +63,27 @@ def make_key(
     if sampling:
         key.sampling.CopyFrom(PB2.SamplingParams(**sampling))
     return key
+
+
+def _tools_dimension(tools: Sequence[Mapping[str, Any]] | str) -> str:
+    if isinstance(tools, str):
+        return tools
+    # Canonical JSON, so the same definitions in another key order give the same key.
+    canonical = json.dumps(list(tools), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def make_traits(
+    *,
+    side_effects: bool = False,
+    private_data: bool = False,
+    real_time: bool = False,
+    tools: bool = False,
+) -> PB2.RequestTraits:
+    """What to declare about a request; the sidecar's policy decides whether it bypasses."""
+    return PB2.RequestTraits(
+        side_effects=side_effects, private_data=private_data, real_time=real_time, tools=tools
+    )
 
 
 def _channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -74,22 +106,36 @@ class CacheClient:
         *,
         max_age_seconds: int = 0,
         wait_ms: int = 0,
+        traits: PB2.RequestTraits | None = None,
         timeout: float | None = None,
     ) -> PB2.LookupResponse:
-        """Look a key up; outcome is HIT, MISS (with `.lease` for Store) or BYPASS.
+        """Look a key up; outcome is HIT, MISS (with `.lease` for Store) or BYPASS
+        (`.bypass_code` says why; do not Store).
 
         wait_ms > 0: if another caller is computing this key, wait that long for its result.
+        traits: what the request declares (make_traits); the sidecar's policy decides.
         """
-        req = PB2.LookupRequest(key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms)
+        req = PB2.LookupRequest(
+            key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
+        )
         timeout = timeout if timeout is not None else 1.0 + wait_ms / 1000
         resp: PB2.LookupResponse = self._stub.Lookup(req, timeout=timeout)
         return resp
 
     def lookup_batch(
-        self, keys: Sequence[PB2.CacheKey], *, timeout: float | None = 5.0
+        self,
+        keys: Sequence[PB2.CacheKey],
+        *,
+        traits: PB2.RequestTraits | None = None,
+        timeout: float | None = 5.0,
     ) -> list[PB2.LookupResponse]:
-        """Look many keys up in one RPC; results keep the order of `keys`."""
-        req = PB2.LookupBatchRequest(requests=[PB2.LookupRequest(key=k) for k in keys])
+        """Look many keys up in one RPC; results keep the order of `keys`.
+
+        `traits` are declared for every key.
+        """
+        req = PB2.LookupBatchRequest(
+            requests=[PB2.LookupRequest(key=k, traits=traits) for k in keys]
+        )
         resp: PB2.LookupBatchResponse = self._stub.LookupBatch(req, timeout=timeout)
         return list(resp.responses)
 
@@ -101,11 +147,15 @@ class CacheClient:
         lease: bytes = b"",
         ttl_seconds: int = 0,
         cost: PB2.ComputeCost | None = None,
+        traits: PB2.RequestTraits | None = None,
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
-        """Store a result with the lease from the MISS; `.outcome` says STORED or why not."""
+        """Store a result with the lease from the MISS; `.outcome` says STORED or why not.
+
+        traits: the same declarations as the lookup's; the policy is applied again here.
+        """
         req = PB2.StoreRequest(
-            key=key, payload=payload, lease=lease, ttl_seconds=ttl_seconds, cost=cost
+            key=key, payload=payload, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
         )
         resp: PB2.StoreResponse = self._stub.Store(req, timeout=timeout)
         return resp
@@ -143,22 +193,36 @@ class AsyncCacheClient:
         *,
         max_age_seconds: int = 0,
         wait_ms: int = 0,
+        traits: PB2.RequestTraits | None = None,
         timeout: float | None = None,
     ) -> PB2.LookupResponse:
-        """Look a key up; outcome is HIT, MISS (with `.lease` for Store) or BYPASS.
+        """Look a key up; outcome is HIT, MISS (with `.lease` for Store) or BYPASS
+        (`.bypass_code` says why; do not Store).
 
         wait_ms > 0: if another caller is computing this key, wait that long for its result.
+        traits: what the request declares (make_traits); the sidecar's policy decides.
         """
-        req = PB2.LookupRequest(key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms)
+        req = PB2.LookupRequest(
+            key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
+        )
         timeout = timeout if timeout is not None else 1.0 + wait_ms / 1000
         resp: PB2.LookupResponse = await self._stub.Lookup(req, timeout=timeout)
         return resp
 
     async def lookup_batch(
-        self, keys: Sequence[PB2.CacheKey], *, timeout: float | None = 5.0
+        self,
+        keys: Sequence[PB2.CacheKey],
+        *,
+        traits: PB2.RequestTraits | None = None,
+        timeout: float | None = 5.0,
     ) -> list[PB2.LookupResponse]:
-        """Look many keys up in one RPC; results keep the order of `keys`."""
-        req = PB2.LookupBatchRequest(requests=[PB2.LookupRequest(key=k) for k in keys])
+        """Look many keys up in one RPC; results keep the order of `keys`.
+
+        `traits` are declared for every key.
+        """
+        req = PB2.LookupBatchRequest(
+            requests=[PB2.LookupRequest(key=k, traits=traits) for k in keys]
+        )
         resp: PB2.LookupBatchResponse = await self._stub.LookupBatch(req, timeout=timeout)
         return list(resp.responses)
 
@@ -170,11 +234,15 @@ class AsyncCacheClient:
         lease: bytes = b"",
         ttl_seconds: int = 0,
         cost: PB2.ComputeCost | None = None,
+        traits: PB2.RequestTraits | None = None,
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
-        """Store a result with the lease from the MISS; `.outcome` says STORED or why not."""
+        """Store a result with the lease from the MISS; `.outcome` says STORED or why not.
+
+        traits: the same declarations as the lookup's; the policy is applied again here.
+        """
         req = PB2.StoreRequest(
-            key=key, payload=payload, lease=lease, ttl_seconds=ttl_seconds, cost=cost
+            key=key, payload=payload, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
         )
         resp: PB2.StoreResponse = await self._stub.Store(req, timeout=timeout)
         return resp

@@ -29,6 +29,17 @@ class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TIER_HOT: _ClassVar[Tier]
     TIER_WARM: _ClassVar[Tier]
 
+class BypassReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BYPASS_REASON_UNSPECIFIED: _ClassVar[BypassReason]
+    BYPASS_REASON_NOT_CACHEABLE: _ClassVar[BypassReason]
+    BYPASS_REASON_NON_DETERMINISTIC: _ClassVar[BypassReason]
+    BYPASS_REASON_SIDE_EFFECTS: _ClassVar[BypassReason]
+    BYPASS_REASON_PRIVATE_DATA: _ClassVar[BypassReason]
+    BYPASS_REASON_REAL_TIME: _ClassVar[BypassReason]
+    BYPASS_REASON_TOOLS: _ClassVar[BypassReason]
+    BYPASS_REASON_ENTRY_TOO_LARGE: _ClassVar[BypassReason]
+
 class StoreOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STORE_OUTCOME_UNSPECIFIED: _ClassVar[StoreOutcome]
@@ -49,6 +60,14 @@ LOOKUP_OUTCOME_BYPASS: LookupOutcome
 TIER_UNSPECIFIED: Tier
 TIER_HOT: Tier
 TIER_WARM: Tier
+BYPASS_REASON_UNSPECIFIED: BypassReason
+BYPASS_REASON_NOT_CACHEABLE: BypassReason
+BYPASS_REASON_NON_DETERMINISTIC: BypassReason
+BYPASS_REASON_SIDE_EFFECTS: BypassReason
+BYPASS_REASON_PRIVATE_DATA: BypassReason
+BYPASS_REASON_REAL_TIME: BypassReason
+BYPASS_REASON_TOOLS: BypassReason
+BYPASS_REASON_ENTRY_TOO_LARGE: BypassReason
 STORE_OUTCOME_UNSPECIFIED: StoreOutcome
 STORE_OUTCOME_STORED: StoreOutcome
 STORE_OUTCOME_WRITE_FAILED: StoreOutcome
@@ -173,20 +192,34 @@ class ComputeCost(_message.Message):
     completion_tokens: int
     def __init__(self, latency_ms: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
+class RequestTraits(_message.Message):
+    __slots__ = ("side_effects", "private_data", "real_time", "tools")
+    SIDE_EFFECTS_FIELD_NUMBER: _ClassVar[int]
+    PRIVATE_DATA_FIELD_NUMBER: _ClassVar[int]
+    REAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    side_effects: bool
+    private_data: bool
+    real_time: bool
+    tools: bool
+    def __init__(self, side_effects: _Optional[bool] = ..., private_data: _Optional[bool] = ..., real_time: _Optional[bool] = ..., tools: _Optional[bool] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
-    __slots__ = ("key", "max_age_seconds", "request_id", "wait_ms")
+    __slots__ = ("key", "max_age_seconds", "request_id", "wait_ms", "traits")
     KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRAITS_FIELD_NUMBER: _ClassVar[int]
     key: CacheKey
     max_age_seconds: int
     request_id: str
     wait_ms: int
-    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., max_age_seconds: _Optional[int] = ..., request_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    traits: RequestTraits
+    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., max_age_seconds: _Optional[int] = ..., request_id: _Optional[str] = ..., wait_ms: _Optional[int] = ..., traits: _Optional[_Union[RequestTraits, _Mapping]] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("outcome", "payload", "tier", "age_ms", "key_digest", "degraded", "bypass_reason", "cost", "lease", "lease_holder")
+    __slots__ = ("outcome", "payload", "tier", "age_ms", "key_digest", "degraded", "bypass_reason", "cost", "lease", "lease_holder", "bypass_code")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +230,7 @@ class LookupResponse(_message.Message):
     COST_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    BYPASS_CODE_FIELD_NUMBER: _ClassVar[int]
     outcome: LookupOutcome
     payload: bytes
     tier: Tier
@@ -207,7 +241,8 @@ class LookupResponse(_message.Message):
     cost: ComputeCost
     lease: bytes
     lease_holder: bool
-    def __init__(self, outcome: _Optional[_Union[LookupOutcome, str]] = ..., payload: _Optional[bytes] = ..., tier: _Optional[_Union[Tier, str]] = ..., age_ms: _Optional[int] = ..., key_digest: _Optional[bytes] = ..., degraded: _Optional[bool] = ..., bypass_reason: _Optional[str] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., lease: _Optional[bytes] = ..., lease_holder: _Optional[bool] = ...) -> None: ...
+    bypass_code: BypassReason
+    def __init__(self, outcome: _Optional[_Union[LookupOutcome, str]] = ..., payload: _Optional[bytes] = ..., tier: _Optional[_Union[Tier, str]] = ..., age_ms: _Optional[int] = ..., key_digest: _Optional[bytes] = ..., degraded: _Optional[bool] = ..., bypass_reason: _Optional[str] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., lease: _Optional[bytes] = ..., lease_holder: _Optional[bool] = ..., bypass_code: _Optional[_Union[BypassReason, str]] = ...) -> None: ...
 
 class LookupBatchRequest(_message.Message):
     __slots__ = ("requests",)
@@ -222,30 +257,36 @@ class LookupBatchResponse(_message.Message):
     def __init__(self, responses: _Optional[_Iterable[_Union[LookupResponse, _Mapping]]] = ...) -> None: ...
 
 class StoreRequest(_message.Message):
-    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id", "lease")
+    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id", "lease", "traits")
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     COST_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    TRAITS_FIELD_NUMBER: _ClassVar[int]
     key: CacheKey
     payload: bytes
     ttl_seconds: int
     cost: ComputeCost
     request_id: str
     lease: bytes
-    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ..., lease: _Optional[bytes] = ...) -> None: ...
+    traits: RequestTraits
+    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ..., lease: _Optional[bytes] = ..., traits: _Optional[_Union[RequestTraits, _Mapping]] = ...) -> None: ...
 
 class StoreResponse(_message.Message):
-    __slots__ = ("outcome", "key_digest", "ttl_seconds")
+    __slots__ = ("outcome", "key_digest", "ttl_seconds", "bypass_reason", "bypass_code")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     KEY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BYPASS_REASON_FIELD_NUMBER: _ClassVar[int]
+    BYPASS_CODE_FIELD_NUMBER: _ClassVar[int]
     outcome: StoreOutcome
     key_digest: bytes
     ttl_seconds: int
-    def __init__(self, outcome: _Optional[_Union[StoreOutcome, str]] = ..., key_digest: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+    bypass_reason: str
+    bypass_code: BypassReason
+    def __init__(self, outcome: _Optional[_Union[StoreOutcome, str]] = ..., key_digest: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., bypass_reason: _Optional[str] = ..., bypass_code: _Optional[_Union[BypassReason, str]] = ...) -> None: ...
 
 class GetServerInfoRequest(_message.Message):
     __slots__ = ()

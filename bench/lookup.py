@@ -32,6 +32,14 @@ sidecar RPC/s / baseline RPC/s at concurrency 16 (`ratio_concurrency=16`), and t
     .venv/bin/python bench/lookup.py --quick     # one short round, about 40 s
     .venv/bin/python bench/lookup.py             # 3 rounds of 3 s cells, about 4 min
 
+`--telemetry` runs issue 5's comparison instead: hot hits interleaved in 0.25 s slices
+across four sidecars (telemetry off; /metrics on and scraped; plus every span exported
+over OTLP to a sink process; spans sampled at 1%) and, in process, what RpcObserver
+adds per RPC; the last line holds telemetry_cost= (RPC/s off / on, everything on),
+telemetry_cost_metrics= and telemetry_cost_sampled= (medians of the per-round ratios).
+
+    .venv/bin/python bench/lookup.py --telemetry   # 150 rounds, about 3.5 min
+
 `--py-spy DIR` samples each server with py-spy (if installed in the venv: `pip install
 py-spy`) during each cell into DIR/<scenario>-c<N>-r<round>.txt (collapsed stacks);
 `--cprofile DIR` runs the servers under cProfile (DIR/<server>.prof, written at exit).
@@ -61,6 +69,7 @@ from common import (
     CHANNEL_OPTIONS,
     ServerProc,
     Usage,
+    cpu_seconds,
     die_with_parent,
     free_port,
     interrupt_on,
@@ -482,6 +491,79 @@ async def _run_cell(cell: Cell, conn: Connection) -> dict[str, Any]:
     }
 
 
+async def _interleave(
+    targets: list[tuple[int, int]], concurrency: int, slice_s: float, rounds: int
+) -> list[list[dict[str, float]]]:
+    """Hot-hit Lookups against each (port, server pid) in turn, `slice_s` each, for `rounds`
+    rounds (odd rounds in reverse order); per round and target: ops, seconds, server CPU.
+
+    Adjacent slices see the same machine, so the ratio of two targets within a round is
+    steady even where neighbours make absolute rates swing (a shared 2-core box).
+    """
+    import asyncio
+    import functools
+
+    import grpc
+    from infercache.v1 import cache_pb2 as pb
+    from infercache.v1 import cache_pb2_grpc
+
+    reqs = [pb.LookupRequest(key=k) for k in bench_keys()]
+    hit, n = pb.LOOKUP_OUTCOME_HIT, len(reqs)
+    channels = [
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS)
+        for port, _ in targets
+    ]
+    sends = []
+    for ch in channels:
+        await ch.channel_ready()
+        sends.append(
+            functools.partial(cache_pb2_grpc.CacheServiceStub(ch).Lookup, timeout=CALL_TIMEOUT_S)
+        )
+
+    async def one_slice(send: Any, pid: int, seconds: float) -> dict[str, float]:
+        ops = errors = 0
+        stopping = False
+
+        async def driver(i: int) -> None:
+            nonlocal ops, errors
+            while not stopping:
+                resp = await send(reqs[i % n])
+                i += concurrency
+                if resp.outcome == hit and len(resp.payload) == len(PAYLOAD):
+                    ops += 1
+                else:
+                    errors += 1
+
+        cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+        tasks = [asyncio.create_task(driver(i)) for i in range(concurrency)]
+        await asyncio.sleep(seconds)
+        stopping = True
+        await asyncio.gather(*tasks)
+        return {
+            "ops": ops,
+            "errors": errors,
+            "elapsed_s": time.perf_counter() - t0,
+            "server_cpu_s": cpu_seconds(pid) - cpu0,
+        }
+
+    try:
+        for send, (_, pid) in zip(sends, targets, strict=True):
+            await one_slice(send, pid, 1.0)  # warm-up
+        out = []
+        for r in range(rounds):
+            order = list(range(len(targets)))
+            if r % 2:
+                order.reverse()
+            row: list[dict[str, float]] = [{} for _ in targets]
+            for j in order:
+                row[j] = await one_slice(sends[j], targets[j][1], slice_s)
+            out.append(row)
+        return out
+    finally:
+        for ch in channels:
+            await ch.close()
+
+
 def _worker_main(conn: Connection, uvloop: bool) -> None:
     """A client process: runs the cells the bench sends until it sends None."""
     with worker_runner(uvloop) as runner:
@@ -496,6 +578,8 @@ def _worker_main(conn: Connection, uvloop: bool) -> None:
             try:
                 if op == "setup":
                     conn.send(("ok", runner.run(_setup_sidecar(*arg))))
+                elif op == "interleave":
+                    conn.send(("ok", runner.run(_interleave(*arg))))
                 else:
                     conn.send(("ok", runner.run(_run_cell(arg, conn))))
             except Exception as exc:
@@ -542,6 +626,13 @@ class Clients:
         if isinstance(msg, tuple) and msg[0] == "error":
             raise RuntimeError(f"client process: {msg[1]}")
         return msg[1] if isinstance(msg, tuple) else msg
+
+    def interleave(
+        self, targets: list[tuple[int, int]], concurrency: int, slice_s: float, rounds: int
+    ) -> list[list[dict[str, float]]]:
+        self.conns[0].send(("interleave", (targets, concurrency, slice_s, rounds)))
+        out: list[list[dict[str, float]]] = self._reply(self.conns[0], 60 + 2 * rounds)
+        return out
 
     def setup(self, port: int, expect_tier: int, redis_port: int = 0) -> list[bytes]:
         self.conns[0].send(("setup", (port, expect_tier, redis_port)))
@@ -649,13 +740,6 @@ SCENARIOS = (
     Scenario("batch32-hot", "sidecar-hot", "batch", 1, "echo-batch32"),
     Scenario("batch32-warm", "sidecar-warm", "batch", 2, "echo-batch32"),
     Scenario("redis-get", "redis", "redis_get", 0, None),
-    # Telemetry on vs off (issue 5): the same hot hits; the baseline "hot" has /metrics off
-    # and no tracer (its plain-Python counters and RPC histogram still run: they feed
-    # GetStats). metrics: /metrics on and scraped; traced: plus every span exported over
-    # OTLP; sampled: spans sampled at 1% (parentbased_traceidratio).
-    Scenario("hot-metrics", "sidecar-metrics", "lookup", 1, "hot"),
-    Scenario("hot-traced", "sidecar-traced", "lookup", 1, "hot"),
-    Scenario("hot-sampled", "sidecar-sampled", "lookup", 1, "hot"),
 )
 
 
@@ -693,14 +777,6 @@ class Results:
                 x, y = ra.ops_per_s, rb.ops_per_s
             out.append(x / y if y else float("nan"))
         return out
-
-    def median_ratio(self, a: str, b: str, c: int, *, cpu: bool = False) -> float:
-        """Median over rounds of a/b (both cells of a round ran back to back)."""
-        each = sorted(self.per_round(a, b, c, cpu=cpu))
-        if not each:
-            return float("nan")
-        mid = len(each) // 2
-        return each[mid] if len(each) % 2 else (each[mid - 1] + each[mid]) / 2
 
     def ratio(self, a: str, b: str, c: int, *, cpu: bool = False) -> float:
         """Best round of a against best round of b (RPC/s, or b's µs/RPC over a's)."""
@@ -751,12 +827,6 @@ RATIOS = (
     ("warm_vs_redis_get", "warm", "redis-get"),
     ("batch_warm_vs_echo", "batch32-warm", "echo-batch32"),
 )
-# (key, telemetry off, telemetry on): RPC/s off / on, so above 1 is what telemetry costs.
-TELEMETRY_RATIOS = (
-    ("telemetry_cost", "hot", "hot-traced"),
-    ("telemetry_cost_metrics", "hot", "hot-metrics"),
-    ("telemetry_cost_sampled", "hot", "hot-sampled"),
-)
 
 
 def summary_line(results: Results, c: int) -> str:
@@ -769,10 +839,6 @@ def summary_line(results: Results, c: int) -> str:
         pairs[key] = f"{results.ratio(a, b, c):.3f}"
     for key, a, b in RATIOS[:3]:
         pairs[key.replace("_vs_", "_cpu_vs_")] = f"{results.ratio(a, b, c, cpu=True):.3f}"
-    for key, a, b in TELEMETRY_RATIOS:
-        if results.cell(a, c) and results.cell(b, c):
-            pairs[key] = f"{results.median_ratio(a, b, c):.3f}"
-            pairs[key + "_cpu"] = f"{results.median_ratio(a, b, c, cpu=True):.3f}"
     pairs |= {
         "echo_rps": f"{rps('echo'):.0f}",
         "hot_rps": f"{rps('hot'):.0f}",
@@ -781,6 +847,226 @@ def summary_line(results: Results, c: int) -> str:
         "redis_get_ops": f"{rps('redis-get'):.0f}",
     }
     return " ".join(f"{k}={v}" for k, v in pairs.items())
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+def inprocess_observer_cost(n: int = 20_000) -> dict[str, float]:
+    """µs per RPC that sidecar.api.observe.RpcObserver adds around a trivial handler, in this
+    process: tracing off (durations only), traced (parentbased_always_on, batch processor,
+    spans dropped by a null exporter: the export thread's encoding is not in it), sampled
+    (parentbased_traceidratio 0.01); "bare" is the handler called directly."""
+    import asyncio
+
+    from infercache.v1 import cache_pb2 as pb
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    from sidecar.api.observe import CacheDescriber, RpcObserver, TenantLabel
+    from sidecar.keys import build_key
+    from sidecar.stats import RpcStats
+    from sidecar.telemetry import Telemetry
+
+    class Null(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    key_pb = bench_keys()[0]
+    from sidecar.api.convert import key_request_from_pb
+
+    built = build_key(key_request_from_pb(key_pb))
+    request = pb.LookupRequest(key=key_pb)
+    response = pb.LookupResponse(
+        outcome=pb.LOOKUP_OUTCOME_HIT, tier=pb.TIER_HOT, key_digest=built.digest, payload=PAYLOAD
+    )
+
+    class Context:
+        def invocation_metadata(self) -> tuple[()]:
+            return ()
+
+        def code(self) -> None:
+            return None
+
+    async def handler(req: Any, ctx: Any) -> Any:
+        return response
+
+    def observer(sampler: Any) -> RpcObserver:
+        if sampler is None:
+            return RpcObserver("infercache.v1.CacheService", Telemetry(), RpcStats())
+        tp = TracerProvider(sampler=sampler)
+        tp.add_span_processor(BatchSpanProcessor(Null(), max_queue_size=n + 1))
+        return RpcObserver("infercache.v1.CacheService", Telemetry(tp, tracing=True), RpcStats())
+
+    describe = CacheDescriber(lambda k: built, TenantLabel(False)).lookup
+    ctx = Context()
+
+    async def time_it(obs: RpcObserver | None) -> float:
+        loop_n = range(n)
+        t0 = time.perf_counter()
+        if obs is None:
+            for _ in loop_n:
+                await handler(request, ctx)
+        else:
+            for _ in loop_n:
+                await obs.run("Lookup", request, ctx, handler, describe)
+        return (time.perf_counter() - t0) / n * 1e6
+
+    async def main() -> dict[str, float]:
+        variants = {
+            "bare": None,
+            "off": observer(None),
+            "traced": observer(ParentBased(TraceIdRatioBased(1.0))),
+            "sampled": observer(ParentBased(TraceIdRatioBased(0.01))),
+        }
+        best: dict[str, float] = {}
+        for _ in range(3):  # best of 3: neighbours only ever slow a pass down
+            for name, obs in variants.items():
+                us = await time_it(obs)
+                best[name] = min(best.get(name, us), us)
+        bare = best.pop("bare")
+        return {name: us - bare for name, us in best.items()}
+
+    return asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- telemetry
+
+
+TELEMETRY_VARIANTS = ("sidecar-hot", *TELEMETRY_SIDECARS)
+TELEMETRY_KEYS = {
+    "sidecar-traced": "telemetry_cost",
+    "sidecar-metrics": "telemetry_cost_metrics",
+    "sidecar-sampled": "telemetry_cost_sampled",
+}
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(x for x in xs if x == x)
+    if not s:
+        return float("nan")
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def run_telemetry(args: argparse.Namespace) -> int:
+    """Telemetry on vs off: hot hits interleaved across four sidecars (see --telemetry)."""
+    interrupt_on(signal.SIGINT, signal.SIGTERM)
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        clients = Clients(1, args.uvloop)
+        stack.callback(clients.close)
+        servers: dict[str, ServerProc] = {}
+        sink_port = free_port()
+        sink = otlp_sink(sink_port)
+        procs = [sink]
+        for name in TELEMETRY_VARIANTS:
+            if name == "sidecar-hot":
+                servers[name] = sidecar_server(name, free_port(), args.uvloop, None)
+            else:
+                servers[name] = telemetry_sidecar(
+                    name, free_port(), free_port(), sink_port, args.uvloop, None
+                )
+            procs.append(servers[name])
+        for p in procs:
+            stack.callback(p.stop)
+            p.start()
+        for srv in servers.values():
+            clients.setup(srv.port, 1)
+        scraper = Scraper([servers[n].ports[1] for n in TELEMETRY_SIDECARS])
+        stack.callback(scraper.stop)
+        scraper.start()
+        print(
+            f"# bench/lookup.py --telemetry: hot hits, concurrency {args.telemetry_concurrency},"
+            f" {args.telemetry_rounds} rounds of {len(servers)} interleaved {args.slice_s} s"
+            f" slices, {os.cpu_count()} CPUs, load average {load_average()}",
+            flush=True,
+        )
+        targets = [(srv.port, srv.pid) for srv in servers.values()]
+        rows = clients.interleave(
+            targets, args.telemetry_concurrency, args.slice_s, args.telemetry_rounds
+        )
+        for srv in servers.values():
+            srv.check_alive()
+        scraper.stop()
+        spans = sink_spans(sink)
+    names = list(servers)
+    off = names.index("sidecar-hot")
+
+    def rps(x: dict[str, float]) -> float:
+        return x["ops"] / x["elapsed_s"] if x["elapsed_s"] else float("nan")
+
+    def us(x: dict[str, float]) -> float:
+        return x["server_cpu_s"] * 1e6 / x["ops"] if x["ops"] else float("nan")
+
+    print()
+    head = f"{'variant':<16} {'RPC/s':>9} {'srv µs/RPC':>10} {'err':>4} {'off/on':>7}"
+    head += f" {'cpu on/off':>10}"
+    print(head)
+    print("-" * len(head))
+    pairs: dict[str, str] = {}
+    failed = False
+    for j, name in enumerate(names):
+        col = [row[j] for row in rows]
+        pooled_rps = sum(x["ops"] for x in col) / sum(x["elapsed_s"] for x in col)
+        pooled_us = sum(x["server_cpu_s"] for x in col) * 1e6 / max(1, sum(x["ops"] for x in col))
+        errors = int(sum(x["errors"] for x in col))
+        failed |= errors > 0
+        cost = _median([rps(row[off]) / rps(row[j]) for row in rows])
+        cpu = _median([us(row[j]) / us(row[off]) for row in rows])
+        print(
+            f"{name:<16} {pooled_rps:>9,.0f} {pooled_us:>10.1f} {errors:>4}"
+            f" {cost:>7.3f} {cpu:>10.3f}"
+        )
+        if name in TELEMETRY_KEYS:
+            q1, q3 = _quartiles([rps(row[off]) / rps(row[j]) for row in rows])
+            print(f"  {TELEMETRY_KEYS[name]}: quartiles of the per-round ratio {q1:.3f}-{q3:.3f}")
+            pairs[TELEMETRY_KEYS[name]] = f"{cost:.3f}"
+            pairs[TELEMETRY_KEYS[name] + "_cpu"] = f"{cpu:.3f}"
+            pairs["rps_" + name.removeprefix("sidecar-")] = f"{pooled_rps:.0f}"
+            pairs["srv_us_" + name.removeprefix("sidecar-")] = f"{pooled_us:.1f}"
+        else:
+            pairs["rps_off"] = f"{pooled_rps:.0f}"
+            pairs["srv_us_off"] = f"{pooled_us:.1f}"
+    print(
+        f"# /metrics scraped {scraper.scrapes} times ({scraper.failures} failed); the OTLP sink"
+        f" received {spans} spans"
+    )
+    cost_in = inprocess_observer_cost()
+    print(
+        "# in-process, per RPC added by RpcObserver around a trivial handler: tracing off"
+        f" {cost_in['off']:.2f} µs, traced (always_on) {cost_in['traced']:.2f} µs, sampled 1%"
+        f" {cost_in['sampled']:.2f} µs (the export thread's encoding not included)"
+    )
+    pairs |= {f"observer_us_{k}": f"{v:.2f}" for k, v in cost_in.items()}
+    print(
+        "# off/on: median over rounds of RPC/s off / on (adjacent slices); cpu on/off: median"
+        f" of server µs/RPC on / off; total {time.monotonic() - started:.0f} s; load average"
+        f" now {load_average()}"
+    )
+    print(" ".join(f"{k}={v}" for k, v in pairs.items()), flush=True)
+    return 1 if failed else 0
+
+
+def _quartiles(xs: Sequence[float]) -> tuple[float, float]:
+    s = sorted(x for x in xs if x == x)
+    if not s:
+        return float("nan"), float("nan")
+    return s[len(s) // 4], s[(3 * len(s)) // 4]
+
+
+def sink_spans(sink: ServerProc) -> int:
+    """Stop the OTLP sink; the spans it reported receiving (-1 if it did not say)."""
+    import re
+
+    assert sink.proc is not None
+    sink.proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        sink.proc.wait(timeout=5)
+    m = re.search(r"otlp-sink: (\d+) spans received", sink.output())
+    sink.stop()
+    return int(m.group(1)) if m else -1
 
 
 # --------------------------------------------------------------------------- main
@@ -830,23 +1116,6 @@ def run(args: argparse.Namespace) -> int:
                 sidecar_server("sidecar-warm", free_port(), args.uvloop, profile_dir, *warm_flags),
             )
 
-        if needed & set(TELEMETRY_SIDECARS):
-            sink_port = free_port()
-            if needed & {"sidecar-traced", "sidecar-sampled"}:
-                add("otlp-sink", otlp_sink(sink_port))
-            for name in TELEMETRY_SIDECARS:
-                if name in needed:
-                    add(
-                        name,
-                        telemetry_sidecar(
-                            name, free_port(), free_port(), sink_port, args.uvloop, profile_dir
-                        ),
-                    )
-                    clients.setup(servers[name].port, 1)
-        scraper = Scraper([servers[n].ports[1] for n in TELEMETRY_SIDECARS if n in servers])
-        stack.callback(scraper.stop)
-        scraper.start()
-
         redis_keys: list[bytes] = []
         if "sidecar-hot" in servers:
             clients.setup(servers["sidecar-hot"].port, 1)
@@ -892,13 +1161,6 @@ def run(args: argparse.Namespace) -> int:
                 )
         for srv in servers.values():
             srv.check_alive()
-        scraper.stop()
-        if scraper.ports:
-            print(
-                f"# /metrics scraped {scraper.scrapes} times ({scraper.failures} failed) during"
-                " the run",
-                flush=True,
-            )
 
     print()
     print_table(results, concurrencies)
@@ -918,7 +1180,7 @@ def run(args: argparse.Namespace) -> int:
         failed |= errors > 0.01 * total or not ops
     ratio_c = RATIO_CONCURRENCY if RATIO_CONCURRENCY in concurrencies else concurrencies[0]
     if args.rounds > 1:
-        for key, a, b in (*RATIOS, *TELEMETRY_RATIOS):
+        for key, a, b in RATIOS:
             each = " ".join(f"{x:.2f}" for x in results.per_round(a, b, ratio_c))
             if each:
                 print(f"# {key} per round at concurrency {ratio_c}: {each}")
@@ -971,6 +1233,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="sample each server with py-spy (in the venv) during each cell: DIR/<cell>.txt",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="instead: telemetry on vs off (four sidecars, interleaved slices); telemetry_cost=",
+    )
+    parser.add_argument(
+        "--telemetry-rounds", type=int, default=150, help="--telemetry rounds (default 150)"
+    )
+    parser.add_argument(
+        "--telemetry-concurrency", type=int, default=16, help="--telemetry concurrency (16)"
+    )
+    parser.add_argument(
+        "--slice-s", type=float, default=0.25, help="--telemetry seconds per slice (0.25)"
+    )
     args = parser.parse_args(argv)
     if args.duration is None:
         args.duration = 1.2 if args.quick else 3.0
@@ -979,6 +1255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds is None:
         args.rounds = 1 if args.quick else 3
     try:
+        if args.telemetry:
+            return run_telemetry(args)
         return run(args)
     except KeyboardInterrupt:
         print("interrupted; child processes stopped", file=sys.stderr)

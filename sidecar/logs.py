@@ -116,3 +116,29 @@ def configure_logging(level: str, fmt: str = "auto", stream: TextIO | None = Non
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=True,
     )
+    _route_stdlib_logging(renderer, out, _LEVELS[level], json=not console)
+
+
+def _route_stdlib_logging(renderer: Processor, out: TextIO, level: int, *, json: bool) -> None:
+    """Libraries that log through `logging` (OpenTelemetry's exporters, grpc) get the same
+    rendering and the same prompt-field filter, so stderr stays one JSON line per event."""
+    pre_chain: list[Processor] = [
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.ExtraAdder(),
+        drop_prompt_fields,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if json:
+        pre_chain.append(structlog.processors.format_exc_info)
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=pre_chain,
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    # Libraries are chatty at info; their warnings and errors are what operators need.
+    root.setLevel(max(level, logging.WARNING))

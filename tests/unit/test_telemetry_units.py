@@ -148,15 +148,44 @@ def test_drop_prompt_fields() -> None:
     assert drop_prompt_fields(None, "info", event) == {"event": "x", "digest": "ab"}
 
 
+def test_stdlib_logging_is_rendered_as_json_without_prompt_fields() -> None:
+    """A library logging through `logging` (e.g. an OTLP exporter) gets a JSON line too."""
+    import logging
+
+    out = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    configure_logging("info", "json", stream=out)
+    try:
+        logging.getLogger("opentelemetry.exporter").warning(
+            "export failed", extra={"prompt": "secret words"}
+        )
+    finally:
+        structlog.reset_defaults()
+        root.handlers, level = saved
+        root.setLevel(level)
+    event = json.loads(out.getvalue().strip())
+    assert event["event"] == "export failed"
+    assert event["level"] == "warning"
+    assert event["logger"] == "opentelemetry.exporter"
+    assert "secret words" not in out.getvalue()
+
+
 @pytest.mark.parametrize(("fmt", "is_json"), [("json", True), ("console", False)])
 def test_log_formats(fmt: str, is_json: bool) -> None:
     """json renders JSON lines; console renders key=value text."""
+    import logging
+
     out = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
     configure_logging("info", fmt, stream=out)
     try:
         structlog.get_logger("t").info("hello", answer="dropped", n=1)
     finally:
         structlog.reset_defaults()
+        root.handlers, level = saved
+        root.setLevel(level)
     line = out.getvalue().strip()
     if is_json:
         assert json.loads(line)["n"] == 1

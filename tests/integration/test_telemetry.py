@@ -16,7 +16,7 @@ import grpc
 import pytest
 import structlog
 from infercache.v1 import cache_pb2 as pb
-from infercache_client import AsyncCacheClient, make_key
+from infercache_client import AsyncCacheClient, make_key, make_traits
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -117,7 +117,8 @@ def _key(version: str, text: str) -> pb.CacheKey:
 
 
 async def scripted_workload(c: Captured) -> None:
-    """10 lookups on A (7 hits), 5 on B (1 hit, 1 corrupt entry), 2 bypasses on B."""
+    """10 lookups on A (7 hits); 8 on B: 1 hit, 5 misses (one reads a corrupt entry), 2
+    bypasses."""
     cost = pb.ComputeCost(latency_ms=800, prompt_tokens=100, completion_tokens=50)
     for text in PROMPTS_A[:7]:
         assert (await c.client.store(_key("A", text), PAYLOAD, cost=cost)).outcome == (
@@ -135,16 +136,17 @@ async def scripted_workload(c: Captured) -> None:
         await c.client.lookup(_key("B", text))
     await c.client.lookup(_key("B", PROMPTS_B[0]))  # the one B hit
     await c.client.lookup(_key("B", PROMPTS_B[1]))  # ... reads the corrupt value: a miss
-    # The cacheability policy's hook (the policy calls it for each bypassed request).
-    for _ in range(2):
-        c.running.cache.stats.count_bypass("B", "side_effects")
+    # Declared side effects: the default cacheability policy answers BYPASS.
+    for text in PROMPTS_B[2:4]:
+        bypass = await c.client.lookup(_key("B", text), traits=make_traits(side_effects=True))
+        assert bypass.outcome == pb.LOOKUP_OUTCOME_BYPASS
 
 
 async def test_workload_counts_per_version_and_outcome(captured: Captured) -> None:
     """The scripted workload yields exactly its counts per model version and outcome."""
     c = captured
     await scripted_workload(c)
-    # Lookups: A 10 (7 hot hits, 3 misses); B 6 (the corrupt key's first miss included)
+    # Lookups: A 10 (7 hot hits, 3 misses); B 8 (the corrupt key's first miss included)
     assert c.value("infercache.lookups", model_version="A", outcome="hit", tier="hot") == 7
     assert c.value("infercache.lookups", model_version="A", outcome="miss") == 3
     assert c.value("infercache.lookups", model_version="A") == 10
@@ -152,7 +154,10 @@ async def test_workload_counts_per_version_and_outcome(captured: Captured) -> No
     assert c.value("infercache.lookups", model_version="B", outcome="miss") == 5
     assert c.value("infercache.entries.rejected", model_version="B", reason="corrupt") == 1
     assert c.value("infercache.entries.rejected", model_version="A") == 0
+    assert c.value("infercache.lookups", model_version="B", outcome="bypass") == 2
+    assert c.value("infercache.lookups", model_version="B") == 8
     assert c.value("infercache.bypasses", model_version="B", reason="side_effects") == 2
+    assert c.value("infercache.bypasses", model_version="A") == 0
     assert c.value("infercache.stores", model_version="A", result="stored") == 7
     assert c.value("infercache.stores", model_version="B", result="stored") == 1
     # Saved: 7 hits of A at 800 ms / 150 tokens each; B's hit had no cost.
@@ -175,12 +180,12 @@ async def test_spans_carry_the_attributes(captured: Captured) -> None:
     k = _key("A", PROMPTS_A[0])
     hit = await c.client.lookup(k)
     spans = c.finished_spans()
-    # 8 stores + 16 lookups in the workload, plus this one
+    # 8 stores + 18 lookups in the workload, plus this one
     assert sorted({s.name for s in spans}) == [
         "infercache.v1.CacheService/Lookup",
         "infercache.v1.CacheService/Store",
     ]
-    assert len(spans) == 8 + 16 + 1
+    assert len(spans) == 8 + 18 + 1
     last = spans[-1]
     assert last.kind.name == "SERVER"
     attrs = dict(last.attributes or {})
@@ -198,6 +203,8 @@ async def test_spans_carry_the_attributes(captured: Captured) -> None:
     misses = [s for s in spans if (s.attributes or {}).get("infercache.outcome") == "miss"]
     assert len(misses) == 3 + 5
     assert all((s.attributes or {}).get("infercache.tier") == "none" for s in misses)
+    bypasses = [s for s in spans if (s.attributes or {}).get("infercache.outcome") == "bypass"]
+    assert len(bypasses) == 2
     # Batch RPCs carry their size; failed RPCs their status.
     await c.client.lookup_batch([_key("A", t) for t in PROMPTS_A[:4]])
     batch = c.finished_spans()[-1]
@@ -221,10 +228,10 @@ async def test_rpc_durations_are_counted_per_method_and_code(captured: Captured)
     with pytest.raises(grpc.aio.AioRpcError):
         await c.client.lookup(make_key(tenant="", model_version="A", prompt_version="p", text="x"))
     durations = c.running.rpc_stats.snapshot()
-    assert durations["Lookup", "OK"].count == 16
+    assert durations["Lookup", "OK"].count == 18
     assert durations["Store", "OK"].count == 8
     assert durations["Lookup", "INVALID_ARGUMENT"].count == 1
-    assert sum(durations["Lookup", "OK"].buckets) == 16
+    assert sum(durations["Lookup", "OK"].buckets) == 18
 
 
 async def test_no_prompt_text_in_spans_metrics_or_logs(captured: Captured) -> None:

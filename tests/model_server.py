@@ -8,7 +8,8 @@ A prompt containing one of these markers changes the answer:
     [[error]]        HTTP 500
     [[slow]]         answer after --slow-s seconds (to trip a client deadline)
     [[wrong-model]]  the response names another model
-GET /stats returns {"completions": N, "prompts": [...]}, counted when a request arrives.
+GET /stats returns {"completions": N, "prompts": [...], "models": [...]}, recorded when a
+request arrives.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class _State:
         self.args = args
         self.lock = threading.Lock()
         self.prompts: list[str] = []
+        self.models: list[str] = []
 
 
 def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
@@ -72,12 +74,12 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path == "/v1/models":
-                models = [{"id": m, "object": "model", "owned_by": "test"} for m in args.model]
-                self._send(200, {"object": "list", "data": models})
+                listed = [{"id": m, "object": "model", "owned_by": "test"} for m in args.model]
+                self._send(200, {"object": "list", "data": listed})
             elif self.path == "/stats":
                 with state.lock:
-                    prompts = list(state.prompts)
-                self._send(200, {"completions": len(prompts), "prompts": prompts})
+                    prompts, models = list(state.prompts), list(state.models)
+                self._send(200, {"completions": len(prompts), "prompts": prompts, "models": models})
             else:
                 self._send(404, {"error": "not found"})
 
@@ -94,6 +96,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 return
             with state.lock:
                 state.prompts.append(prompt)
+                state.models.append(str(req["model"]))
             if args.delay_ms:
                 time.sleep(args.delay_ms / 1000)
             if "[[error]]" in prompt:
@@ -187,7 +190,7 @@ class ModelServerProcess:
                 time.sleep(0.05)
 
     def stats(self) -> dict[str, Any]:
-        """{"completions": N, "prompts": [...]} since this process started."""
+        """{"completions": N, "prompts": [...], "models": [...]} since this process started."""
         with urllib.request.urlopen(self.url + "/stats", timeout=5) as resp:
             stats: dict[str, Any] = json.loads(resp.read())
             return stats

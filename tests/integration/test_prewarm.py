@@ -20,7 +20,7 @@ from sidecar.config import load_config
 from sidecar.server import identify_pod, start_server
 from tests.model_server import ModelServerProcess, answer_for, chat_prompt, token_prompt
 from tests.sidecar_harness import Sidecar, bearer, config_overrides, run_cli
-from tests.unit.checkpoints import llama_tensors, write_model
+from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 
 MODEL = "tiny"
 
@@ -124,6 +124,30 @@ async def test_prewarm_from_requests_fills_the_cache(
         assert again.stored == 0
         assert dict(again.skipped_by_reason) == {"already_cached": 3}
         assert upstream.stats()["completions"] == 3, "cached keys are not sent upstream"
+
+
+async def test_adapter_requests_go_to_the_adapter_model(
+    weights: dict[str, Path], upstream: ModelServerProcess, tmp_path: Path
+) -> None:
+    """A request naming a configured LoRA adapter is sent with the adapter's served name
+    and stored under the adapter's fingerprint; an adapter the model server does not
+    serve is skipped."""
+    adapter = write_adapter(tmp_path / "sql", lora_tensors(layers=1))
+    upstream.start("v1", models=(MODEL, "sql"))
+    async with pod(weights["v1"], upstream, adapters=f"sql={adapter}") as sc:
+        info = await sc.client.server_info()
+        by_name = text_key("select", adapter_version="sql")
+        unknown = text_key("select", adapter_version="not-configured")
+        summary = final(await prewarm(sc, file_request(by_name, unknown)))
+        assert summary.stored == 1
+        assert dict(summary.skipped_by_reason) == {"adapter_not_served": 1}
+        assert upstream.stats()["models"] == ["sql"]
+        by_fingerprint = text_key("select", adapter_version=info.adapter_versions["sql"])
+        hit = await sc.client.lookup(by_fingerprint)
+        assert hit.outcome == pb.LOOKUP_OUTCOME_HIT
+        assert hit.payload.decode() == answer_for("v1", "select")
+        plain = await sc.client.lookup(text_key("select"))
+        assert plain.outcome == pb.LOOKUP_OUTCOME_MISS
 
 
 async def test_upstream_failures_are_counted_and_nothing_is_stored(

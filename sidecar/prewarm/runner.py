@@ -116,23 +116,31 @@ class Prewarmer:
             raise FailedPrecondition("a prewarm run is already in progress on this sidecar")
 
     async def from_version(self, model_version: str, top_k: int) -> list[PrewarmItem]:
-        """The top_k most-hit recorded requests of `model_version`, most hit first."""
+        """The top_k most-hit recorded requests of `model_version`, most hit first.
+
+        The tenant's policy is checked again: a record kept while the policy allowed
+        it is not replayed once retention is withdrawn (it expires with its TTL)."""
         if not model_version:
             raise InvalidArgument("from_version.model_version", "is required")
         if top_k <= 0:
             raise InvalidArgument("from_version.top_k", "must be at least 1")
         self.check_ready(top_k)
         if self._hits is None:
-            raise FailedPrecondition("hit recording is off (INFERCACHE_HIT_SAMPLE_RATE=0)")
+            raise FailedPrecondition("this sidecar has no hit records")
         items = []
         for hot in await self._hits.top(model_version, top_k):
             if hot.request is None:
                 items.append(PrewarmItem(None, "record_expired", f"digest {hot.digest.hex()}"))
                 continue
             try:
-                items.append(PrewarmItem(replay.decode(hot.request)))
+                req = replay.decode(hot.request)
             except replay.BadRecord as exc:
                 items.append(PrewarmItem(None, "bad_record", str(exc)))
+                continue
+            if not self.cache.retains_inputs(req.tenant):
+                items.append(PrewarmItem(None, "not_retained", "the tenant's policy forbids it"))
+            else:
+                items.append(PrewarmItem(req))
         return items
 
     def run(self, items: Sequence[PrewarmItem], options: RunOptions) -> PrewarmRun:

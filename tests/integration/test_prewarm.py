@@ -7,10 +7,11 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
+import redis
 from infercache.v1 import admin_pb2 as admin_pb
 from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
@@ -19,6 +20,7 @@ from infercache_client import AsyncCacheClient, make_key
 from sidecar.config import load_config
 from sidecar.server import identify_pod, start_server
 from tests.model_server import ModelServerProcess, answer_for, chat_prompt, token_prompt
+from tests.redis_server import RedisServer
 from tests.sidecar_harness import Sidecar, bearer, config_overrides, run_cli
 from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 
@@ -340,3 +342,111 @@ async def test_cli_prewarm_from_file(
     usage = run_cli("prewarm", "--admin", "127.0.0.1:1", "--file", str(malformed))
     assert usage.returncode == 2
     assert "malformed.jsonl:2" in usage.stderr
+
+
+HOT = {"hot one": 5, "hot two": 3, "lukewarm": 1}
+SECRET = "secret question of a private tenant"
+
+
+def from_version(model_version: str, top_k: int) -> admin_pb.PrewarmRequest:
+    """A Prewarm of a version's top-K recorded requests."""
+    return admin_pb.PrewarmRequest(
+        from_version=admin_pb.PrewarmFromVersion(model_version=model_version, top_k=top_k)
+    )
+
+
+def redis_values(url: str) -> list[bytes]:
+    """Every string value and sorted-set member in Redis."""
+    r = redis.Redis.from_url(url)
+    out: list[bytes] = []
+    try:
+        for k in r.scan_iter(count=1000):
+            kind = r.type(k)
+            if kind == b"string":
+                out.append(cast(bytes, r.get(k)) or b"")
+            elif kind == b"zset":
+                out.extend(cast(list[bytes], r.zrange(k, 0, -1)))
+    finally:
+        r.close()
+    return out
+
+
+@pytest.mark.redis
+async def test_from_version_replays_v1_hot_requests_on_v2_weights(
+    weights: dict[str, Path],
+    upstream: ModelServerProcess,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """Traffic on v1 makes requests hot; after the pod switches to v2 weights, prewarm from
+    v1's top-2 stores v2's answers for exactly those two; the tenant whose policy forbids
+    retention is neither recorded nor replayed, and records are not replayed once a
+    tenant's retention is withdrawn."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("tenants:\n  acme: {retain_inputs: true}\n")
+    settings = {"policy_file": str(policy), "hit_sample_rate": 1}
+    secret_key = text_key(SECRET, tenant="private")
+    upstream.start("v1")
+    async with pod(weights["v1"], upstream, redis_server.url, **settings) as v1:
+        v1_version = (await v1.client.server_info()).model_version
+        filled = final(
+            await prewarm(
+                v1,
+                admin_pb.PrewarmRequest(
+                    requests=admin_pb.PrewarmRequestList(
+                        keys=[*(text_key(t) for t in HOT), secret_key]
+                    )
+                ),
+            )
+        )
+        assert filled.stored == 4
+        for text, hits in HOT.items():
+            for _ in range(hits):
+                assert (await v1.client.lookup(text_key(text))).outcome == pb.LOOKUP_OUTCOME_HIT
+        for _ in range(10):
+            assert (await v1.client.lookup(secret_key)).outcome == pb.LOOKUP_OUTCOME_HIT
+        assert v1.running.cache.hits is not None
+        await v1.running.cache.hits.drain()
+
+    values = redis_values(redis_server.url)
+    assert not any(SECRET.encode() in v for v in values), "never retained"
+    assert sum(b'"hot one"' in v for v in values) == 1
+
+    upstream.start("v2")  # the pod's model server now runs the new weights
+    async with pod(weights["v2"], upstream, redis_server.url, **settings) as v2:
+        v2_version = (await v2.client.server_info()).model_version
+        assert v2_version != v1_version
+        summary = final(await prewarm(v2, from_version(v1_version, top_k=2)))
+        assert summary.state == admin_pb.PREWARM_STATE_COMPLETED
+        assert (summary.total, summary.stored) == (2, 2)
+        assert summary.model_version == v2_version
+        assert sorted(upstream.stats()["prompts"]) == ["hot one", "hot two"]
+        for text in ("hot one", "hot two"):
+            hit = await v2.client.lookup(text_key(text))
+            assert hit.outcome == pb.LOOKUP_OUTCOME_HIT
+            assert hit.payload.decode() == answer_for("v2", text)
+            assert hit.payload.decode() != answer_for("v1", text)
+
+        # Asking for more than was recorded replays what there is, never the private tenant.
+        cli = await asyncio.to_thread(
+            run_cli,
+            "prewarm",
+            "--admin",
+            v2.admin_target,
+            "--from-version",
+            v1_version,
+            "--top-k",
+            "10",
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert "1 stored, 2 skipped, 0 failed of 3" in cli.stdout
+        assert sorted(upstream.stats()["prompts"]) == ["hot one", "hot two", "lukewarm"]
+        lukewarm = await v2.client.lookup(text_key("lukewarm"))
+        assert lukewarm.payload.decode() == answer_for("v2", "lukewarm")
+        assert (await v2.client.lookup(secret_key)).outcome == pb.LOOKUP_OUTCOME_MISS
+
+    # Retention withdrawn (no policy file: nobody retains): the records are not replayed.
+    async with pod(weights["v2"], upstream, redis_server.url, hit_sample_rate=1) as v2:
+        summary = final(await prewarm(v2, from_version(v1_version, top_k=10)))
+        assert dict(summary.skipped_by_reason) == {"not_retained": 3}
+        assert len(upstream.stats()["prompts"]) == 3

@@ -13,7 +13,8 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml clients/python/pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ./clients/python -e '.[dev]'
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e './clients/python[kv]' -e '.[dev,kv]'
 	touch $@
 
 install: $(VENV)/.installed

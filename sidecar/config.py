@@ -159,6 +159,20 @@ def _log_format(text: str) -> str:
     return fmt
 
 
+def _kv_device(text: str) -> str:
+    device = text.strip().lower()
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise ValueError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return device
+
+
+def _absolute_path(text: str) -> str:
+    path = text.strip()
+    if not path.startswith("/"):
+        raise ValueError(f"expected an absolute path, got {text!r}")
+    return path
+
+
 def _optional_str(text: str) -> str | None:
     return text.strip() or None
 
@@ -361,6 +375,40 @@ SETTINGS: tuple[Setting, ...] = (
         "2000",
         "How often the policy file is checked for changes (0 = reload on SIGHUP only)",
     ),
+    Setting(
+        "kv_enabled", _bool, "true", "Serve KvCacheService (the KV hot tier) on the data plane"
+    ),
+    Setting(
+        "kv_device",
+        _kv_device,
+        "cpu",
+        "KV pool device: cpu (shared-memory file) or cuda[:N] (CUDA IPC export)",
+    ),
+    Setting(
+        "kv_pool_bytes",
+        parse_bytes,
+        "1GiB",
+        "KV pool size; created on the first AttachHotTier, never exceeded",
+    ),
+    Setting(
+        "kv_slot_bytes",
+        parse_bytes,
+        "0",
+        "Bytes per KV slot; 0 = the first attachment's block size",
+    ),
+    Setting(
+        "kv_shm_dir", _absolute_path, "/dev/shm", "Directory of the CPU pool's shared-memory file"
+    ),
+    Setting(
+        "kv_promote_timeout_ms",
+        _positive_int,
+        "50",
+        "LookupPrefix waits this long for warm blocks to be promoted, then says retry_later",
+    ),
+    Setting("kv_warm_ttl_s", _positive_int, "86400", "TTL of KV blocks demoted to Redis"),
+    Setting("kv_lease_ttl_ms", _positive_int, "30000", "KV lease TTL when a request gives none"),
+    Setting("kv_max_lease_ttl_ms", _positive_int, "600000", "Longest KV lease TTL granted"),
+    Setting("kv_max_chain_blocks", _positive_int, "4096", "Most block hashes in one LookupPrefix"),
     Setting("log_level", _log_level, "info", "debug, info, warning or error"),
     Setting(
         "log_format",
@@ -437,6 +485,16 @@ class Config:
     hit_record_ttl_s: int
     policy_file: str | None
     policy_poll_ms: int
+    kv_enabled: bool
+    kv_device: str
+    kv_pool_bytes: int
+    kv_slot_bytes: int
+    kv_shm_dir: str
+    kv_promote_timeout_ms: int
+    kv_warm_ttl_s: int
+    kv_lease_ttl_ms: int
+    kv_max_lease_ttl_ms: int
+    kv_max_chain_blocks: int
     log_level: str
     log_format: str
     metrics_listen: str
@@ -506,6 +564,11 @@ def _check_consistency(c: Config) -> None:
         raise ConfigError(
             f"INFERCACHE_EMBEDDED_MAX_BYTES ({c.embedded_max_bytes}) cannot hold one entry of "
             f"INFERCACHE_MAX_PAYLOAD_BYTES ({c.max_payload_bytes}) plus its key material"
+        )
+    if c.kv_lease_ttl_ms > c.kv_max_lease_ttl_ms:
+        raise ConfigError(
+            f"INFERCACHE_KV_LEASE_TTL_MS ({c.kv_lease_ttl_ms}) exceeds "
+            f"INFERCACHE_KV_MAX_LEASE_TTL_MS ({c.kv_max_lease_ttl_ms})"
         )
     if c.redis_url is not None and not re.match(r"^(redis|rediss|unix)://", c.redis_url):
         raise ConfigError(

@@ -3,6 +3,7 @@
     InfercacheError
     ├── InvalidArgument      bad input; names the offending field
     ├── FailedPrecondition   valid input the current state refuses
+    ├── ResourceExhausted    a bounded resource (e.g. KV slots) has no room left
     ├── Unauthenticated      missing or wrong credentials
     ├── Unavailable          a required backend could not be reached
     └── TierUnavailable      a cache tier failed; callers degrade to a miss
@@ -29,6 +30,10 @@ class InvalidArgument(InfercacheError):
 
 class FailedPrecondition(InfercacheError):
     """The request is well formed but the sidecar's state refuses it."""
+
+
+class ResourceExhausted(InfercacheError):
+    """A bounded resource (KV slots, leases, attachments) has no room for the request."""
 
 
 class Unauthenticated(InfercacheError):

@@ -12,11 +12,12 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2, cache_pb2_grpc
+from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2, cache_pb2_grpc, kv_pb2, kv_pb2_grpc
 
 from sidecar.api import admin as admin_api
 from sidecar.api import servicer as cache_api
 from sidecar.api.admin import AdminServicer
+from sidecar.api.kv_servicer import KvServicer
 from sidecar.api.observe import RpcObserver
 from sidecar.api.servicer import CacheServicer
 from sidecar.auth import AdminAuth
@@ -33,6 +34,9 @@ from sidecar.invalidation.leases import LeaseSigner
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
+from sidecar.kv.hot_tier import KvHotTier, KvSettings
+from sidecar.kv.pool import SlotPool
+from sidecar.kv.warm import RedisKvWarmStore
 from sidecar.metrics import RpcDurationCollector, register_metrics
 from sidecar.pod import PodIdentity
 from sidecar.policy import PolicyHolder
@@ -54,6 +58,7 @@ from sidecar.usage import TierUsageMonitor
 log = structlog.get_logger("infercache.server")
 
 CACHE_SERVICE = cache_pb2.DESCRIPTOR.services_by_name["CacheService"].full_name
+KV_SERVICE = kv_pb2.DESCRIPTOR.services_by_name["KvCacheService"].full_name
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 # gRPC framing and the other fields of a Store need room beyond the payload itself.
 _MESSAGE_HEADROOM = 1024 * 1024
@@ -183,6 +188,34 @@ def build_prewarmer(
     return Prewarmer(cache, pod, limits, settings, model_server, hits)
 
 
+def build_kv(config: Config, stores: Stores) -> KvHotTier:
+    """The KV hot tier; its pool (and torch) comes with the first attachment."""
+    device, shm_dir = config.kv_device, config.kv_shm_dir
+
+    def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
+        from sidecar.tiers.kv_pool import create_pool  # imports torch: only when needed
+
+        return create_pool(device, num_slots, slot_bytes, shm_dir)
+
+    warm = None
+    if isinstance(stores.warm, RedisWarmTier):
+        warm = RedisKvWarmStore(
+            stores.warm.client,
+            key_prefix=config.redis_key_prefix,
+            timeout_s=config.write_timeout_ms / 1000,
+        )
+    settings = KvSettings(
+        pool_bytes=config.kv_pool_bytes,
+        slot_bytes=config.kv_slot_bytes,
+        promote_timeout_ms=config.kv_promote_timeout_ms,
+        warm_ttl_s=config.kv_warm_ttl_s,
+        default_lease_ms=config.kv_lease_ttl_ms,
+        max_lease_ms=config.kv_max_lease_ttl_ms,
+        max_chain_blocks=config.kv_max_chain_blocks,
+    )
+    return KvHotTier(settings, make_pool, warm)
+
+
 @dataclass(slots=True)
 class RunningServer:
     """Started servers, their background tasks, and what must be closed after them."""
@@ -200,6 +233,7 @@ class RunningServer:
     rpc_stats: RpcStats = field(default_factory=RpcStats)
     telemetry: TelemetrySetup | None = None
     """Set when start_server configured telemetry itself (then stop shuts it down)."""
+    kv: KvHotTier | None = None
 
     @property
     def metrics_port(self) -> int | None:
@@ -228,6 +262,8 @@ class RunningServer:
         await self.cache.drain()
         if self.cache.hits is not None:
             await self.cache.hits.close()
+        if self.kv is not None:
+            await self.kv.close()
         await self.stores.control.close()
         await self.stores.warm.close()
         if self.telemetry is not None:
@@ -329,10 +365,15 @@ async def _start(
         observer=RpcObserver(cache_api.SERVICE, telemetry, rpc_stats),
     )
     cache_pb2_grpc.add_CacheServiceServicer_to_server(servicer, server)
+    kv = build_kv(config, stores) if config.kv_enabled else None
+    data_services = [CACHE_SERVICE]
+    if kv is not None:
+        kv_pb2_grpc.add_KvCacheServiceServicer_to_server(KvServicer(kv), server)
+        data_services.append(KV_SERVICE)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (CACHE_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        (*data_services, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     ports = _listen(server, config.listen)
 
@@ -383,7 +424,7 @@ async def _start(
     ]
     if stores.control.shared:
         tasks.append(asyncio.create_task(freshness.run_listener()))
-    for name in ("", CACHE_SERVICE):
+    for name in ("", *data_services):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
         "serving",
@@ -409,6 +450,7 @@ async def _start(
         admin_ports,
         rpc_stats,
         setup,
+        kv,
     )
 
 

@@ -11,6 +11,7 @@ from sidecar.errors import (
     FailedPrecondition,
     InfercacheError,
     InvalidArgument,
+    ResourceExhausted,
     TierUnavailable,
     Unauthenticated,
     Unavailable,
@@ -21,6 +22,7 @@ log = structlog.get_logger("infercache.api")
 STATUS_OF: tuple[tuple[type[InfercacheError], grpc.StatusCode], ...] = (
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (TierUnavailable, grpc.StatusCode.UNAVAILABLE),

@@ -1,0 +1,543 @@
+"""The KV hot tier: attachments, version binding, prefix lookups, allocation and leases.
+
+Version binding: every block key is the digest of (model fingerprint, adapter,
+KV layout, tenant, cache salt) followed by the client's block hash, so an
+attachment can only ever find blocks published under its own scope. Attaching
+a new fingerprint makes it the current version: attachments of other
+fingerprints are superseded (their lookups, allocations and commits fail with
+FailedPrecondition), the previous version's blocks leave the hot index at once
+and are demoted to the warm tier in the background, and warm values of any
+older version are dropped. A lookup that runs into warm blocks of the current
+version promotes them within a time bound, else answers "retry later".
+
+All state is mutated on the event loop; only pool creation runs on a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, TierUnavailable
+from sidecar.kv.layout import (
+    MAX_HASH_BYTES,
+    MAX_TEXT,
+    BlockKey,
+    KvLayout,
+    request_scope,
+    version_scope,
+    version_tag,
+)
+from sidecar.kv.leases import LeaseRecord, LeaseTable
+from sidecar.kv.movement import Demoted, KvStats, WarmMover
+from sidecar.kv.pool import PoolLocation, SlotPool
+from sidecar.kv.slot_index import SlotIndex
+from sidecar.kv.warm import KvWarmStore
+
+log = structlog.get_logger("infercache.kv")
+
+PoolFactory = Callable[[int, int], SlotPool]
+"""(num_slots, slot_bytes) -> pool; called once, on a worker thread."""
+
+# Most blocks one lookup tries to promote (the rest come with the next lookup).
+MAX_PROMOTE_BLOCKS = 1024
+# How long an allocation short of slots waits for a running demotion to free some.
+DEMOTION_WAIT_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class KvSettings:
+    """Limits and sizes of the KV hot tier (see sidecar/config.py for each setting)."""
+
+    pool_bytes: int
+    slot_bytes: int = 0
+    """0: the first attachment's block size."""
+    promote_timeout_ms: int = 50
+    warm_ttl_s: int = 86400
+    default_lease_ms: int = 30_000
+    max_lease_ms: int = 600_000
+    max_chain_blocks: int = 4096
+    max_leases: int = 65536
+    max_attachments: int = 256
+
+
+@dataclass(slots=True)
+class Attachment:
+    """A model process attached with one fingerprint, adapter and layout."""
+
+    attachment_id: str
+    fingerprint: str
+    adapter: str
+    layout: KvLayout
+    scope: bytes
+    version: str
+    process_name: str
+    superseded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInfo:
+    """What a model process needs to map the pool."""
+
+    pool_id: str
+    num_slots: int
+    slot_bytes: int
+    location: PoolLocation
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """A lease as clients see it."""
+
+    lease_id: str
+    expires_at_unix_ms: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixResult:
+    """Slots of the longest cached prefix, pinned under lease (None when nothing matched)."""
+
+    slots: list[int]
+    lease: LeaseView | None
+    retry_later: bool
+    retry_after_ms: int
+    promoted: int
+
+
+def _text(field: str, value: str, *, required: bool) -> None:
+    if required and not value:
+        raise InvalidArgument(field, "is required")
+    if len(value) > MAX_TEXT:
+        raise InvalidArgument(field, f"is longer than {MAX_TEXT} characters")
+
+
+def _check_hashes(field: str, hashes: Sequence[bytes]) -> None:
+    for i, h in enumerate(hashes):
+        if not 0 < len(h) <= MAX_HASH_BYTES:
+            raise InvalidArgument(f"{field}[{i}]", f"must be 1..{MAX_HASH_BYTES} bytes")
+
+
+class KvHotTier:
+    """The domain behind KvCacheService."""
+
+    def __init__(
+        self,
+        settings: KvSettings,
+        pool_factory: PoolFactory,
+        warm: KvWarmStore | None = None,
+        *,
+        leases: LeaseTable | None = None,
+    ) -> None:
+        self.settings = settings
+        self.stats = KvStats()
+        self._factory = pool_factory
+        self._warm = warm
+        self.leases = leases if leases is not None else LeaseTable(settings.max_leases)
+        self._pool: SlotPool | None = None
+        self._index: SlotIndex | None = None
+        self._mover: WarmMover | None = None
+        self._block_bytes: list[int] = []
+        self._pool_lock = asyncio.Lock()
+        self._attachments: dict[str, Attachment] = {}
+        self.current: str | None = None
+        self.previous: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._demotions: dict[str, asyncio.Task[None]] = {}
+        self._promotions: dict[BlockKey, asyncio.Task[int]] = {}
+
+    @property
+    def index(self) -> SlotIndex:
+        """The slot index (exists from the first attachment on)."""
+        if self._index is None:
+            raise FailedPrecondition("no KV pool yet: AttachHotTier first")
+        return self._index
+
+    @property
+    def pool(self) -> SlotPool:
+        """The slot pool (exists from the first attachment on)."""
+        if self._pool is None:
+            raise FailedPrecondition("no KV pool yet: AttachHotTier first")
+        return self._pool
+
+    # -- attachments -------------------------------------------------------------
+
+    async def attach(
+        self,
+        fingerprint: str,
+        adapter: str,
+        layout: KvLayout,
+        *,
+        gpu_uuid: str = "",
+        process_name: str = "",
+    ) -> tuple[Attachment, PoolInfo]:
+        """Register a model process; a new fingerprint switches the current version."""
+        _text("model_fingerprint", fingerprint, required=True)
+        _text("adapter_fingerprint", adapter, required=False)
+        _text("gpu_uuid", gpu_uuid, required=False)
+        _text("process_name", process_name, required=False)
+        pool = await self._ensure_pool(layout)
+        if layout.block_bytes > pool.slot_bytes:
+            raise FailedPrecondition(
+                f"a block of this layout takes {layout.block_bytes} bytes but pool slots hold "
+                f"{pool.slot_bytes}; restart the sidecar with a larger INFERCACHE_KV_SLOT_BYTES"
+            )
+        location = pool.export(gpu_uuid)
+        self._sweep()
+        if len(self._attachments) >= self.settings.max_attachments:
+            self._prune_attachments()
+        version = version_tag(fingerprint)
+        attachment = Attachment(
+            secrets.token_hex(16),
+            fingerprint,
+            adapter,
+            layout,
+            version_scope(fingerprint, adapter, layout),
+            version,
+            process_name,
+        )
+        if version != self.current:
+            self._switch_version(version, fingerprint)
+        self._attachments[attachment.attachment_id] = attachment
+        log.info(
+            "kv_attached",
+            attachment=attachment.attachment_id,
+            fingerprint=fingerprint,
+            adapter=adapter or None,
+            process=process_name or None,
+            block_bytes=layout.block_bytes,
+        )
+        return attachment, PoolInfo(pool.pool_id, pool.num_slots, pool.slot_bytes, location)
+
+    async def _ensure_pool(self, layout: KvLayout) -> SlotPool:
+        async with self._pool_lock:
+            if self._pool is None:
+                slot_bytes = self.settings.slot_bytes or layout.block_bytes
+                num_slots = self.settings.pool_bytes // slot_bytes
+                if num_slots < 1:
+                    raise FailedPrecondition(
+                        f"INFERCACHE_KV_POOL_BYTES ({self.settings.pool_bytes}) cannot hold one "
+                        f"slot of {slot_bytes} bytes"
+                    )
+                # Importing torch and mapping the pool take seconds: off the event loop.
+                pool = await asyncio.to_thread(self._factory, num_slots, slot_bytes)
+                self._index = SlotIndex(num_slots)
+                self._block_bytes = [0] * num_slots
+                if self._warm is not None:
+                    self._mover = WarmMover(
+                        self._index,
+                        pool,
+                        self._warm,
+                        ttl_ms=self.settings.warm_ttl_s * 1000,
+                        stats=self.stats,
+                        is_current=lambda v: v == self.current,
+                        block_bytes=self._block_bytes,
+                    )
+                self._pool = pool
+                log.info("kv_pool_created", slots=num_slots, slot_bytes=slot_bytes)
+            return self._pool
+
+    def _prune_attachments(self) -> None:
+        busy = self.leases.holders()
+        for aid, a in list(self._attachments.items()):
+            if a.superseded and aid not in busy:
+                del self._attachments[aid]
+        if len(self._attachments) >= self.settings.max_attachments:
+            raise ResourceExhausted(
+                f"{self.settings.max_attachments} KV attachments are live; detach unused ones"
+            )
+
+    def _switch_version(self, version: str, fingerprint: str) -> None:
+        old = self.current
+        self.current, self.previous = version, old
+        for a in self._attachments.values():
+            if a.version != version:
+                a.superseded = True
+        index = self.index
+        if old is not None:
+            # Unpublish the old version now (a lookup can no longer find it); an internal
+            # pin keeps each slot's bytes intact until the demotion has copied them.
+            demoted = []
+            for slot in sorted(index.group_slots(old)):
+                index.pin(slot)
+                key = index.drop(slot)
+                assert key is not None
+                demoted.append(Demoted(slot, key, self._block_bytes[slot]))
+            if self._mover is not None:
+                self._demotions[old] = self._spawn(self._mover.demote(old, demoted))
+            else:
+                index.unpin_many(d.slot for d in demoted)
+                self.stats.dropped_blocks += len(demoted)
+        # Anything older (e.g. a version demoted earlier and still hot) leaves the pool.
+        keep = {v for v in (version, old) if v is not None}
+        for v, task in list(self._demotions.items()):
+            if v not in keep or task.done():
+                task.cancel()  # its slots are unpinned by the demotion itself
+                del self._demotions[v]
+        for group in list(index.groups()):
+            if group not in keep:
+                for slot in index.group_slots(group):
+                    index.drop(slot)
+                    self.stats.dropped_blocks += 1
+        if self._mover is not None:
+            self._spawn(self._mover.drop_versions(keep))
+        log.info("kv_version_switched", fingerprint=fingerprint, version=version, previous=old)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _attachment(self, attachment_id: str, *, live: bool = True) -> Attachment:
+        a = self._attachments.get(attachment_id)
+        if a is None:
+            raise FailedPrecondition(
+                f"unknown KV attachment {attachment_id[:40]!r}; call AttachHotTier"
+            )
+        if live and a.superseded:
+            raise FailedPrecondition(
+                f"KV attachment for model {a.fingerprint[:64]!r} was superseded by a newer "
+                "model version; re-attach with the fingerprint of the weights now loaded"
+            )
+        return a
+
+    async def detach(self, attachment_id: str) -> int:
+        """End an attachment, releasing its leases; returns the slots unpinned."""
+        self._attachment(attachment_id, live=False)
+        released = 0
+        for record in self.leases.of_attachment(attachment_id):
+            released += self._drop_lease(record)
+        del self._attachments[attachment_id]
+        return released
+
+    # -- leases --------------------------------------------------------------------
+
+    def _ttl(self, ttl_ms: int) -> int:
+        if ttl_ms <= 0:
+            return self.settings.default_lease_ms
+        return min(ttl_ms, self.settings.max_lease_ms)
+
+    def _view(self, record: LeaseRecord) -> LeaseView:
+        return LeaseView(record.lease_id, self.leases.unix_ms(record), record.ttl_ms)
+
+    def _sweep(self) -> None:
+        if self._index is None:
+            return
+        for record in self.leases.expired():
+            self._index.unpin_many(record.pins)
+            self.stats.expired_leases += 1
+
+    def _drop_lease(self, record: LeaseRecord) -> int:
+        self.leases.remove(record.lease_id)
+        self.index.unpin_many(record.pins)
+        return len(record.pins)
+
+    async def release(self, attachment_id: str, lease_id: str) -> int:
+        """Unpin every slot of a lease; returns how many pins were dropped."""
+        self._sweep()
+        self._attachment(attachment_id, live=False)
+        return self._drop_lease(self.leases.get(lease_id, attachment_id))
+
+    async def renew(self, attachment_id: str, lease_id: str, ttl_ms: int) -> LeaseView:
+        """Extend a lease."""
+        self._sweep()
+        self._attachment(attachment_id)
+        record = self.leases.get(lease_id, attachment_id)
+        self.leases.renew(record, self._ttl(ttl_ms))
+        return self._view(record)
+
+    # -- data path -----------------------------------------------------------------
+
+    async def lookup_prefix(
+        self,
+        attachment_id: str,
+        tenant: str,
+        cache_salt: str,
+        hashes: Sequence[bytes],
+        *,
+        lease_ttl_ms: int = 0,
+        hot_only: bool = False,
+    ) -> PrefixResult:
+        """The longest cached prefix of a hash chain, pinned under a new lease."""
+        self._sweep()
+        a = self._attachment(attachment_id)
+        _text("tenant", tenant, required=True)
+        _text("cache_salt", cache_salt, required=False)
+        if len(hashes) > self.settings.max_chain_blocks:
+            raise InvalidArgument(
+                "block_hashes",
+                f"has {len(hashes)} blocks; the limit is {self.settings.max_chain_blocks}",
+            )
+        _check_hashes("block_hashes", hashes)
+        prefix = request_scope(a.scope, tenant, cache_salt)
+        keys = [BlockKey(prefix + h) for h in hashes]
+        index = self.index
+        self.stats.lookups += 1
+        record: LeaseRecord | None = None
+        slots = self._walk(keys, 0)
+        if slots:
+            record = self._pin_new(a, slots, lease_ttl_ms)
+        retry_later = False
+        promoted = 0
+        missing = len(keys) - len(slots)
+        if missing and not hot_only and self._mover is not None and index.available:
+            start = len(slots)
+            retry_later = await self._await_promotion(a, keys[start : start + MAX_PROMOTE_BLOCKS])
+            # Pinned slots stayed put during the wait; the rest is walked again.
+            if not a.superseded:
+                more = self._walk(keys, start)
+                if more:
+                    if record is None:
+                        record = self._pin_new(a, more, lease_ttl_ms)
+                    else:
+                        for slot in more:
+                            index.pin(slot)
+                        record.pins.extend(more)
+                    slots.extend(more)
+                    promoted = len(more)
+        self.stats.hit_blocks += len(slots)
+        return PrefixResult(
+            slots,
+            self._view(record) if record is not None else None,
+            retry_later,
+            self.settings.promote_timeout_ms if retry_later else 0,
+            promoted,
+        )
+
+    def _walk(self, keys: Sequence[BlockKey], start: int) -> list[int]:
+        get = self.index.get
+        out: list[int] = []
+        for i in range(start, len(keys)):
+            slot = get(keys[i])
+            if slot is None:
+                break
+            out.append(slot)
+        return out
+
+    def _pin_new(self, a: Attachment, slots: list[int], ttl_ms: int) -> LeaseRecord:
+        record = self.leases.create(a.attachment_id, self._ttl(ttl_ms))
+        pin = self.index.pin
+        for slot in slots:
+            pin(slot)
+        record.pins.extend(slots)
+        return record
+
+    async def _await_promotion(self, a: Attachment, keys: list[BlockKey]) -> bool:
+        """Promote warm blocks within the time bound; True when it did not finish in time."""
+        assert self._mover is not None
+        task = self._promotions.get(keys[0])
+        if task is None:
+            task = asyncio.create_task(self._mover.promote(a.version, keys, a.layout.block_bytes))
+            self._promotions[keys[0]] = task
+            first = keys[0]
+            task.add_done_callback(lambda _t: self._promotions.pop(first, None))
+            task.add_done_callback(self._promotion_done)
+        try:
+            async with asyncio.timeout(self.settings.promote_timeout_ms / 1000):
+                await asyncio.shield(task)
+        except TimeoutError:
+            self.stats.retry_later += 1
+            return True
+        except TierUnavailable:
+            return False
+        return False
+
+    def _promotion_done(self, task: asyncio.Task[int]) -> None:
+        if not task.cancelled() and isinstance(task.exception(), TierUnavailable):
+            self.stats.warm_failures += 1
+            log.warning("kv_promote_failed", error=str(task.exception()))
+
+    async def allocate(
+        self, attachment_id: str, count: int, *, lease_id: str = "", lease_ttl_ms: int = 0
+    ) -> tuple[list[int], LeaseView]:
+        """Reserve `count` slots under a lease (all or nothing)."""
+        self._sweep()
+        a = self._attachment(attachment_id)
+        index = self.index
+        if not 0 < count <= min(index.num_slots, self.settings.max_chain_blocks):
+            raise InvalidArgument(
+                "count", f"must be in 1..{min(index.num_slots, self.settings.max_chain_blocks)}"
+            )
+        if count > index.available and self._demotions:
+            # Slots being demoted come free within a Redis round trip or two.
+            pending = [t for t in self._demotions.values() if not t.done()]
+            if pending:
+                await asyncio.wait(pending, timeout=DEMOTION_WAIT_S)
+            self._sweep()
+            a = self._attachment(attachment_id)
+        record = self.leases.get(lease_id, attachment_id) if lease_id else None
+        slots = index.allocate(count)
+        if record is None:
+            try:
+                record = self.leases.create(a.attachment_id, self._ttl(lease_ttl_ms))
+            except ResourceExhausted:
+                index.unpin_many(slots)
+                raise
+        else:
+            self.leases.renew(record, self._ttl(lease_ttl_ms))
+        record.pins.extend(slots)
+        record.allocated.update(slots)
+        return slots, self._view(record)
+
+    async def commit(
+        self,
+        attachment_id: str,
+        lease_id: str,
+        tenant: str,
+        cache_salt: str,
+        blocks: Sequence[tuple[int, bytes]],
+    ) -> list[bool]:
+        """Publish allocated slots under their hashes; per block True if already cached."""
+        self._sweep()
+        a = self._attachment(attachment_id)
+        record = self.leases.get(lease_id, attachment_id)
+        _text("tenant", tenant, required=True)
+        _text("cache_salt", cache_salt, required=False)
+        seen: set[int] = set()
+        for i, (slot, h) in enumerate(blocks):
+            if slot not in record.allocated or slot in seen:
+                raise InvalidArgument(
+                    f"blocks[{i}].slot_id",
+                    f"slot {slot} is not an uncommitted slot allocated under this lease",
+                )
+            seen.add(slot)
+            if not 0 < len(h) <= MAX_HASH_BYTES:
+                raise InvalidArgument(
+                    f"blocks[{i}].block_hash", f"must be 1..{MAX_HASH_BYTES} bytes"
+                )
+        prefix = request_scope(a.scope, tenant, cache_salt)
+        index = self.index
+        already: list[bool] = []
+        for slot, h in blocks:
+            if index.publish(slot, BlockKey(prefix + h), a.version):
+                self._block_bytes[slot] = a.layout.block_bytes
+                record.allocated.discard(slot)
+                already.append(False)
+            else:
+                already.append(True)
+        self.stats.committed_blocks += already.count(False)
+        return already
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def settled(self) -> None:
+        """Wait for background demotions and drops (tests and shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop background work and release the pool."""
+        for task in [*self._tasks, *self._promotions.values()]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._promotions.values(), return_exceptions=True)
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self._warm is not None:
+            await self._warm.close()

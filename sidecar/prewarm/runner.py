@@ -3,8 +3,8 @@ the model server on a MISS, and store the answer through ResultCache.store.
 
 Per request, in order:
   - the key is built for the pod's model (a request naming other weights is skipped);
-  - a Lookup HIT is skipped ("already_cached"), a BYPASS too (policy), and so is a
-    MISS whose single-flight lease someone else holds ("being_computed");
+  - a Lookup HIT is skipped ("already_cached"), a BYPASS too (policy); a lookup or
+    a write the warm tier did not answer in time is tried again (twice);
   - the model server is called with the run's concurrency and deadline;
   - the answer is stored with the MISS's lease, so policy, leases, TTL caps and
     size limits apply exactly as to a client's Store.
@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from sidecar.cache import LookupQuery, Outcome, ResultCache, StoreStatus
+from sidecar.cache import LookupQuery, LookupResult, Outcome, ResultCache, StoreStatus
 from sidecar.entries import ComputeCost
 from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
 from sidecar.keys import CacheKey, KeyLimits, KeyRequest, build_key
@@ -54,6 +54,9 @@ log = structlog.get_logger("infercache.prewarm")
 
 # Progress messages are sent at most this often (plus the final one).
 _UPDATE_INTERVAL_S = 0.1
+# A degraded lookup or a failed write is tried again after these pauses (the Redis
+# circuit pauses calls for 50 ms to 1 s after a failure).
+_RETRY_PAUSES_S = (0.1, 0.3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +331,7 @@ class PrewarmRun:
             call = upstream_call(req, model, owner.settings.payload_format)
         except NotReplayable as exc:
             return _skip(index, exc.reason, exc.detail, digest)
-        found = await owner.cache.lookup(LookupQuery(key))
+        found = await self._lookup(key)
         if found.outcome is Outcome.HIT:
             return _skip(index, "already_cached", digest=digest)
         if found.outcome is Outcome.BYPASS:
@@ -336,8 +339,9 @@ class PrewarmRun:
             return _skip(index, "policy_bypass", detail, digest)
         if found.degraded:
             return _fail(index, "cache_unavailable", "the warm tier did not answer", digest)
-        if not found.lease_holder:
-            return _skip(index, "being_computed", "another caller holds its lease", digest)
+        # Without the single-flight hold (another caller computes it, or the holder key
+        # could not be written in time) it is computed anyway: both results are
+        # equivalent, and a skipped key would stay cold if that caller never stores.
         started = time.monotonic()
         try:
             body = await server.complete(call)
@@ -351,9 +355,13 @@ class PrewarmRun:
         )
         try:
             owner.pod.check_store(key.model_version)
-            stored = await owner.cache.store(
-                key, answer.payload, self._options.ttl_s, cost, lease_token=found.lease
-            )
+            for pause in (*_RETRY_PAUSES_S, None):
+                stored = await owner.cache.store(
+                    key, answer.payload, self._options.ttl_s, cost, lease_token=found.lease
+                )
+                if stored.status is not StoreStatus.WRITE_FAILED or pause is None:
+                    break
+                await asyncio.sleep(pause)
         except InfercacheError as exc:
             return _fail(index, "store_refused", str(exc), digest)
         if stored.status is StoreStatus.STORED:
@@ -364,6 +372,19 @@ class PrewarmRun:
             return _skip(index, "invalidated_meanwhile", "an invalidation matched it", digest)
         detail = stored.bypass.detail if stored.bypass is not None else "the store was bypassed"
         return _skip(index, "policy_bypass", detail, digest)
+
+    async def _lookup(self, key: CacheKey) -> LookupResult:
+        """A Lookup that tries again when the warm tier did not answer in time.
+
+        The lookup deadline is tuned for request latency; prewarm is a batch job that
+        would rather wait a little than compute an answer it may not be able to store.
+        """
+        for pause in (*_RETRY_PAUSES_S, None):
+            found = await self._owner.cache.lookup(LookupQuery(key))
+            if not found.degraded or pause is None:
+                return found
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _prepare(
         self, index: int, req: KeyRequest

@@ -212,6 +212,22 @@ async def test_unreachable_model_server_fails_the_run(
         assert "did not list its models" in summary.error
 
 
+@pytest.mark.redis
+async def test_unreachable_cache_fails_requests_before_any_upstream_call(
+    weights: dict[str, Path], upstream: ModelServerProcess, own_redis: RedisServer
+) -> None:
+    """With Redis down, lookups stay degraded after the retries: each request fails
+    `cache_unavailable` and the model server is never asked (its answer could not be
+    stored)."""
+    upstream.start("v1")
+    async with pod(weights["v1"], upstream, own_redis.url) as sc:
+        own_redis.kill()
+        summary = final(await prewarm(sc, file_request(text_key("a"), text_key("b"))))
+        assert summary.state == admin_pb.PREWARM_STATE_COMPLETED
+        assert dict(summary.failed_by_reason) == {"cache_unavailable": 2}
+        assert upstream.stats()["completions"] == 0
+
+
 async def test_failure_budget_stops_the_run(
     weights: dict[str, Path], upstream: ModelServerProcess
 ) -> None:
@@ -384,7 +400,9 @@ async def test_from_version_replays_v1_hot_requests_on_v2_weights(
     tenant's retention is withdrawn."""
     policy = tmp_path / "policy.yaml"
     policy.write_text("tenants:\n  acme: {retain_inputs: true}\n")
-    settings = {"policy_file": str(policy), "hit_sample_rate": 1}
+    # A generous read deadline: on a loaded test machine a 50 ms Redis read can time out,
+    # and this test is about which requests are replayed, not about deadlines.
+    settings = {"policy_file": str(policy), "hit_sample_rate": 1, "lookup_timeout_ms": 2000}
     secret_key = text_key(SECRET, tenant="private")
     upstream.start("v1")
     async with pod(weights["v1"], upstream, redis_server.url, **settings) as v1:
@@ -446,7 +464,7 @@ async def test_from_version_replays_v1_hot_requests_on_v2_weights(
         assert (await v2.client.lookup(secret_key)).outcome == pb.LOOKUP_OUTCOME_MISS
 
     # Retention withdrawn (no policy file: nobody retains): the records are not replayed.
-    async with pod(weights["v2"], upstream, redis_server.url, hit_sample_rate=1) as v2:
+    async with pod(weights["v2"], upstream, redis_server.url, lookup_timeout_ms=2000) as v2:
         summary = final(await prewarm(v2, from_version(v1_version, top_k=10)))
         assert dict(summary.skipped_by_reason) == {"not_retained": 3}
         assert len(upstream.stats()["prompts"]) == 3

@@ -34,8 +34,9 @@ from sidecar.invalidation.leases import LeaseSigner
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
-from sidecar.kv.hot_tier import KvHotTier, KvSettings
+from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
+from sidecar.kv.values import KvSettings
 from sidecar.kv.warm import RedisKvWarmStore
 from sidecar.metrics import RpcDurationCollector, register_metrics
 from sidecar.pod import PodIdentity

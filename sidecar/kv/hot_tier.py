@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -26,7 +25,6 @@ import structlog
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, TierUnavailable
 from sidecar.kv.layout import (
     MAX_HASH_BYTES,
-    MAX_TEXT,
     BlockKey,
     KvLayout,
     request_scope,
@@ -35,8 +33,17 @@ from sidecar.kv.layout import (
 )
 from sidecar.kv.leases import LeaseRecord, LeaseTable
 from sidecar.kv.movement import Demoted, KvStats, WarmMover
-from sidecar.kv.pool import PoolLocation, SlotPool
+from sidecar.kv.pool import SlotPool
 from sidecar.kv.slot_index import SlotIndex
+from sidecar.kv.values import (
+    Attachment,
+    KvSettings,
+    LeaseView,
+    PoolInfo,
+    PrefixResult,
+    check_hashes,
+    check_text,
+)
 from sidecar.kv.warm import KvWarmStore
 
 log = structlog.get_logger("infercache.kv")
@@ -48,79 +55,6 @@ PoolFactory = Callable[[int, int], SlotPool]
 MAX_PROMOTE_BLOCKS = 1024
 # How long an allocation short of slots waits for a running demotion to free some.
 DEMOTION_WAIT_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class KvSettings:
-    """Limits and sizes of the KV hot tier (see sidecar/config.py for each setting)."""
-
-    pool_bytes: int
-    slot_bytes: int = 0
-    """0: the first attachment's block size."""
-    promote_timeout_ms: int = 50
-    warm_ttl_s: int = 86400
-    default_lease_ms: int = 30_000
-    max_lease_ms: int = 600_000
-    max_chain_blocks: int = 4096
-    max_leases: int = 65536
-    max_attachments: int = 256
-
-
-@dataclass(slots=True)
-class Attachment:
-    """A model process attached with one fingerprint, adapter and layout."""
-
-    attachment_id: str
-    fingerprint: str
-    adapter: str
-    layout: KvLayout
-    scope: bytes
-    version: str
-    process_name: str
-    superseded: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PoolInfo:
-    """What a model process needs to map the pool."""
-
-    pool_id: str
-    num_slots: int
-    slot_bytes: int
-    location: PoolLocation
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseView:
-    """A lease as clients see it."""
-
-    lease_id: str
-    expires_at_unix_ms: int
-    ttl_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixResult:
-    """Slots of the longest cached prefix, pinned under lease (None when nothing matched)."""
-
-    slots: list[int]
-    lease: LeaseView | None
-    retry_later: bool
-    retry_after_ms: int
-    promoted: int
-
-
-def _text(field: str, value: str, *, required: bool) -> None:
-    if required and not value:
-        raise InvalidArgument(field, "is required")
-    if len(value) > MAX_TEXT:
-        raise InvalidArgument(field, f"is longer than {MAX_TEXT} characters")
-
-
-def _check_hashes(field: str, hashes: Sequence[bytes]) -> None:
-    for i, h in enumerate(hashes):
-        if not 0 < len(h) <= MAX_HASH_BYTES:
-            raise InvalidArgument(f"{field}[{i}]", f"must be 1..{MAX_HASH_BYTES} bytes")
 
 
 class KvHotTier:
@@ -177,10 +111,10 @@ class KvHotTier:
         process_name: str = "",
     ) -> tuple[Attachment, PoolInfo]:
         """Register a model process; a new fingerprint switches the current version."""
-        _text("model_fingerprint", fingerprint, required=True)
-        _text("adapter_fingerprint", adapter, required=False)
-        _text("gpu_uuid", gpu_uuid, required=False)
-        _text("process_name", process_name, required=False)
+        check_text("model_fingerprint", fingerprint, required=True)
+        check_text("adapter_fingerprint", adapter, required=False)
+        check_text("gpu_uuid", gpu_uuid, required=False)
+        check_text("process_name", process_name, required=False)
         pool = await self._ensure_pool(layout)
         if layout.block_bytes > pool.slot_bytes:
             raise FailedPrecondition(
@@ -367,37 +301,36 @@ class KvHotTier:
         """The longest cached prefix of a hash chain, pinned under a new lease."""
         self._sweep()
         a = self._attachment(attachment_id)
-        _text("tenant", tenant, required=True)
-        _text("cache_salt", cache_salt, required=False)
+        check_text("tenant", tenant, required=True)
+        check_text("cache_salt", cache_salt, required=False)
         if len(hashes) > self.settings.max_chain_blocks:
             raise InvalidArgument(
                 "block_hashes",
                 f"has {len(hashes)} blocks; the limit is {self.settings.max_chain_blocks}",
             )
-        _check_hashes("block_hashes", hashes)
+        check_hashes("block_hashes", hashes)
         prefix = request_scope(a.scope, tenant, cache_salt)
-        keys = [BlockKey(prefix + h) for h in hashes]
         index = self.index
         self.stats.lookups += 1
         record: LeaseRecord | None = None
-        slots = self._walk(keys, 0)
+        slots = index.walk(prefix, hashes, 0)
         if slots:
             record = self._pin_new(a, slots, lease_ttl_ms)
         retry_later = False
         promoted = 0
-        missing = len(keys) - len(slots)
+        missing = len(hashes) - len(slots)
         if missing and not hot_only and self._mover is not None and index.available:
             start = len(slots)
-            retry_later = await self._await_promotion(a, keys[start : start + MAX_PROMOTE_BLOCKS])
+            keys = [BlockKey(prefix + h) for h in hashes[start : start + MAX_PROMOTE_BLOCKS]]
+            retry_later = await self._await_promotion(a, keys)
             # Pinned slots stayed put during the wait; the rest is walked again.
             if not a.superseded:
-                more = self._walk(keys, start)
+                more = index.walk(prefix, hashes, start)
                 if more:
                     if record is None:
                         record = self._pin_new(a, more, lease_ttl_ms)
                     else:
-                        for slot in more:
-                            index.pin(slot)
+                        index.pin_many(more)
                         record.pins.extend(more)
                     slots.extend(more)
                     promoted = len(more)
@@ -410,21 +343,9 @@ class KvHotTier:
             promoted,
         )
 
-    def _walk(self, keys: Sequence[BlockKey], start: int) -> list[int]:
-        get = self.index.get
-        out: list[int] = []
-        for i in range(start, len(keys)):
-            slot = get(keys[i])
-            if slot is None:
-                break
-            out.append(slot)
-        return out
-
     def _pin_new(self, a: Attachment, slots: list[int], ttl_ms: int) -> LeaseRecord:
         record = self.leases.create(a.attachment_id, self._ttl(ttl_ms))
-        pin = self.index.pin
-        for slot in slots:
-            pin(slot)
+        self.index.pin_many(slots)
         record.pins.extend(slots)
         return record
 
@@ -497,8 +418,8 @@ class KvHotTier:
         self._sweep()
         a = self._attachment(attachment_id)
         record = self.leases.get(lease_id, attachment_id)
-        _text("tenant", tenant, required=True)
-        _text("cache_salt", cache_salt, required=False)
+        check_text("tenant", tenant, required=True)
+        check_text("cache_salt", cache_salt, required=False)
         seen: set[int] = set()
         for i, (slot, h) in enumerate(blocks):
             if slot not in record.allocated or slot in seen:

@@ -9,12 +9,13 @@ intact warm values of the current version into free (or evicted) slots.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
-from sidecar.errors import ResourceExhausted, TierUnavailable
+from sidecar.errors import TierUnavailable
 from sidecar.kv.layout import BlockKey
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.slot_index import SlotIndex
@@ -74,34 +75,52 @@ class WarmMover:
         self._is_current = is_current
         self._block_bytes = block_bytes
 
+    def _encode(self, batch: Sequence[Demoted]) -> list[tuple[BlockKey, bytes]]:
+        """Copy slots out and encode them (on a worker thread: the slots are pinned)."""
+        read = self._pool.read_many
+        return [(b.key, encode_block(b.key, read([b.slot], b.nbytes)[0])) for b in batch]
+
     async def demote(self, version: str, blocks: Sequence[Demoted]) -> None:
-        """Copy pinned, unpublished blocks to the warm tier, then unpin them."""
+        """Copy pinned, unpublished blocks to the warm tier, then unpin them.
+
+        Two stages overlap: while one batch is being written to Redis, the next is
+        copied out and checksummed on a worker thread.
+        """
+        batches = [blocks[i : i + BATCH_BLOCKS] for i in range(0, len(blocks), BATCH_BLOCKS)]
+        writing: asyncio.Task[None] | None = None
+        written: Sequence[Demoted] = ()
         try:
             await self._warm.note_version(version)
-            for start in range(0, len(blocks), BATCH_BLOCKS):
-                batch = blocks[start : start + BATCH_BLOCKS]
-                items = [
-                    (b.key, encode_block(b.key, self._pool.read_many([b.slot], b.nbytes)[0]))
-                    for b in batch
-                ]
-                try:
-                    await self._warm.put_many(version, items, self._ttl_ms)
-                    self._stats.demoted_blocks += len(batch)
-                except TierUnavailable as exc:
-                    self._stats.warm_failures += 1
-                    self._stats.dropped_blocks += len(batch)
-                    log.warning(
-                        "kv_demote_failed", version=version, blocks=len(batch), error=str(exc)
-                    )
-                finally:
-                    self._index.unpin_many(b.slot for b in batch)
+            for batch in batches:
+                items = await asyncio.to_thread(self._encode, batch)
+                if writing is not None:
+                    await self._finish(version, writing, written)
+                writing = asyncio.create_task(self._warm.put_many(version, items, self._ttl_ms))
+                written = batch
+            if writing is not None:
+                await self._finish(version, writing, written)
+                writing = None
         except TierUnavailable as exc:
             self._stats.warm_failures += 1
             log.warning("kv_demote_failed", version=version, error=str(exc))
+        finally:
+            if writing is not None:
+                writing.cancel()
+                await asyncio.gather(writing, return_exceptions=True)
             self._unpin_rest(blocks)
-        except BaseException:
-            self._unpin_rest(blocks)
-            raise
+
+    async def _finish(
+        self, version: str, writing: asyncio.Task[None], batch: Sequence[Demoted]
+    ) -> None:
+        try:
+            await writing
+            self._stats.demoted_blocks += len(batch)
+        except TierUnavailable as exc:
+            self._stats.warm_failures += 1
+            self._stats.dropped_blocks += len(batch)
+            log.warning("kv_demote_failed", version=version, blocks=len(batch), error=str(exc))
+        finally:
+            self._index.unpin_many(b.slot for b in batch)
 
     def _unpin_rest(self, blocks: Sequence[Demoted]) -> None:
         for b in blocks:
@@ -122,31 +141,80 @@ class WarmMover:
             log.warning("kv_drop_failed", error=str(exc))
 
     async def promote(self, version: str, keys: Sequence[BlockKey], nbytes: int) -> int:
-        """Copy the leading run of warm hits among keys into slots (published, unpinned)."""
+        """Copy the leading run of warm hits among keys into slots (published, unpinned).
+
+        Two stages overlap: the next batch is fetched from Redis while this one is
+        verified and copied into its slots on a worker thread.
+        """
+        batches = [keys[i : i + BATCH_BLOCKS] for i in range(0, len(keys), BATCH_BLOCKS)]
         promoted = 0
-        for start in range(0, len(keys), BATCH_BLOCKS):
-            batch = keys[start : start + BATCH_BLOCKS]
-            values = await self._warm.get_many(version, batch)
-            # The version may have changed while the values were in flight.
-            if not self._is_current(version):
-                return promoted
-            for key, value in zip(batch, values, strict=True):
-                if value is None:
-                    return promoted
-                payload = decode_block(key, value)
-                if payload is None or len(payload) != nbytes:
-                    self._stats.corrupt_warm_values += 1
-                    return promoted
-                if self._index.get(key) is not None:
-                    continue  # promoted meanwhile by another lookup
-                try:
-                    [slot] = self._index.allocate(1)
-                except ResourceExhausted:
-                    return promoted
-                self._pool.write(slot, payload)
-                self._index.publish(slot, key, version)
-                self._block_bytes[slot] = nbytes
-                self._index.unpin(slot)
-                promoted += 1
-                self._stats.promoted_blocks += 1
+        fetch = asyncio.create_task(self._warm.get_many(version, batches[0])) if batches else None
+        try:
+            for i, batch in enumerate(batches):
+                assert fetch is not None
+                values = await fetch
+                fetch = None
+                if i + 1 < len(batches):
+                    fetch = asyncio.create_task(self._warm.get_many(version, batches[i + 1]))
+                done, complete = await self._promote_batch(version, batch, values, nbytes)
+                promoted += done
+                if not complete:
+                    break
+        finally:
+            if fetch is not None:
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
         return promoted
+
+    async def _promote_batch(
+        self, version: str, keys: Sequence[BlockKey], values: Sequence[bytes | None], nbytes: int
+    ) -> tuple[int, bool]:
+        """Promote one fetched batch; (blocks promoted, whether the whole batch was usable)."""
+        payloads = await asyncio.to_thread(_verify_run, keys, values, nbytes)
+        complete = len(payloads) == len(keys)
+        if len(payloads) < len(keys) and values[len(payloads)] is not None:
+            self._stats.corrupt_warm_values += 1
+        # The version may have changed while values were in flight or being verified.
+        if not self._is_current(version):
+            return 0, False
+        index = self._index
+        todo = [(k, p) for k, p in zip(keys, payloads, strict=False) if index.get(k) is None]
+        take = min(len(todo), index.available)
+        if take < len(todo):
+            complete = False
+        todo = todo[:take]
+        slots = index.allocate(len(todo)) if todo else []
+        try:
+            await asyncio.to_thread(self._write_all, slots, [p for _, p in todo])
+        except BaseException:
+            index.unpin_many(slots)
+            raise
+        promoted = 0
+        current = self._is_current(version)
+        for slot, (key, _) in zip(slots, todo, strict=True):
+            # Another lookup may have promoted the same key meanwhile: keep one copy.
+            if current and index.publish(slot, key, version):
+                self._block_bytes[slot] = nbytes
+                promoted += 1
+            index.unpin(slot)
+        self._stats.promoted_blocks += promoted
+        return promoted, complete and current
+
+    def _write_all(self, slots: Sequence[int], payloads: Sequence[memoryview]) -> None:
+        for slot, payload in zip(slots, payloads, strict=True):
+            self._pool.write(slot, payload)
+
+
+def _verify_run(
+    keys: Sequence[BlockKey], values: Sequence[bytes | None], nbytes: int
+) -> list[memoryview]:
+    """Payloads of the leading run of present, intact values of the right size."""
+    out: list[memoryview] = []
+    for key, value in zip(keys, values, strict=True):
+        if value is None:
+            break
+        payload = decode_block(key, value)
+        if payload is None or len(payload) != nbytes:
+            break
+        out.append(payload)
+    return out

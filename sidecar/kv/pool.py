@@ -47,8 +47,9 @@ class SlotPool(Protocol):
     device: str
     """"cpu" or "cuda"."""
 
-    def read_many(self, slots: Sequence[int], nbytes: int) -> list[bytes]:
-        """The first nbytes of each slot, copied out."""
+    def read_many(self, slots: Sequence[int], nbytes: int) -> Sequence[bytes | memoryview]:
+        """The first nbytes of each slot: copies, or views that stay valid (and unchanged)
+        only while the slots stay pinned."""
         ...
 
     def write(self, slot: int, data: bytes | memoryview) -> None:

@@ -17,7 +17,8 @@ fails as a whole (SlotsExhausted) when fewer than `count` slots are available.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
+from itertools import islice
 
 from sidecar.errors import ResourceExhausted
 from sidecar.kv.layout import BlockKey
@@ -48,6 +49,17 @@ class SlotIndex:
     def get(self, key: BlockKey) -> int | None:
         """The slot holding key, or None."""
         return self._slot_of.get(key)
+
+    def walk(self, prefix: bytes, hashes: Sequence[bytes], start: int) -> list[int]:
+        """Slots of prefix + hashes[start], prefix + hashes[start + 1], ... up to the first miss."""
+        get = self._slot_of.get
+        out: list[int] = []
+        for h in islice(hashes, start, None):
+            slot = get(prefix + h)  # type: ignore[call-overload]
+            if slot is None:
+                break
+            out.append(slot)
+        return out
 
     def key_of(self, slot: int) -> BlockKey | None:
         """The key a slot is published under (None when free or only allocated)."""
@@ -93,6 +105,16 @@ class SlotIndex:
                 raise ValueError(f"slot {slot} is free; allocate it instead of pinning it")
             del self._lru[slot]
         self._pins[slot] += 1
+
+    def pin_many(self, slots: Iterable[int]) -> None:
+        """pin each slot (the hot path of a prefix lookup)."""
+        pins, lru, keys = self._pins, self._lru, self._key
+        for slot in slots:
+            if pins[slot] == 0:
+                if keys[slot] is None:
+                    raise ValueError(f"slot {slot} is free; allocate it instead of pinning it")
+                del lru[slot]
+            pins[slot] += 1
 
     def unpin(self, slot: int) -> None:
         """Drop a pin; at zero the slot becomes most recently used, or free without a key."""

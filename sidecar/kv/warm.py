@@ -3,7 +3,7 @@
 Value layout (all integers big-endian):
 
     b"ICKV" | version u8 | key length u16 | key | payload length u32
-    | blake3(key || payload) 32 bytes | payload
+    | XXH3-128(key || payload) 16 bytes | payload
 
 The key material lets a reader prove the value is the block it asked for (a
 value under the wrong Redis key, or from another scope, is refused), and the
@@ -19,25 +19,27 @@ from collections.abc import Sequence
 from typing import Protocol, cast
 
 import redis.asyncio as aioredis
-from blake3 import blake3
+import xxhash
 
 from sidecar.kv.layout import BlockKey
 from sidecar.redis_client import RedisGuard
 
 MAGIC = b"ICKV"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEAD = struct.Struct(">4sBH")
 _LEN = struct.Struct(">I")
-_SUM_BYTES = 32
+_SUM_BYTES = 16
 
 
 def _checksum(key: bytes, payload: bytes | memoryview) -> bytes:
-    h = blake3(key)
+    # XXH3-128 runs at memory speed (~10x BLAKE3 here): it guards against torn or
+    # corrupted values; a value under the wrong key is caught by the key material.
+    h = xxhash.xxh3_128(key)
     h.update(payload)
     return h.digest()
 
 
-def encode_block(key: BlockKey, payload: bytes) -> bytes:
+def encode_block(key: BlockKey, payload: bytes | memoryview) -> bytes:
     """The stored value for one block."""
     return b"".join(
         (

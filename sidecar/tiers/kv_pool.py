@@ -56,10 +56,10 @@ class SharedMemorySlotPool:
             self._map = mmap.mmap(f.fileno(), self.size_bytes)
         self._view = memoryview(self._map)
 
-    def read_many(self, slots: Sequence[int], nbytes: int) -> list[bytes]:
-        """Copies of each slot's first nbytes."""
+    def read_many(self, slots: Sequence[int], nbytes: int) -> list[memoryview]:
+        """Views of each slot's first nbytes (no copy; valid while the slots are pinned)."""
         size, view = self.slot_bytes, self._view
-        return [bytes(view[s * size : s * size + nbytes]) for s in slots]
+        return [view[s * size : s * size + nbytes] for s in slots]
 
     def write(self, slot: int, data: bytes | memoryview) -> None:
         """memcpy into the slot (MAP_SHARED: every mapper sees it at once)."""

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import pytest
 
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
-from sidecar.kv.hot_tier import KvHotTier, KvSettings
+from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.layout import BlockKey, KvLayout, make_layout, version_tag
 from sidecar.kv.leases import LeaseTable
 from sidecar.kv.pool import MemorySlotPool
+from sidecar.kv.values import KvSettings
 from sidecar.kv.warm import MemoryKvWarmStore, encode_block
 
 LAYOUT = make_layout(num_layers=2, num_kv_heads=1, head_dim=4, tokens_per_block=2, dtype="float32")
@@ -151,7 +152,7 @@ async def test_rollback_promotes_warm_blocks_back_with_their_bytes() -> None:
     r = await s.tier.lookup_prefix(back, "t", "", CHAIN)
     assert len(r.slots) == 3
     assert r.promoted == 3
-    assert s.tier.pool.read_many(r.slots, BLOCK) == [pattern(h) for h in CHAIN]
+    assert list(map(bytes, s.tier.pool.read_many(r.slots, BLOCK))) == [pattern(h) for h in CHAIN]
     hot = await s.tier.lookup_prefix(back, "t", "", CHAIN, hot_only=True)
     assert hot.slots == r.slots
 
@@ -251,7 +252,7 @@ async def test_leased_slot_is_never_overwritten_by_promotion_or_allocation() -> 
     r = await s.tier.lookup_prefix(a, "t", "", [b"keep"])
     for i in range(5):
         await s.put(a, [b"x%d" % i, b"y%d" % i])
-    assert s.tier.pool.read_many(r.slots, BLOCK) == [pattern(b"keep")]
+    assert list(map(bytes, s.tier.pool.read_many(r.slots, BLOCK))) == [pattern(b"keep")]
     assert (await s.tier.lookup_prefix(a, "t", "", [b"keep"], hot_only=True)).slots == r.slots
 
 

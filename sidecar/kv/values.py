@@ -1,0 +1,88 @@
+"""Values of the KV hot tier: settings, attachments, results, and input checks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sidecar.errors import InvalidArgument
+from sidecar.kv.layout import MAX_HASH_BYTES, MAX_TEXT, KvLayout
+from sidecar.kv.pool import PoolLocation
+
+
+@dataclass(frozen=True, slots=True)
+class KvSettings:
+    """Limits and sizes of the KV hot tier (see sidecar/config.py for each setting)."""
+
+    pool_bytes: int
+    slot_bytes: int = 0
+    """0: the first attachment's block size."""
+    promote_timeout_ms: int = 50
+    warm_ttl_s: int = 86400
+    default_lease_ms: int = 30_000
+    max_lease_ms: int = 600_000
+    max_chain_blocks: int = 4096
+    max_leases: int = 65536
+    max_attachments: int = 256
+
+
+@dataclass(slots=True)
+class Attachment:
+    """A model process attached with one fingerprint, adapter and layout."""
+
+    attachment_id: str
+    fingerprint: str
+    adapter: str
+    layout: KvLayout
+    scope: bytes
+    version: str
+    process_name: str
+    superseded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInfo:
+    """What a model process needs to map the pool."""
+
+    pool_id: str
+    num_slots: int
+    slot_bytes: int
+    location: PoolLocation
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """A lease as clients see it."""
+
+    lease_id: str
+    expires_at_unix_ms: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixResult:
+    """Slots of the longest cached prefix, pinned under lease (None when nothing matched)."""
+
+    slots: list[int]
+    lease: LeaseView | None
+    retry_later: bool
+    retry_after_ms: int
+    promoted: int
+
+
+def check_text(field: str, value: str, *, required: bool) -> None:
+    if required and not value:
+        raise InvalidArgument(field, "is required")
+    if len(value) > MAX_TEXT:
+        raise InvalidArgument(field, f"is longer than {MAX_TEXT} characters")
+
+
+def check_hashes(field: str, hashes: Sequence[bytes]) -> None:
+    if not hashes:
+        return
+    lengths = list(map(len, hashes))
+    if min(lengths) > 0 and max(lengths) <= MAX_HASH_BYTES:
+        return
+    for i, h in enumerate(hashes):
+        if not 0 < len(h) <= MAX_HASH_BYTES:
+            raise InvalidArgument(f"{field}[{i}]", f"must be 1..{MAX_HASH_BYTES} bytes")

@@ -71,6 +71,12 @@ def config_overrides(redis_url: str | None, **settings: Any) -> dict[str, str]:
         "lease_secret": LEASE_SECRET,
         "uvloop": "false",
         "grace_period_s": "1",
+        # Production deadlines (50 ms read, 500 ms write) assume a quiet pod; a loaded
+        # 2-core CI machine can stall a process longer than that, which would turn a
+        # test's expected HIT/STORED into a degraded MISS/WRITE_FAILED. Tests of the
+        # deadlines themselves pass their own values.
+        "lookup_timeout_ms": "1000",
+        "write_timeout_ms": "5000",
     }
     if redis_url:
         base["redis_url"] = redis_url

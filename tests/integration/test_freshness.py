@@ -22,6 +22,8 @@ from tests.sidecar_harness import REPO, Sidecar, SidecarProcess, cli_env, key, s
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 
 BOUND_MS = 300
+# These tests cut Redis off and time what follows: keep the production deadlines.
+DEADLINES = {"lookup_timeout_ms": 50, "write_timeout_ms": 500}
 # Scheduling slack on a loaded 2-core CI machine; the mechanism itself needs <= BOUND_MS.
 SLACK_S = 1.5
 
@@ -72,7 +74,7 @@ async def _cli(*args: str) -> tuple[int, str]:
 async def test_hot_hits_stop_within_the_bound(own_redis: RedisServer, how: str) -> None:
     """Cut off from Redis (killed, or frozen so calls hang), a sidecar stops serving hot hits
     within freshness_bound_ms (plus scheduling slack) and keeps answering MISS."""
-    async with sidecar(own_redis.url, freshness_bound_ms=BOUND_MS) as s:
+    async with sidecar(own_redis.url, freshness_bound_ms=BOUND_MS, **DEADLINES) as s:
         k = key("hot entry")
         await s.fill(k, b"cached")
         await _make_hot(s, k)
@@ -91,7 +93,7 @@ async def test_hot_hits_stop_within_the_bound(own_redis: RedisServer, how: str) 
 
 async def test_invalidate_with_redis_down_is_unavailable(own_redis: RedisServer) -> None:
     """With Redis down Invalidate is UNAVAILABLE (never OK), and the CLI exits non-zero."""
-    async with sidecar(own_redis.url, freshness_bound_ms=BOUND_MS) as s:
+    async with sidecar(own_redis.url, freshness_bound_ms=BOUND_MS, **DEADLINES) as s:
         own_redis.kill()
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await s.invalidate(tenant="acme", reason="store is down")
@@ -107,7 +109,7 @@ async def test_invalidate_with_redis_down_is_unavailable(own_redis: RedisServer)
 
 async def test_hits_come_back_after_redis_restarts(own_redis: RedisServer) -> None:
     """After Redis comes back, stores succeed again and their entries hit (hot again, too)."""
-    async with sidecar(own_redis.url, freshness_bound_ms=BOUND_MS) as s:
+    async with sidecar(own_redis.url, freshness_bound_ms=BOUND_MS, **DEADLINES) as s:
         old = key("before the outage")
         await s.fill(old, b"old")
         own_redis.kill()
@@ -143,7 +145,7 @@ async def test_invalidate_after_redis_data_loss_still_kills(
     """A Redis that restarts empty (epoch counter lost) must not make a later Invalidate
     miss entries the sidecar stamped with epochs of the old numbering, whether the
     Invalidate comes after the sidecar reconnected or is retried from the first moment."""
-    async with sidecar(own_redis.url, freshness_bound_ms=BOUND_MS) as s:
+    async with sidecar(own_redis.url, freshness_bound_ms=BOUND_MS, **DEADLINES) as s:
         for i in range(3):
             await s.invalidate(tenant="someone-else", reason=f"earlier change {i}")
         k = key("stamped at epoch 3")
@@ -186,11 +188,11 @@ async def test_frozen_sidecar_delays_invalidate_until_its_membership_lapses(
     deadline passes on the Redis clock, then Invalidate succeeds within 2*bound+1 s; once
     thawed, the frozen sidecar misses the invalidated entry instead of serving it hot."""
     bound_ms = 600
-    frozen = SidecarProcess(own_redis.url, freshness_bound_ms=bound_ms)
+    frozen = SidecarProcess(own_redis.url, freshness_bound_ms=bound_ms, **DEADLINES)
     try:
         await asyncio.get_running_loop().run_in_executor(None, frozen.wait_ready)
         async with (
-            sidecar(own_redis.url, freshness_bound_ms=bound_ms) as s,
+            sidecar(own_redis.url, freshness_bound_ms=bound_ms, **DEADLINES) as s,
             AsyncCacheClient(frozen.target) as frozen_client,
             aioredis.Redis.from_url(own_redis.url) as r,
         ):
@@ -243,8 +245,8 @@ async def test_redis_restart_does_not_let_a_stale_member_serve(own_redis: RedisS
     binds a sidecar that was confirmed before the restart and has not heartbeated since."""
     bound_ms = 3000
     async with (
-        sidecar(own_redis.url, freshness_bound_ms=bound_ms) as a,
-        sidecar(own_redis.url, freshness_bound_ms=bound_ms) as b,
+        sidecar(own_redis.url, freshness_bound_ms=bound_ms, **DEADLINES) as a,
+        sidecar(own_redis.url, freshness_bound_ms=bound_ms, **DEADLINES) as b,
     ):
         k = key("hot on b")
         await a.fill(k, b"cached")

@@ -18,7 +18,9 @@ async def test_holder_timeout_does_not_open_the_invalidation_circuit(
     start_sidecar: StartSidecar, redis_server: RedisServer
 ) -> None:
     """A holder SET NX that times out trips only its own circuit: Invalidate right after works."""
-    sidecar = await start_sidecar(redis_url=redis_server.url, freshness_bound_ms="2000")
+    sidecar = await start_sidecar(
+        redis_url=redis_server.url, freshness_bound_ms="2000", lookup_timeout_ms="50"
+    )
     running = sidecar.running
     invalidator = Invalidator(running.stores.control, running.freshness, running.stores.warm)
     admin = aioredis.Redis.from_url(redis_server.url)

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection
 from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2, cache_pb2_grpc, kv_pb2, kv_pb2_grpc
 
 from sidecar.api import admin as admin_api
+from sidecar.api import kv_servicer as kv_api
 from sidecar.api import servicer as cache_api
 from sidecar.api.admin import AdminServicer
 from sidecar.api.kv_servicer import KvServicer
@@ -369,7 +370,8 @@ async def _start(
     kv = build_kv(config, stores) if config.kv_enabled else None
     data_services = [CACHE_SERVICE]
     if kv is not None:
-        kv_pb2_grpc.add_KvCacheServiceServicer_to_server(KvServicer(kv), server)
+        kv_observer = RpcObserver(kv_api.SERVICE, telemetry, rpc_stats)
+        kv_pb2_grpc.add_KvCacheServiceServicer_to_server(KvServicer(kv, kv_observer), server)
         data_services.append(KV_SERVICE)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

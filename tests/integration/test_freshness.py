@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import cast
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 
 BOUND_MS = 300
 # These tests cut Redis off and time what follows: keep the production deadlines.
-DEADLINES = {"lookup_timeout_ms": 50, "write_timeout_ms": 500}
+DEADLINES: dict[str, Any] = {"lookup_timeout_ms": 50, "write_timeout_ms": 500}
 # Scheduling slack on a loaded 2-core CI machine; the mechanism itself needs <= BOUND_MS.
 SLACK_S = 1.5
 

@@ -251,7 +251,7 @@ SETTINGS: tuple[Setting, ...] = (
         "admin_listen",
         _optional_listen,
         "127.0.0.1:50052",
-        "Admin-plane addresses (Invalidate, ListInvalidations); empty disables it",
+        "Admin-plane addresses (Invalidate, audit, stats, Prewarm); empty disables it",
     ),
     Setting(
         "admin_tokens",
@@ -336,8 +336,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "prewarm_max_message_bytes",
         parse_bytes,
-        "64MiB",
-        "Largest Prewarm request the admin plane accepts (the requests of a file, inline)",
+        "16MiB",
+        "Largest admin-plane message (a Prewarm carries a file's requests inline)",
     ),
     Setting(
         "prewarm_payload",

@@ -35,8 +35,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from sidecar.admin_cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_common, connect_admin, fail
 
 EXIT_INTERRUPTED = 130
-# The sidecar's default INFERCACHE_PREWARM_MAX_MESSAGE_BYTES; bigger files are refused here.
-MAX_FILE_BYTES = 64 * 1024 * 1024
+# A sanity bound on what is read into memory; the sidecar enforces its own message limit
+# (INFERCACHE_PREWARM_MAX_MESSAGE_BYTES, default 16 MiB) and answers RESOURCE_EXHAUSTED.
+MAX_FILE_BYTES = 256 * 1024 * 1024
 _SHOWN_ITEMS = 20
 
 

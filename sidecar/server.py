@@ -387,9 +387,7 @@ async def _start(
         if not auth.enabled:
             log.warning("admin_without_tokens", detail="every admin call will be UNAUTHENTICATED")
         # Prewarm carries a file's requests inline: the one large admin message.
-        admin_server = _grpc_server(
-            max(_MESSAGE_HEADROOM, config.prewarm_max_message_bytes + _MESSAGE_HEADROOM)
-        )
+        admin_server = _grpc_server(max(_MESSAGE_HEADROOM, config.prewarm_max_message_bytes))
         invalidator = Invalidator(stores.control, freshness, stores.warm, cache.stats)
         prewarmer = build_prewarmer(config, cache, pod, limits, hits)
         admin_servicer = AdminServicer(

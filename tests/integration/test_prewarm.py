@@ -291,6 +291,22 @@ async def test_prewarm_needs_a_token_and_a_model_path(
     assert upstream.stats()["completions"] == 0
 
 
+async def test_oversized_prewarm_request_is_refused(
+    weights: dict[str, Path], upstream: ModelServerProcess
+) -> None:
+    """A Prewarm message over INFERCACHE_PREWARM_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED,
+    and nothing reaches the model server."""
+    upstream.start("v1")
+    big = [text_key(f"{i} " + "x" * 600_000) for i in range(2)]
+    async with pod(weights["v1"], upstream, prewarm_max_message_bytes="1MiB") as sc:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await prewarm(sc, file_request(*big))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        summary = final(await prewarm(sc, file_request(big[0])))
+        assert summary.stored == 1
+    assert upstream.stats()["completions"] == 1
+
+
 async def prewarm_unauthenticated(sc: Sidecar) -> list[Any]:
     """A Prewarm without authorization metadata."""
     return [p async for p in sc.admin.Prewarm(file_request(text_key("a")), timeout=10)]

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import structlog
 
 from sidecar import entries
+from sidecar.chunks import check_finish_reason, chunk_table
 from sidecar.control.embedded import EmbeddedControlStore
-from sidecar.entries import ComputeCost, Entry, EntryRejected
+from sidecar.entries import ChunkMeta, ComputeCost, Entry, EntryRejected
 from sidecar.errors import FailedPrecondition, InvalidArgument, TierUnavailable
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.leases import Lease, LeaseSigner
@@ -171,6 +172,7 @@ class ResultCache:
         *,
         ttl: TtlPolicy,
         max_payload_bytes: int,
+        max_chunks: int = 65_536,
         freshness: Freshness | None = None,
         signer: LeaseSigner | None = None,
         leases: LeasePolicy | None = None,
@@ -182,6 +184,7 @@ class ResultCache:
         self.warm = warm
         self.ttl = ttl
         self.max_payload_bytes = max_payload_bytes
+        self.max_chunks = max_chunks
         self.freshness = freshness or Freshness(EmbeddedControlStore(), RuleSet())
         self.rules = self.freshness.rules
         self.control = self.freshness.control
@@ -193,6 +196,10 @@ class ResultCache:
         self._background: set[asyncio.Task[None]] = set()
         self.hits: HitRecorder | None = None
         """Records sampled hits for prewarm (set by the server; None = off)."""
+
+    def clock_ms(self) -> int:
+        """The cache's wall clock in milliseconds (entry ages and expiry use it)."""
+        return self._clock_ms()
 
     async def lookup(self, query: LookupQuery) -> LookupResult:
         """Look one key up."""
@@ -401,6 +408,25 @@ class ResultCache:
             return found
         return _with_lease(found, token, holder=True)
 
+    def check_lease(
+        self, key: CacheKey, lease_token: bytes, at_ms: int
+    ) -> tuple[Lease | None, int]:
+        """The verified lease (None when unleased stores are allowed and none came) and
+        the epoch to stamp the entry with, judged at `at_ms`.
+
+        InvalidArgument for a forged or foreign token, FailedPrecondition for an
+        expired one or a missing one where unleased stores are refused.
+        """
+        if lease_token:
+            lease = self.signer.verify(lease_token, key.digest, at_ms)
+            return lease, lease.epoch
+        if self.leases.allow_unleased_store:
+            return None, self.rules.epoch_at(at_ms - self.leases.unleased_window_s * 1000)
+        raise FailedPrecondition(
+            "Store needs the lease returned by the Lookup MISS "
+            "(or INFERCACHE_ALLOW_UNLEASED_STORE=true)"
+        )
+
     async def store(
         self,
         key: CacheKey,
@@ -409,11 +435,18 @@ class ResultCache:
         cost: ComputeCost | None = None,
         lease_token: bytes = b"",
         traits: RequestTraits = NO_TRAITS,
+        *,
+        chunks: Sequence[ChunkMeta] = (),
+        finish_reason: str = "",
+        started_at_ms: int | None = None,
     ) -> StoreResult:
         """Write a result stamped with its lease's epoch; refuse it if that epoch is stale.
 
         BYPASSED (nothing written, the lease released) when the tenant's policy does not
-        cache this request or a result this large.
+        cache this request or a result this large. `chunks` are the result's stream
+        boundaries (for LookupStream replay). `started_at_ms`: when delivery of the
+        result began (a StoreStream's opening message); the lease must have been valid
+        then, so a long stream does not outlive a lease that was good when it started.
         """
         if len(payload) > self.max_payload_bytes:
             raise InvalidArgument(
@@ -421,27 +454,16 @@ class ResultCache:
                 f"is {len(payload)} bytes; the limit is {self.max_payload_bytes} "
                 "(INFERCACHE_MAX_PAYLOAD_BYTES)",
             )
+        table = chunk_table(chunks, len(payload), self.max_chunks)
+        finish_reason = check_finish_reason(finish_reason, required=False)
+        bypassed = await self.store_bypass(key, traits, lease_token, len(payload))
+        if bypassed is not None:
+            return bypassed
         tenant_policy = self.tenant_policy(key.tenant)
-        decision = tenant_policy.bypass_for(key, traits) or tenant_policy.bypass_for_entry(
-            len(payload)
-        )
-        if decision is not None:
-            self.stats.count_bypass(key.model_version, decision.reason.value)
-            self.stats.count_store(key.model_version, "refused", decision.reason.value)
-            await self._release_quietly(lease_token, key.digest)
-            return StoreResult(StoreStatus.BYPASSED, key.digest, 0, decision)
         now = self._clock_ms()
-        lease: Lease | None = None
-        if lease_token:
-            lease = self.signer.verify(lease_token, key.digest, now)
-            epoch = lease.epoch
-        elif self.leases.allow_unleased_store:
-            epoch = self.rules.epoch_at(now - self.leases.unleased_window_s * 1000)
-        else:
-            raise FailedPrecondition(
-                "Store needs the lease returned by the Lookup MISS "
-                "(or INFERCACHE_ALLOW_UNLEASED_STORE=true)"
-            )
+        lease, epoch = self.check_lease(
+            key, lease_token, now if started_at_ms is None else started_at_ms
+        )
         effective = self.ttl.effective(key.tenant, ttl_s, tenant_policy)
         if self.rules.is_dead(key.dims, epoch):
             self.stats.count_store(key.model_version, "refused", "stale_lease")
@@ -454,6 +476,8 @@ class ResultCache:
             ttl_s=effective,
             epoch=epoch,
             cost=cost or ComputeCost(),
+            chunk_table=table,
+            finish_reason=finish_reason,
         )
         try:
             await self.warm.put_many(
@@ -471,6 +495,24 @@ class ResultCache:
         await self._release(lease)
         return StoreResult(StoreStatus.STORED, key.digest, effective)
 
+    async def store_bypass(
+        self, key: CacheKey, traits: RequestTraits, lease_token: bytes, size: int
+    ) -> StoreResult | None:
+        """BYPASSED (counted, the lease released) if the tenant's policy refuses to
+        cache this request or a result of `size` bytes; None if it may be stored.
+
+        Store asks this first; StoreStream asks it at the opening message (size 0)
+        so a bypassed stream ends at once instead of after the whole answer.
+        """
+        tenant_policy = self.tenant_policy(key.tenant)
+        decision = tenant_policy.bypass_for(key, traits) or tenant_policy.bypass_for_entry(size)
+        if decision is None:
+            return None
+        self.stats.count_bypass(key.model_version, decision.reason.value)
+        self.stats.count_store(key.model_version, "refused", decision.reason.value)
+        await self._release_quietly(lease_token, key.digest)
+        return StoreResult(StoreStatus.BYPASSED, key.digest, 0, decision)
+
     async def _release_quietly(self, token: bytes, digest: KeyDigest) -> None:
         """Release the lease of a store that will not happen, if the token is a valid one.
 
@@ -483,6 +525,10 @@ class ResultCache:
             lease = self.signer.verify(token, digest, self._clock_ms())
         except (InvalidArgument, FailedPrecondition):
             return
+        await self._release(lease)
+
+    async def release(self, lease: Lease | None) -> None:
+        """Give up a lease's single-flight hold (a result will not come); errors are logged."""
         await self._release(lease)
 
     async def _release(self, lease: Lease | None) -> None:

@@ -233,6 +233,36 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_payload_bytes", parse_bytes, "4MiB", "Largest result payload a Store accepts"),
     Setting("max_input_bytes", parse_bytes, "8MiB", "Largest text/chat input a key accepts"),
     Setting("max_batch", _positive_int, "1024", "Most lookups in one LookupBatch"),
+    Setting(
+        "max_chunks",
+        _positive_int,
+        "32768",
+        "Most chunks one result may have (Store chunk boundaries, StoreStream chunks)",
+    ),
+    Setting(
+        "stream_idle_timeout_ms",
+        _positive_int,
+        "30000",
+        "A StoreStream silent for this long fails DEADLINE_EXCEEDED and stores nothing",
+    ),
+    Setting(
+        "stream_buffer_max_bytes",
+        parse_bytes,
+        "256MiB",
+        "Bytes all open StoreStreams may buffer together; past it RESOURCE_EXHAUSTED",
+    ),
+    Setting(
+        "replay_max_gap_ms",
+        _positive_int,
+        "5000",
+        "Longest pause LookupStream pacing puts between two chunks",
+    ),
+    Setting(
+        "evict_rejected",
+        _bool,
+        "true",
+        "ReportOutcome(REJECTED) evicts the entry, so the next request recomputes",
+    ),
     Setting("default_ttl_s", _positive_int, "3600", "TTL of a Store that does not ask for one"),
     Setting("max_ttl_s", _positive_int, "86400", "Largest TTL any Store gets"),
     Setting(
@@ -454,6 +484,11 @@ class Config:
     max_payload_bytes: int
     max_input_bytes: int
     max_batch: int
+    max_chunks: int
+    stream_idle_timeout_ms: int
+    stream_buffer_max_bytes: int
+    replay_max_gap_ms: int
+    evict_rejected: bool
     default_ttl_s: int
     max_ttl_s: int
     tenant_max_ttl_s: Mapping[str, int]
@@ -552,6 +587,7 @@ def _merge_token_file(inline: Mapping[str, str], path: str) -> dict[str, str]:
 
 # Header, key material (bounded by the key limits) and checksum, generously.
 _ENTRY_OVERHEAD = 512 * 1024
+_CHUNK_ROW_BYTES = 12
 
 
 def _check_consistency(c: Config) -> None:
@@ -560,10 +596,17 @@ def _check_consistency(c: Config) -> None:
             f"INFERCACHE_DEFAULT_TTL_S ({c.default_ttl_s}) exceeds INFERCACHE_MAX_TTL_S "
             f"({c.max_ttl_s})"
         )
-    if c.redis_url is None and c.embedded_max_bytes < c.max_payload_bytes + _ENTRY_OVERHEAD:
+    largest_entry = c.max_payload_bytes + c.max_chunks * _CHUNK_ROW_BYTES + _ENTRY_OVERHEAD
+    if c.redis_url is None and c.embedded_max_bytes < largest_entry:
         raise ConfigError(
             f"INFERCACHE_EMBEDDED_MAX_BYTES ({c.embedded_max_bytes}) cannot hold one entry of "
-            f"INFERCACHE_MAX_PAYLOAD_BYTES ({c.max_payload_bytes}) plus its key material"
+            f"INFERCACHE_MAX_PAYLOAD_BYTES ({c.max_payload_bytes}) plus its key material "
+            f"and INFERCACHE_MAX_CHUNKS ({c.max_chunks}) chunk boundaries"
+        )
+    if c.stream_buffer_max_bytes < c.max_payload_bytes:
+        raise ConfigError(
+            f"INFERCACHE_STREAM_BUFFER_MAX_BYTES ({c.stream_buffer_max_bytes}) cannot buffer "
+            f"one stream of INFERCACHE_MAX_PAYLOAD_BYTES ({c.max_payload_bytes})"
         )
     if c.kv_lease_ttl_ms > c.kv_max_lease_ttl_ms:
         raise ConfigError(

@@ -1,10 +1,18 @@
 """Stored entries: a versioned binary codec that verifies itself on every read.
 
-Layout (big-endian):
+Two layouts (big-endian), both followed by blake3(all before) 32 B:
 
-    magic "ICE" | codec version u8 | created_at_ms u64 | ttl_s u32 | epoch u64
-    | latency_ms u32 | prompt_tokens u32 | completion_tokens u32
-    | material_len u32 | payload_len u32 | material | payload | blake3(all before) 32 B
+    v1: magic "ICE" | 1 u8 | created_at_ms u64 | ttl_s u32 | epoch u64
+        | latency_ms u32 | prompt_tokens u32 | completion_tokens u32
+        | material_len u32 | payload_len u32 | material | payload
+    v2: the v1 header with version 2, then chunk_count u32 | finish_len u8
+        | material | finish_reason | chunk table | payload
+
+A chunk table row is (size_bytes u32, tokens u32, offset_ms u32); the sizes
+tile the payload. An entry with neither chunks nor a finish reason is written
+as v1, so sidecars that only know v1 keep reading plain Store results during
+a rolling upgrade; every version this module ever wrote still decodes. The
+key material comes right after the header in both layouts (peek relies on it).
 
 The entry carries its key's full material (dimensions plus input digest, never
 prompt text). A read checks the checksum (corruption, truncation) and that the
@@ -15,15 +23,22 @@ EntryRejected: the caller counts it, answers MISS and deletes the value.
 
 from __future__ import annotations
 
+import hashlib
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from blake3 import blake3
 
-CODEC_VERSION = 1
+CODEC_VERSION = 2
+"""The newest layout this module writes (when an entry needs it) and reads."""
 _MAGIC = b"ICE"
-_HEADER = struct.Struct(">3sBQIQIIIII")
+_HEADER_V1 = struct.Struct(">3sBQIQIIIII")
+_HEADER_V2 = struct.Struct(">3sBQIQIIIIIIB")
+_CHUNK = struct.Struct(">III")
 _CHECKSUM_LEN = 32
+MAX_FINISH_REASON_BYTES = 255
+"""A finish reason is stored behind a one-byte length."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +51,27 @@ class ComputeCost:
 
 
 @dataclass(frozen=True, slots=True)
+class ChunkMeta:
+    """One chunk of a streamed result: its size, its tokens (0 = unknown) and when
+    it was produced (milliseconds from the start of the generation)."""
+
+    size_bytes: int
+    tokens: int = 0
+    offset_ms: int = 0
+
+
+def pack_chunks(chunks: Iterable[ChunkMeta]) -> bytes:
+    """The packed chunk table an Entry holds (12 bytes a chunk, not a Python object each)."""
+    pack = _CHUNK.pack
+    return b"".join(pack(c.size_bytes, c.tokens, c.offset_ms) for c in chunks)
+
+
+@dataclass(frozen=True, slots=True)
 class Entry:
-    """A cached result and everything needed to verify and expire it."""
+    """A cached result and everything needed to verify and expire it.
+
+    `chunk_table` is empty for a result stored in one piece; see `chunks()`.
+    """
 
     material: bytes
     payload: bytes
@@ -45,6 +79,8 @@ class Entry:
     ttl_s: int
     epoch: int = 0
     cost: ComputeCost = ComputeCost()
+    chunk_table: bytes = b""
+    finish_reason: str = ""
 
     @property
     def expires_at_ms(self) -> int:
@@ -54,7 +90,34 @@ class Entry:
     @property
     def nbytes(self) -> int:
         """Bytes this entry occupies once encoded (for byte-budget accounting)."""
-        return _HEADER.size + len(self.material) + len(self.payload) + _CHECKSUM_LEN
+        size = len(self.material) + len(self.payload) + _CHECKSUM_LEN
+        if self._is_v1:
+            return _HEADER_V1.size + size
+        return _HEADER_V2.size + size + len(self.finish_reason.encode()) + len(self.chunk_table)
+
+    @property
+    def chunk_count(self) -> int:
+        """How many chunks a replay sends (a result stored in one piece is one chunk)."""
+        return len(self.chunk_table) // _CHUNK.size if self.chunk_table else 1
+
+    def chunks(self) -> Iterator[tuple[ChunkMeta, bytes]]:
+        """(metadata, bytes) of each chunk, in order.
+
+        A result stored without boundaries is one chunk holding all its
+        completion tokens, produced at offset 0.
+        """
+        if not self.chunk_table:
+            yield ChunkMeta(len(self.payload), self.cost.completion_tokens, 0), self.payload
+            return
+        pos = 0
+        view = memoryview(self.payload)
+        for size, tokens, offset in _CHUNK.iter_unpack(self.chunk_table):
+            yield ChunkMeta(size, tokens, offset), bytes(view[pos : pos + size])
+            pos += size
+
+    @property
+    def _is_v1(self) -> bool:
+        return not self.chunk_table and not self.finish_reason
 
 
 class EntryRejected(Exception):
@@ -66,21 +129,51 @@ class EntryRejected(Exception):
 
 
 def encode(entry: Entry) -> bytes:
-    """Serialise an entry with its trailing checksum."""
-    header = _HEADER.pack(
-        _MAGIC,
-        CODEC_VERSION,
+    """Serialise an entry with its trailing checksum (v1 unless it has chunks or a finish reason).
+
+    Raises ValueError for a chunk table that does not tile the payload or a
+    finish reason over MAX_FINISH_REASON_BYTES (callers validate before this).
+    """
+    cost = entry.cost
+    fixed = (
         entry.created_at_ms,
         entry.ttl_s,
         entry.epoch,
-        entry.cost.latency_ms,
-        entry.cost.prompt_tokens,
-        entry.cost.completion_tokens,
+        cost.latency_ms,
+        cost.prompt_tokens,
+        cost.completion_tokens,
         len(entry.material),
         len(entry.payload),
     )
-    body = header + entry.material + entry.payload
+    if entry._is_v1:
+        body = _HEADER_V1.pack(_MAGIC, 1, *fixed) + entry.material + entry.payload
+        return body + blake3(body).digest()
+    finish = entry.finish_reason.encode()
+    if len(finish) > MAX_FINISH_REASON_BYTES:
+        raise ValueError(f"finish reason is {len(finish)} bytes; at most 255 fit")
+    count = _check_table(entry.chunk_table, len(entry.payload))
+    if count is None:
+        raise ValueError("chunk table does not tile the payload")
+    header = _HEADER_V2.pack(_MAGIC, 2, *fixed, count, len(finish))
+    body = header + entry.material + finish + entry.chunk_table + entry.payload
     return body + blake3(body).digest()
+
+
+def _check_table(table: bytes, payload_len: int) -> int | None:
+    """Rows in a chunk table whose sizes add up to payload_len and whose offsets
+    never go back; None otherwise. An empty table is fine (0 rows)."""
+    if len(table) % _CHUNK.size:
+        return None
+    total = 0
+    last_offset = 0
+    for size, _, offset in _CHUNK.iter_unpack(table):
+        total += size
+        if offset < last_offset:
+            return None
+        last_offset = offset
+    if table and total != payload_len:
+        return None
+    return len(table) // _CHUNK.size
 
 
 def decode(data: bytes, expected_material: bytes) -> Entry:
@@ -89,26 +182,69 @@ def decode(data: bytes, expected_material: bytes) -> Entry:
     Raises EntryRejected with reason "corrupt" (bad checksum, truncated, unknown
     format) or "foreign" (valid entry for a different key).
     """
-    if len(data) < _HEADER.size + _CHECKSUM_LEN:
+    entry = _decode(data)
+    if entry.material != expected_material:
+        raise EntryRejected("foreign", "entry belongs to a different key")
+    return entry
+
+
+def decode_by_digest(data: bytes, digest: bytes) -> Entry:
+    """Parse and verify a value found under `digest` when the key itself is unknown.
+
+    The digest is the SHA-256 of the key material, so material hashing to it
+    proves the entry belongs there (the same guarantee `decode` gets by comparing
+    material). Raises EntryRejected like decode.
+    """
+    entry = _decode(data)
+    if hashlib.sha256(entry.material).digest() != digest:
+        raise EntryRejected("foreign", "entry material does not hash to its digest")
+    return entry
+
+
+def _decode(data: bytes) -> Entry:
+    if len(data) < _HEADER_V1.size + _CHECKSUM_LEN:
         raise EntryRejected("corrupt", f"value is {len(data)} bytes, shorter than any entry")
     body, checksum = data[:-_CHECKSUM_LEN], data[-_CHECKSUM_LEN:]
-    (magic, version, created, ttl, epoch, lat, ptok, ctok, mlen, plen) = _HEADER.unpack_from(body)
-    if magic != _MAGIC or version != CODEC_VERSION:
+    magic, version = body[:3], body[3]
+    if magic != _MAGIC or version not in (1, 2):
         raise EntryRejected("corrupt", f"unknown format {magic!r} v{version}")
-    if _HEADER.size + mlen + plen != len(body):
+    count = finish_len = 0
+    if version == 1:
+        header = _HEADER_V1
+        (_, _, created, ttl, epoch, lat, ptok, ctok, mlen, plen) = header.unpack_from(body)
+    else:
+        header = _HEADER_V2
+        if len(body) < header.size:
+            raise EntryRejected("corrupt", "value is shorter than its header")
+        (_, _, created, ttl, epoch, lat, ptok, ctok, mlen, plen, count, finish_len) = (
+            header.unpack_from(body)
+        )
+    table_len = count * _CHUNK.size
+    if header.size + mlen + finish_len + table_len + plen != len(body):
         raise EntryRejected("corrupt", "lengths do not match the value size")
     if blake3(body).digest() != checksum:
         raise EntryRejected("corrupt", "checksum mismatch")
-    material = body[_HEADER.size : _HEADER.size + mlen]
-    if material != expected_material:
-        raise EntryRejected("foreign", "entry belongs to a different key")
+    pos = header.size
+    material = body[pos : pos + mlen]
+    pos += mlen
+    try:
+        finish = body[pos : pos + finish_len].decode()
+    except UnicodeDecodeError as exc:
+        raise EntryRejected("corrupt", "finish reason is not UTF-8") from exc
+    pos += finish_len
+    table = body[pos : pos + table_len]
+    pos += table_len
+    if _check_table(table, plen) is None or (version == 2 and not table and not finish):
+        raise EntryRejected("corrupt", "chunk table does not tile the payload")
     return Entry(
         material=material,
-        payload=body[_HEADER.size + mlen :],
+        payload=body[pos:],
         created_at_ms=created,
         ttl_s=ttl,
         epoch=epoch,
         cost=ComputeCost(lat, ptok, ctok),
+        chunk_table=table,
+        finish_reason=finish,
     )
 
 
@@ -118,9 +254,12 @@ def peek(head: bytes) -> tuple[int, bytes] | None:
 
     Good enough to decide what to reclaim; never used to serve a hit.
     """
-    if len(head) < _HEADER.size:
+    if len(head) < _HEADER_V1.size or head[:3] != _MAGIC:
         return None
-    magic, version, _, _, epoch, _, _, _, mlen, _ = _HEADER.unpack_from(head)
-    if magic != _MAGIC or version != CODEC_VERSION or len(head) < _HEADER.size + mlen:
+    header = {1: _HEADER_V1, 2: _HEADER_V2}.get(head[3])
+    if header is None or len(head) < header.size:
         return None
-    return epoch, head[_HEADER.size : _HEADER.size + mlen]
+    _, _, _, _, epoch, _, _, _, mlen, *_ = header.unpack_from(head)
+    if len(head) < header.size + mlen:
+        return None
+    return epoch, head[header.size : header.size + mlen]

@@ -3,8 +3,10 @@
     InfercacheError
     ├── InvalidArgument      bad input; names the offending field
     ├── FailedPrecondition   valid input the current state refuses
-    ├── ResourceExhausted    a bounded resource (e.g. KV slots) has no room left
+    ├── ResourceExhausted    a bounded resource (KV slots, the stream buffer) has no room left
     ├── Unauthenticated      missing or wrong credentials
+    ├── NotFound             the named thing does not exist (e.g. an unknown key digest)
+    ├── DeadlineExceeded     the caller went quiet for longer than a limit allows
     ├── Unavailable          a required backend could not be reached
     └── TierUnavailable      a cache tier failed; callers degrade to a miss
         └── TierTimeout      ... because it was too slow
@@ -33,11 +35,19 @@ class FailedPrecondition(InfercacheError):
 
 
 class ResourceExhausted(InfercacheError):
-    """A bounded resource (KV slots, leases, attachments) has no room for the request."""
+    """A bounded resource (KV slots, leases, attachments, the StoreStream buffer) has no room."""
 
 
 class Unauthenticated(InfercacheError):
     """Credentials are missing or wrong."""
+
+
+class NotFound(InfercacheError):
+    """The request names something the sidecar does not hold."""
+
+
+class DeadlineExceeded(InfercacheError):
+    """The caller stayed silent longer than a configured limit (e.g. between stream chunks)."""
 
 
 class Unavailable(InfercacheError):

@@ -123,6 +123,15 @@ def register_metrics(meter: Meter, stats: CacheStats, usage: UsageSource) -> Non
             1.0,
         ),
         (
+            "streams",
+            "streams",
+            "LookupStream replays (completed, cancelled, chunks sent) and StoreStreams "
+            "(committed, failed, cancelled)",
+            ("model_version", "event"),
+            "",
+            1.0,
+        ),
+        (
             "invalidations",
             "invalidations",
             "Invalidations committed through this sidecar, by the selector's model version",

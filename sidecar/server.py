@@ -21,6 +21,7 @@ from sidecar.api.admin import AdminServicer
 from sidecar.api.kv_servicer import KvServicer
 from sidecar.api.observe import RpcObserver
 from sidecar.api.servicer import CacheServicer
+from sidecar.api.streams import StreamSettings
 from sidecar.auth import AdminAuth
 from sidecar.cache import LeasePolicy, ResultCache, TtlPolicy
 from sidecar.config import Config
@@ -50,6 +51,7 @@ from sidecar.prewarm.openai import PayloadFormat
 from sidecar.prewarm.runner import Prewarmer, PrewarmSettings
 from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.stats import CacheStats, RpcStats
+from sidecar.stream_store import StreamLimits
 from sidecar.telemetry import Telemetry, TelemetrySetup, configure_telemetry
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
@@ -137,6 +139,7 @@ def build_cache(
         stores.warm,
         ttl=TtlPolicy(config.default_ttl_s, config.max_ttl_s, dict(config.tenant_max_ttl_s)),
         max_payload_bytes=config.max_payload_bytes,
+        max_chunks=config.max_chunks,
         freshness=freshness,
         signer=signer,
         leases=LeasePolicy(
@@ -365,6 +368,14 @@ async def _start(
         max_batch=config.max_batch,
         pod=pod,
         observer=RpcObserver(cache_api.SERVICE, telemetry, rpc_stats),
+        streams=StreamSettings(
+            StreamLimits(
+                config.max_payload_bytes, config.max_chunks, config.stream_idle_timeout_ms / 1000
+            ),
+            buffer_max_bytes=config.stream_buffer_max_bytes,
+            replay_max_gap_ms=config.replay_max_gap_ms,
+            evict_rejected=config.evict_rejected,
+        ),
     )
     cache_pb2_grpc.add_CacheServiceServicer_to_server(servicer, server)
     kv = build_kv(config, stores) if config.kv_enabled else None

@@ -97,6 +97,8 @@ class CacheStats:
       saved_ms     (version, tier)              stored compute latency of every hit, milliseconds
       saved_tokens (version, kind)              prompt/completion tokens of every hit
       downstream   (version, verdict, reason)   ReportOutcome verdicts (accepted/rejected)
+      streams      (version, event)             LookupStream replay.completed/.cancelled/.chunks;
+                                                StoreStream store.committed/.failed/.cancelled
       invalidations (version,)                  Invalidate calls committed here (selector's version)
     """
 
@@ -115,6 +117,7 @@ class CacheStats:
         "saved_ms",
         "saved_tokens",
         "stores",
+        "streams",
         "warm_read_failures",
         "warm_write_failures",
     )
@@ -132,6 +135,7 @@ class CacheStats:
         self.saved_ms: Counter[tuple[str, str]] = Counter()
         self.saved_tokens: Counter[tuple[str, str]] = Counter()
         self.downstream: Counter[tuple[str, str, str]] = Counter()
+        self.streams: Counter[tuple[str, str]] = Counter()
         self.invalidations: Counter[str] = Counter()
         self.warm_read_failures = 0
         """Warm-tier reads that failed or ran past their deadline (one per round trip)."""
@@ -194,6 +198,10 @@ class CacheStats:
         """Count a downstream check's verdict on a cached answer ("accepted"/"rejected")."""
         self.downstream[self.version(model_version), verdict, reason] += 1
 
+    def count_stream(self, model_version: str, event: str, n: int = 1) -> None:
+        """Count a streaming event (replay.completed, store.cancelled, ...), n times."""
+        self.streams[self.version(model_version), event] += n
+
     def count_invalidation(self, model_version: str) -> None:
         """Count an invalidation committed by this sidecar ("" = not version-specific)."""
         self.invalidations[self.version(model_version)] += 1
@@ -203,7 +211,15 @@ class CacheStats:
     def versions(self) -> list[str]:
         """Every model_version label that has a count, sorted."""
         seen: set[str] = set()
-        for family in (self.lookups, self.stores, self.rejected, self.bypasses, self.downstream):
+        families = (
+            self.lookups,
+            self.stores,
+            self.rejected,
+            self.bypasses,
+            self.downstream,
+            self.streams,
+        )
+        for family in families:
             seen.update(k[0] for k in list(family))
         for plain in (self.dead, self.degraded, self.invalidations):
             seen.update(list(plain))
@@ -242,6 +258,8 @@ class CacheStats:
             add(f"leases.{event}", n)
         for (_, verdict, reason), n in list(self.downstream.items()):
             add(f"downstream.{verdict}.{reason}" if reason else f"downstream.{verdict}", n)
+        for (_, event), n in list(self.streams.items()):
+            add(f"streams.{event}", n)
         for (_, kind), n in list(self.saved_tokens.items()):
             add(f"saved_tokens.{kind}", n)
         add("saved_latency_ms", sum(list(self.saved_ms.values())))
@@ -265,5 +283,6 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "saved_ms": ("version", "tier"),
     "saved_tokens": ("version", "kind"),
     "downstream": ("version", "verdict", "reason"),
+    "streams": ("version", "event"),
     "invalidations": ("version",),
 }

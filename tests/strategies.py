@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import strategies as st
 from infercache.v1 import cache_pb2 as pb
 
-from sidecar.entries import ComputeCost, Entry
+from sidecar.entries import ChunkMeta, ComputeCost, Entry, pack_chunks
 from sidecar.invalidation.rules import Rule, Selector
 from sidecar.keys import ChatMessage, FormatType, InputKind, KeyRequest, ResponseFormat, Sampling
 
@@ -303,6 +303,26 @@ def stored_entries(draw: st.DrawFn) -> Entry:
         ttl_s=draw(u32s()),
         epoch=draw(st.integers(min_value=0, max_value=2**64 - 1)),
         cost=ComputeCost(draw(u32s()), draw(u32s()), draw(u32s())),
+    )
+
+
+@st.composite
+def streamed_entries(draw: st.DrawFn) -> Entry:
+    """Any encodable Entry with chunk boundaries and a finish reason."""
+    parts = draw(st.lists(st.binary(max_size=40), min_size=1, max_size=20))
+    offsets = sorted(draw(st.lists(u32s(), min_size=len(parts), max_size=len(parts))))
+    tokens = draw(st.lists(u32s(), min_size=len(parts), max_size=len(parts)))
+    return Entry(
+        material=draw(st.binary(min_size=1, max_size=200)),
+        payload=b"".join(parts),
+        created_at_ms=draw(st.integers(min_value=0, max_value=2**64 - 1)),
+        ttl_s=draw(u32s()),
+        epoch=draw(st.integers(min_value=0, max_value=2**64 - 1)),
+        cost=ComputeCost(draw(u32s()), draw(u32s()), draw(u32s())),
+        chunk_table=pack_chunks(
+            ChunkMeta(len(p), t, o) for p, t, o in zip(parts, tokens, offsets, strict=True)
+        ),
+        finish_reason=draw(st.sampled_from(["stop", "length", "tool_calls", "", "ünï"])),
     )
 
 

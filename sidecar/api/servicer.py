@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
 
 import grpc
 from infercache.v1 import cache_pb2 as PB2
@@ -17,15 +18,20 @@ from sidecar.api.convert import (
     store_result_to_pb,
     traits_from_pb,
 )
+from sidecar.api.convert_stream import chunks_from_pb
 from sidecar.api.observe import CacheDescriber, RpcObserver
 from sidecar.api.status import abort_for
+from sidecar.api.streams import CACHE_MARKER, StreamRpcs, StreamSettings
 from sidecar.cache import LookupQuery, ResultCache
 from sidecar.errors import InfercacheError, InvalidArgument
 from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits, KeyRequest, build_key
 from sidecar.logs import REQUEST_KEY
 from sidecar.pod import PodIdentity
 from sidecar.stats import RpcStats
+from sidecar.stream_store import StreamLimits
 from sidecar.telemetry import Telemetry
+
+__all__ = ["CACHE_MARKER", "CacheServicer"]
 
 SERVICE = PB2.DESCRIPTOR.services_by_name["CacheService"].full_name
 
@@ -46,6 +52,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         max_batch: int,
         pod: PodIdentity | None = None,
         observer: RpcObserver | None = None,
+        streams: StreamSettings | None = None,
     ) -> None:
         self._cache = cache
         self._limits = limits
@@ -54,6 +61,16 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self._built: dict[bytes, tuple[CacheKey, KeyRequest]] = {}
         self._observe = observer or RpcObserver(SERVICE, Telemetry(), RpcStats())
         self._describe = CacheDescriber(self._key, self._observe.tenant)
+        self._streams = StreamRpcs(
+            cache,
+            self._key_and_source,
+            self.query,
+            self._pod,
+            self._observe,
+            self._describe,
+            streams
+            or StreamSettings(StreamLimits(cache.max_payload_bytes, cache.max_chunks, 30.0)),
+        )
 
     def _key(self, key: PB2.CacheKey) -> CacheKey:
         return self._key_and_source(key)[0]
@@ -158,10 +175,29 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
                 cost_from_pb(request.cost),
                 lease_token=request.lease,
                 traits=traits_from_pb(request),
+                chunks=chunks_from_pb(request.chunks),
             )
         except InfercacheError as exc:
             await abort_for(context, "Store", exc)
         return store_result_to_pb(result)
+
+    async def LookupStream(
+        self, request: PB2.LookupStreamRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[PB2.LookupStreamResponse]:
+        async for message in self._streams.lookup_stream(request, context):
+            yield message
+
+    async def StoreStream(
+        self,
+        request_iterator: AsyncIterator[PB2.StoreStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> PB2.StoreStreamResponse:
+        return await self._streams.store_stream(request_iterator, context)
+
+    async def ReportOutcome(
+        self, request: PB2.ReportOutcomeRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.ReportOutcomeResponse:
+        return await self._streams.report_outcome(request, context)
 
     async def GetServerInfo(
         self, request: PB2.GetServerInfoRequest, context: grpc.aio.ServicerContext

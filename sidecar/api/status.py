@@ -8,9 +8,11 @@ import grpc
 import structlog
 
 from sidecar.errors import (
+    DeadlineExceeded,
     FailedPrecondition,
     InfercacheError,
     InvalidArgument,
+    NotFound,
     ResourceExhausted,
     TierUnavailable,
     Unauthenticated,
@@ -24,6 +26,8 @@ STATUS_OF: tuple[tuple[type[InfercacheError], grpc.StatusCode], ...] = (
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (TierUnavailable, grpc.StatusCode.UNAVAILABLE),
 )

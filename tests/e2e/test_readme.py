@@ -20,13 +20,18 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 DOCUMENTED_ADDRESS = "127.0.0.1:50051"
 
 
-def readme_example() -> str:
-    """The one ```python block of README.md."""
+def readme_examples() -> list[str]:
+    """The ```python blocks of README.md: the unary example, then the streaming one."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    assert len(blocks) == 1, f"expected one python block in README.md, found {len(blocks)}"
-    code: str = blocks[0]
-    assert DOCUMENTED_ADDRESS in code, "the example no longer talks to the `make run` address"
-    return code
+    assert len(blocks) == 2, f"expected two python blocks in README.md, found {len(blocks)}"
+    for code in blocks:
+        assert DOCUMENTED_ADDRESS in code, "an example no longer talks to the `make run` address"
+    return [str(b) for b in blocks]
+
+
+def readme_example() -> str:
+    """The first ```python block of README.md (Lookup / Store)."""
+    return readme_examples()[0]
 
 
 @pytest.fixture
@@ -61,3 +66,35 @@ def test_readme_example_stores_then_hits(sidecar: str) -> None:
     second = run_example(code)
     assert second["found"].outcome == pb.LOOKUP_OUTCOME_HIT
     assert second["answer"] == first["answer"]
+
+
+def test_readme_streaming_example_stores_then_replays(sidecar: str) -> None:
+    """Run as written, the streaming example stores the generated pieces as chunks; run
+    again, it replays them from the cache."""
+    code = readme_examples()[1].replace(DOCUMENTED_ADDRESS, sidecar)
+
+    first = run_example(code)
+    assert first["text"] == "Open Settings, then 'Reset password'."
+    with CacheClient(sidecar) as client:
+        stream = client.lookup_stream(_example_key(first))
+        header = stream.header()
+        chunks = [c.data.decode() for c in stream]
+    assert header.lookup.outcome == pb.LOOKUP_OUTCOME_HIT, "the example's stream was not stored"
+    assert chunks == ["Open ", "Settings, ", "then ", "'Reset password'."]
+    assert header.finish_reason == "stop"
+
+    second = run_example(code)
+    assert second["text"] == first["text"]
+
+
+def _example_key(namespace: dict[str, Any]) -> pb.CacheKey:
+    """The key the streaming example builds (it is local to its function)."""
+    make_key = namespace["make_key"]
+    key: pb.CacheKey = make_key(
+        tenant="acme",
+        model_version="fp1-3f9a...",
+        prompt_version="support-v3",
+        text="How do I reset my password?",
+        temperature=0.0,
+    )
+    return key

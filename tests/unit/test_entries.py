@@ -9,8 +9,8 @@ from blake3 import blake3
 from hypothesis import given
 
 from sidecar import entries
-from sidecar.entries import CODEC_VERSION, ComputeCost, Entry, EntryRejected
-from tests.strategies import stored_entries
+from sidecar.entries import CODEC_VERSION, ChunkMeta, ComputeCost, Entry, EntryRejected, pack_chunks
+from tests.strategies import stored_entries, streamed_entries
 
 MATERIAL = b"ICK\x01" + b"\x00\x00\x00\x04acme" + b"key material"
 ENTRY = Entry(
@@ -95,7 +95,7 @@ def _reseal(body: bytes) -> bytes:
 def test_unknown_codec_version_is_rejected_even_with_a_valid_checksum() -> None:
     """A value written by a future codec version is 'corrupt', not misread."""
     body = bytearray(ENCODED[:-32])
-    assert body[3] == CODEC_VERSION
+    assert body[3] == 1  # an entry without chunks is written in the oldest layout
     body[3] = CODEC_VERSION + 1
     assert reason(_reseal(bytes(body))) == "corrupt"
 
@@ -119,3 +119,113 @@ def test_arbitrary_bytes_are_rejected() -> None:
     """Values that were never entries are 'corrupt'."""
     for junk in (b"", b"ICE", b"\x00" * 100, b"hello world" * 20):
         assert reason(junk) == "corrupt"
+
+
+CHUNKED = Entry(
+    material=MATERIAL,
+    payload=b"The answer is 42.",
+    created_at_ms=1_700_000_000_123,
+    ttl_s=600,
+    epoch=7,
+    cost=ComputeCost(latency_ms=850, prompt_tokens=120, completion_tokens=5),
+    chunk_table=pack_chunks(
+        [ChunkMeta(4, 1, 0), ChunkMeta(7, 2, 40), ChunkMeta(4, 1, 95), ChunkMeta(2, 1, 95)]
+    ),
+    finish_reason="stop",
+)
+CHUNKED_ENCODED = entries.encode(CHUNKED)
+
+# A v1 value exactly as main's codec wrote it before chunk boundaries existed
+# (the same bytes ENCODED has; built by hand so a codec change cannot move it).
+_V1_BODY = (
+    struct.pack(
+        ">3sBQIQIIIII", b"ICE", 1, 1_700_000_000_123, 600, 7, 850, 120, 33, len(MATERIAL), 17
+    )
+    + MATERIAL
+    + b"The answer is 42."
+)
+V1_BYTES = _V1_BODY + blake3(_V1_BODY).digest()
+
+
+def test_values_written_by_the_v1_codec_still_decode() -> None:
+    """An entry stored before chunk boundaries existed decodes to the same entry."""
+    assert entries.decode(V1_BYTES, MATERIAL) == ENTRY
+    assert ENCODED == V1_BYTES, "entries without chunks keep the v1 layout (rolling upgrades)"
+
+
+def test_chunked_entry_round_trips_as_v2() -> None:
+    """Chunk boundaries, token counts, offsets and the finish reason survive encoding."""
+    assert CHUNKED_ENCODED[3] == 2
+    decoded = entries.decode(CHUNKED_ENCODED, MATERIAL)
+    assert decoded == CHUNKED
+    assert [(m.size_bytes, m.tokens, m.offset_ms, d) for m, d in decoded.chunks()] == [
+        (4, 1, 0, b"The "),
+        (7, 2, 40, b"answer "),
+        (4, 1, 95, b"is 4"),
+        (2, 1, 95, b"2."),
+    ]
+    assert decoded.chunk_count == 4
+    assert CHUNKED.nbytes == len(CHUNKED_ENCODED)
+
+
+def test_unchunked_entry_replays_as_one_chunk() -> None:
+    """A plain Store's entry is one chunk holding the payload and its completion tokens."""
+    assert [(m.size_bytes, m.tokens, d) for m, d in ENTRY.chunks()] == [(17, 33, ENTRY.payload)]
+    assert ENTRY.chunk_count == 1
+
+
+def test_v2_damage_and_truncation_are_rejected_as_corrupt() -> None:
+    """Any flipped byte or prefix of a chunked entry is 'corrupt'."""
+    for i in range(len(CHUNKED_ENCODED)):
+        damaged = bytearray(CHUNKED_ENCODED)
+        damaged[i] ^= 0x01
+        assert reason(bytes(damaged)) == "corrupt", f"flip at byte {i}"
+    for n in range(len(CHUNKED_ENCODED)):
+        assert reason(CHUNKED_ENCODED[:n]) == "corrupt", f"truncated to {n} bytes"
+
+
+def test_chunk_table_that_does_not_tile_the_payload_is_corrupt_even_when_sealed() -> None:
+    """A validly checksummed v2 value whose chunk sizes miss the payload is refused."""
+    body = bytearray(CHUNKED_ENCODED[:-32])
+    table_at = 3 + 1 + 8 + 4 + 8 + 12 + 8 + 4 + 1 + len(MATERIAL) + len(b"stop")
+    struct.pack_into(">I", body, table_at, 5)  # first chunk 4 -> 5 bytes
+    assert reason(_reseal(bytes(body))) == "corrupt"
+
+
+def test_encode_refuses_a_table_that_does_not_tile_the_payload() -> None:
+    """The codec never writes a chunk table whose sizes disagree with the payload."""
+    bad = Entry(MATERIAL, b"abc", 1, 1, chunk_table=pack_chunks([ChunkMeta(2)]))
+    with pytest.raises(ValueError, match="tile"):
+        entries.encode(bad)
+
+
+def test_chunked_entry_under_another_key_is_foreign() -> None:
+    """Material checking applies to v2 entries too."""
+    assert reason(CHUNKED_ENCODED, MATERIAL + b"x") == "foreign"
+
+
+def test_decode_by_digest_accepts_only_material_hashing_to_the_digest() -> None:
+    """Without the key, a value proves itself by its material hashing to the digest."""
+    import hashlib
+
+    digest = hashlib.sha256(MATERIAL).digest()
+    assert entries.decode_by_digest(CHUNKED_ENCODED, digest) == CHUNKED
+    with pytest.raises(EntryRejected) as err:
+        entries.decode_by_digest(CHUNKED_ENCODED, bytes(32))
+    assert err.value.reason == "foreign"
+
+
+def test_peek_reads_both_layouts() -> None:
+    """Reclaim's peek finds epoch and material in v1 and v2 heads."""
+    assert entries.peek(ENCODED[:200]) == (7, MATERIAL)
+    assert entries.peek(CHUNKED_ENCODED[:200]) == (7, MATERIAL)
+
+
+@given(streamed_entries())
+def test_any_chunked_entry_round_trips(entry: Entry) -> None:
+    """Every encodable chunked entry decodes to itself, chunks in order."""
+    encoded = entries.encode(entry)
+    assert len(encoded) == entry.nbytes
+    decoded = entries.decode(encoded, entry.material)
+    assert decoded == entry
+    assert b"".join(d for _, d in decoded.chunks()) == entry.payload

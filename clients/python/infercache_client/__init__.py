@@ -1,5 +1,26 @@
 """Light client for the infercache sidecar (grpcio + protobuf only)."""
 
 from infercache_client.client import AsyncCacheClient, CacheClient, make_key, make_traits
+from infercache_client.streams import (
+    CACHE_MARKER,
+    AsyncLookupStream,
+    AsyncStoreStream,
+    LookupStream,
+    StoreStream,
+    join_chunks,
+    make_pacing,
+)
 
-__all__ = ["AsyncCacheClient", "CacheClient", "make_key", "make_traits"]
+__all__ = [
+    "CACHE_MARKER",
+    "AsyncCacheClient",
+    "AsyncLookupStream",
+    "AsyncStoreStream",
+    "CacheClient",
+    "LookupStream",
+    "StoreStream",
+    "join_chunks",
+    "make_key",
+    "make_pacing",
+    "make_traits",
+]

@@ -15,6 +15,13 @@ import grpc
 from infercache.v1 import cache_pb2 as PB2
 from infercache.v1 import cache_pb2_grpc
 
+from infercache_client.streams import (
+    AsyncLookupStream,
+    AsyncStoreStream,
+    LookupStream,
+    StoreStream,
+)
+
 
 def make_key(
     *,
@@ -86,6 +93,13 @@ def make_traits(
     )
 
 
+def _report(key_digest: bytes, accepted: bool, reason: str) -> PB2.ReportOutcomeRequest:
+    verdict = (
+        PB2.REPORT_OUTCOME_VERDICT_ACCEPTED if accepted else PB2.REPORT_OUTCOME_VERDICT_REJECTED
+    )
+    return PB2.ReportOutcomeRequest(key_digest=key_digest, verdict=verdict, reason=reason)
+
+
 def _channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -148,16 +162,86 @@ class CacheClient:
         ttl_seconds: int = 0,
         cost: PB2.ComputeCost | None = None,
         traits: PB2.RequestTraits | None = None,
+        chunks: Sequence[PB2.ChunkBoundary] = (),
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
         """Store a result with the lease from the MISS; `.outcome` says STORED or why not.
 
         traits: the same declarations as the lookup's; the policy is applied again here.
+        `chunks` (see join_chunks) keeps the stream boundaries for lookup_stream replays.
         """
         req = PB2.StoreRequest(
-            key=key, payload=payload, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
+            key=key,
+            payload=payload,
+            lease=lease,
+            ttl_seconds=ttl_seconds,
+            cost=cost,
+            traits=traits,
+            chunks=chunks,
         )
         resp: PB2.StoreResponse = self._stub.Store(req, timeout=timeout)
+        return resp
+
+    def lookup_stream(
+        self,
+        key: PB2.CacheKey,
+        *,
+        pacing: PB2.Pacing | None = None,
+        max_age_seconds: int = 0,
+        wait_ms: int = 0,
+        traits: PB2.RequestTraits | None = None,
+        timeout: float | None = None,
+    ) -> LookupStream:
+        """Look a key up as a stream: `.header()`, then iterate the cached chunks (HIT only).
+
+        pacing: see make_pacing (default: as fast as possible). timeout: whole-call deadline.
+        """
+        req = PB2.LookupStreamRequest(
+            lookup=PB2.LookupRequest(
+                key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
+            ),
+            pacing=pacing,
+        )
+        return LookupStream(self._stub.LookupStream(req, timeout=timeout))
+
+    def store_stream(
+        self,
+        key: PB2.CacheKey,
+        lease: bytes = b"",
+        *,
+        ttl_seconds: int = 0,
+        cost: PB2.ComputeCost | None = None,
+        traits: PB2.RequestTraits | None = None,
+        timeout: float | None = None,
+    ) -> StoreStream:
+        """A context manager that stores a result chunk by chunk (`with ... as w: w.send(text)`).
+
+        Committed when the block ends normally; an exception in the block stores nothing.
+        A request the policy bypasses ends at once: later sends are dropped and
+        `.response` says BYPASSED.
+        """
+        open_req = PB2.StoreRequest(
+            key=key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
+        )
+        stub = self._stub
+        return StoreStream(lambda it: stub.StoreStream.future(it, timeout=timeout), open_req)
+
+    def report_outcome(
+        self,
+        key_digest: bytes,
+        *,
+        accepted: bool,
+        reason: str = "",
+        timeout: float | None = 5.0,
+    ) -> PB2.ReportOutcomeResponse:
+        """Report a downstream check's verdict on the cached answer with this key digest.
+
+        A rejected answer is evicted (by default), so the next lookup misses; NOT_FOUND
+        when no live entry has the digest.
+        """
+        resp: PB2.ReportOutcomeResponse = self._stub.ReportOutcome(
+            _report(key_digest, accepted, reason), timeout=timeout
+        )
         return resp
 
     def server_info(self, *, timeout: float | None = 1.0) -> PB2.GetServerInfoResponse:
@@ -235,16 +319,86 @@ class AsyncCacheClient:
         ttl_seconds: int = 0,
         cost: PB2.ComputeCost | None = None,
         traits: PB2.RequestTraits | None = None,
+        chunks: Sequence[PB2.ChunkBoundary] = (),
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
         """Store a result with the lease from the MISS; `.outcome` says STORED or why not.
 
         traits: the same declarations as the lookup's; the policy is applied again here.
+        `chunks` (see join_chunks) keeps the stream boundaries for lookup_stream replays.
         """
         req = PB2.StoreRequest(
-            key=key, payload=payload, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
+            key=key,
+            payload=payload,
+            lease=lease,
+            ttl_seconds=ttl_seconds,
+            cost=cost,
+            traits=traits,
+            chunks=chunks,
         )
         resp: PB2.StoreResponse = await self._stub.Store(req, timeout=timeout)
+        return resp
+
+    def lookup_stream(
+        self,
+        key: PB2.CacheKey,
+        *,
+        pacing: PB2.Pacing | None = None,
+        max_age_seconds: int = 0,
+        wait_ms: int = 0,
+        traits: PB2.RequestTraits | None = None,
+        timeout: float | None = None,
+    ) -> AsyncLookupStream:
+        """Look a key up as a stream: `await .header()`, then `async for chunk in ...` (HIT only).
+
+        pacing: see make_pacing (default: as fast as possible). timeout: whole-call deadline.
+        """
+        req = PB2.LookupStreamRequest(
+            lookup=PB2.LookupRequest(
+                key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
+            ),
+            pacing=pacing,
+        )
+        return AsyncLookupStream(self._stub.LookupStream(req, timeout=timeout))
+
+    def store_stream(
+        self,
+        key: PB2.CacheKey,
+        lease: bytes = b"",
+        *,
+        ttl_seconds: int = 0,
+        cost: PB2.ComputeCost | None = None,
+        traits: PB2.RequestTraits | None = None,
+        timeout: float | None = None,
+    ) -> AsyncStoreStream:
+        """An async context manager storing a result chunk by chunk (`await w.send(text)`).
+
+        Committed when the block ends normally; an exception in the block stores nothing.
+        A request the policy bypasses ends at once: later sends are dropped and
+        `.response` says BYPASSED.
+        """
+        open_req = PB2.StoreRequest(
+            key=key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
+        )
+        stub = self._stub
+        return AsyncStoreStream(lambda: stub.StoreStream(timeout=timeout), open_req)
+
+    async def report_outcome(
+        self,
+        key_digest: bytes,
+        *,
+        accepted: bool,
+        reason: str = "",
+        timeout: float | None = 5.0,
+    ) -> PB2.ReportOutcomeResponse:
+        """Report a downstream check's verdict on the cached answer with this key digest.
+
+        A rejected answer is evicted (by default), so the next lookup misses; NOT_FOUND
+        when no live entry has the digest.
+        """
+        resp: PB2.ReportOutcomeResponse = await self._stub.ReportOutcome(
+            _report(key_digest, accepted, reason), timeout=timeout
+        )
         return resp
 
     async def server_info(self, *, timeout: float | None = 1.0) -> PB2.GetServerInfoResponse:

@@ -47,6 +47,19 @@ class StoreOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STORE_OUTCOME_WRITE_FAILED: _ClassVar[StoreOutcome]
     STORE_OUTCOME_BYPASSED: _ClassVar[StoreOutcome]
     STORE_OUTCOME_STALE_LEASE: _ClassVar[StoreOutcome]
+
+class PacingMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PACING_MODE_UNSPECIFIED: _ClassVar[PacingMode]
+    PACING_MODE_FASTEST: _ClassVar[PacingMode]
+    PACING_MODE_TOKENS_PER_SECOND: _ClassVar[PacingMode]
+    PACING_MODE_ORIGINAL: _ClassVar[PacingMode]
+
+class ReportOutcomeVerdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPORT_OUTCOME_VERDICT_UNSPECIFIED: _ClassVar[ReportOutcomeVerdict]
+    REPORT_OUTCOME_VERDICT_ACCEPTED: _ClassVar[ReportOutcomeVerdict]
+    REPORT_OUTCOME_VERDICT_REJECTED: _ClassVar[ReportOutcomeVerdict]
 RESPONSE_FORMAT_TYPE_UNSPECIFIED: ResponseFormatType
 RESPONSE_FORMAT_TYPE_TEXT: ResponseFormatType
 RESPONSE_FORMAT_TYPE_JSON_OBJECT: ResponseFormatType
@@ -73,6 +86,13 @@ STORE_OUTCOME_STORED: StoreOutcome
 STORE_OUTCOME_WRITE_FAILED: StoreOutcome
 STORE_OUTCOME_BYPASSED: StoreOutcome
 STORE_OUTCOME_STALE_LEASE: StoreOutcome
+PACING_MODE_UNSPECIFIED: PacingMode
+PACING_MODE_FASTEST: PacingMode
+PACING_MODE_TOKENS_PER_SECOND: PacingMode
+PACING_MODE_ORIGINAL: PacingMode
+REPORT_OUTCOME_VERDICT_UNSPECIFIED: ReportOutcomeVerdict
+REPORT_OUTCOME_VERDICT_ACCEPTED: ReportOutcomeVerdict
+REPORT_OUTCOME_VERDICT_REJECTED: ReportOutcomeVerdict
 
 class CacheKey(_message.Message):
     __slots__ = ("tenant", "model_version", "adapter_version", "prompt_version", "sampling", "extra", "text", "chat", "token_ids", "input_sha256")
@@ -257,7 +277,7 @@ class LookupBatchResponse(_message.Message):
     def __init__(self, responses: _Optional[_Iterable[_Union[LookupResponse, _Mapping]]] = ...) -> None: ...
 
 class StoreRequest(_message.Message):
-    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id", "lease", "traits")
+    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id", "lease", "traits", "chunks")
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +285,7 @@ class StoreRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     TRAITS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
     key: CacheKey
     payload: bytes
     ttl_seconds: int
@@ -272,7 +293,18 @@ class StoreRequest(_message.Message):
     request_id: str
     lease: bytes
     traits: RequestTraits
-    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ..., lease: _Optional[bytes] = ..., traits: _Optional[_Union[RequestTraits, _Mapping]] = ...) -> None: ...
+    chunks: _containers.RepeatedCompositeFieldContainer[ChunkBoundary]
+    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ..., lease: _Optional[bytes] = ..., traits: _Optional[_Union[RequestTraits, _Mapping]] = ..., chunks: _Optional[_Iterable[_Union[ChunkBoundary, _Mapping]]] = ...) -> None: ...
+
+class ChunkBoundary(_message.Message):
+    __slots__ = ("size_bytes", "tokens", "offset_ms")
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MS_FIELD_NUMBER: _ClassVar[int]
+    size_bytes: int
+    tokens: int
+    offset_ms: int
+    def __init__(self, size_bytes: _Optional[int] = ..., tokens: _Optional[int] = ..., offset_ms: _Optional[int] = ...) -> None: ...
 
 class StoreResponse(_message.Message):
     __slots__ = ("outcome", "key_digest", "ttl_seconds", "bypass_reason", "bypass_code")
@@ -312,3 +344,105 @@ class GetServerInfoResponse(_message.Message):
     adapter_versions: _containers.ScalarMap[str, str]
     warm_tier: str
     def __init__(self, server_version: _Optional[str] = ..., key_schema_version: _Optional[int] = ..., model_version: _Optional[str] = ..., adapter_versions: _Optional[_Mapping[str, str]] = ..., warm_tier: _Optional[str] = ...) -> None: ...
+
+class Pacing(_message.Message):
+    __slots__ = ("mode", "tokens_per_second", "max_delay_ms")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    mode: PacingMode
+    tokens_per_second: float
+    max_delay_ms: int
+    def __init__(self, mode: _Optional[_Union[PacingMode, str]] = ..., tokens_per_second: _Optional[float] = ..., max_delay_ms: _Optional[int] = ...) -> None: ...
+
+class LookupStreamRequest(_message.Message):
+    __slots__ = ("lookup", "pacing")
+    LOOKUP_FIELD_NUMBER: _ClassVar[int]
+    PACING_FIELD_NUMBER: _ClassVar[int]
+    lookup: LookupRequest
+    pacing: Pacing
+    def __init__(self, lookup: _Optional[_Union[LookupRequest, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ...) -> None: ...
+
+class LookupStreamHeader(_message.Message):
+    __slots__ = ("lookup", "model_version", "chunk_count", "total_bytes", "finish_reason")
+    LOOKUP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    lookup: LookupResponse
+    model_version: str
+    chunk_count: int
+    total_bytes: int
+    finish_reason: str
+    def __init__(self, lookup: _Optional[_Union[LookupResponse, _Mapping]] = ..., model_version: _Optional[str] = ..., chunk_count: _Optional[int] = ..., total_bytes: _Optional[int] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+
+class Chunk(_message.Message):
+    __slots__ = ("data", "tokens", "offset_ms", "index", "cached")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    tokens: int
+    offset_ms: int
+    index: int
+    cached: bool
+    def __init__(self, data: _Optional[bytes] = ..., tokens: _Optional[int] = ..., offset_ms: _Optional[int] = ..., index: _Optional[int] = ..., cached: _Optional[bool] = ...) -> None: ...
+
+class LookupStreamResponse(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: LookupStreamHeader
+    chunk: Chunk
+    def __init__(self, header: _Optional[_Union[LookupStreamHeader, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
+
+class StoreStreamFinish(_message.Message):
+    __slots__ = ("finish_reason", "cost")
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    finish_reason: str
+    cost: ComputeCost
+    def __init__(self, finish_reason: _Optional[str] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ...) -> None: ...
+
+class StoreStreamRequest(_message.Message):
+    __slots__ = ("open", "chunk", "finish")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    open: StoreRequest
+    chunk: Chunk
+    finish: StoreStreamFinish
+    def __init__(self, open: _Optional[_Union[StoreRequest, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ..., finish: _Optional[_Union[StoreStreamFinish, _Mapping]] = ...) -> None: ...
+
+class StoreStreamResponse(_message.Message):
+    __slots__ = ("store", "chunk_count", "total_bytes")
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    store: StoreResponse
+    chunk_count: int
+    total_bytes: int
+    def __init__(self, store: _Optional[_Union[StoreResponse, _Mapping]] = ..., chunk_count: _Optional[int] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+
+class ReportOutcomeRequest(_message.Message):
+    __slots__ = ("key_digest", "verdict", "reason", "request_id")
+    KEY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    key_digest: bytes
+    verdict: ReportOutcomeVerdict
+    reason: str
+    request_id: str
+    def __init__(self, key_digest: _Optional[bytes] = ..., verdict: _Optional[_Union[ReportOutcomeVerdict, str]] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ReportOutcomeResponse(_message.Message):
+    __slots__ = ("evicted", "model_version")
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    evicted: bool
+    model_version: str
+    def __init__(self, evicted: _Optional[bool] = ..., model_version: _Optional[str] = ...) -> None: ...

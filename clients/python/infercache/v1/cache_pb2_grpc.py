@@ -55,6 +55,21 @@ class CacheServiceStub:
                 request_serializer=infercache_dot_v1_dot_cache__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=infercache_dot_v1_dot_cache__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.LookupStream = channel.unary_stream(
+                '/infercache.v1.CacheService/LookupStream',
+                request_serializer=infercache_dot_v1_dot_cache__pb2.LookupStreamRequest.SerializeToString,
+                response_deserializer=infercache_dot_v1_dot_cache__pb2.LookupStreamResponse.FromString,
+                _registered_method=True)
+        self.StoreStream = channel.stream_unary(
+                '/infercache.v1.CacheService/StoreStream',
+                request_serializer=infercache_dot_v1_dot_cache__pb2.StoreStreamRequest.SerializeToString,
+                response_deserializer=infercache_dot_v1_dot_cache__pb2.StoreStreamResponse.FromString,
+                _registered_method=True)
+        self.ReportOutcome = channel.unary_unary(
+                '/infercache.v1.CacheService/ReportOutcome',
+                request_serializer=infercache_dot_v1_dot_cache__pb2.ReportOutcomeRequest.SerializeToString,
+                response_deserializer=infercache_dot_v1_dot_cache__pb2.ReportOutcomeResponse.FromString,
+                _registered_method=True)
 
 
 class CacheServiceServicer:
@@ -89,6 +104,36 @@ class CacheServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LookupStream(self, request, context):
+        """LookupStream answers like Lookup, then replays a hit as its original chunks.
+        The first message is always a header; on a HIT the chunks follow in order,
+        each flagged cached. Initial metadata carries `x-infercache-cache:
+        hit|miss|bypass` so proxies can see the outcome without parsing messages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StoreStream(self, request_iterator, context):
+        """StoreStream stores a result while the model generates it: an opening
+        message (a StoreRequest without payload), chunks, then a finish message.
+        Nothing is stored unless the finish message arrives; a cancelled, failed
+        or over-limit stream leaves no entry behind.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportOutcome(self, request, context):
+        """ReportOutcome records a downstream check's verdict on a cached answer,
+        named by the key digest returned with the hit. A rejected answer is
+        evicted (unless the sidecar is configured otherwise), so the next request
+        recomputes. NOT_FOUND when no live entry has that digest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CacheServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +156,21 @@ def add_CacheServiceServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=infercache_dot_v1_dot_cache__pb2.GetServerInfoRequest.FromString,
                     response_serializer=infercache_dot_v1_dot_cache__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'LookupStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.LookupStream,
+                    request_deserializer=infercache_dot_v1_dot_cache__pb2.LookupStreamRequest.FromString,
+                    response_serializer=infercache_dot_v1_dot_cache__pb2.LookupStreamResponse.SerializeToString,
+            ),
+            'StoreStream': grpc.stream_unary_rpc_method_handler(
+                    servicer.StoreStream,
+                    request_deserializer=infercache_dot_v1_dot_cache__pb2.StoreStreamRequest.FromString,
+                    response_serializer=infercache_dot_v1_dot_cache__pb2.StoreStreamResponse.SerializeToString,
+            ),
+            'ReportOutcome': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportOutcome,
+                    request_deserializer=infercache_dot_v1_dot_cache__pb2.ReportOutcomeRequest.FromString,
+                    response_serializer=infercache_dot_v1_dot_cache__pb2.ReportOutcomeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +282,87 @@ class CacheService:
             '/infercache.v1.CacheService/GetServerInfo',
             infercache_dot_v1_dot_cache__pb2.GetServerInfoRequest.SerializeToString,
             infercache_dot_v1_dot_cache__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LookupStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/infercache.v1.CacheService/LookupStream',
+            infercache_dot_v1_dot_cache__pb2.LookupStreamRequest.SerializeToString,
+            infercache_dot_v1_dot_cache__pb2.LookupStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StoreStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/infercache.v1.CacheService/StoreStream',
+            infercache_dot_v1_dot_cache__pb2.StoreStreamRequest.SerializeToString,
+            infercache_dot_v1_dot_cache__pb2.StoreStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportOutcome(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/infercache.v1.CacheService/ReportOutcome',
+            infercache_dot_v1_dot_cache__pb2.ReportOutcomeRequest.SerializeToString,
+            infercache_dot_v1_dot_cache__pb2.ReportOutcomeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,249 @@
+"""The streaming data-plane RPCs (LookupStream, StoreStream) and ReportOutcome.
+
+A part of CacheService kept apart from servicer.py for size: the servicer's
+methods delegate here. Like the servicer it only translates: lookups go through
+ResultCache.lookup, streamed stores through stream_store (which commits with
+ResultCache.store), verdicts through DownstreamFeedback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import structlog
+from infercache.v1 import cache_pb2 as PB2
+
+from sidecar.api.convert import cost_from_pb, traits_from_pb
+from sidecar.api.convert_stream import (
+    chunk_to_pb,
+    header_to_pb,
+    pacing_from_pb,
+    stream_chunk_from_pb,
+    stream_finish_from_pb,
+    stream_result_to_pb,
+    verdict_from_pb,
+)
+from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
+from sidecar.api.status import abort_for
+from sidecar.cache import LookupQuery, ResultCache
+from sidecar.entries import Entry
+from sidecar.errors import InfercacheError, InvalidArgument
+from sidecar.feedback import DownstreamFeedback
+from sidecar.keys import CacheKey, KeyRequest
+from sidecar.logs import REQUEST_KEY
+from sidecar.pod import PodIdentity
+from sidecar.replay import replay
+from sidecar.stream_store import BufferBudget, StreamEvent, StreamLimits, StreamOpen, store_stream
+
+log = structlog.get_logger("infercache.api")
+
+CACHE_MARKER = "x-infercache-cache"
+"""Initial-metadata key of LookupStream: hit, miss or bypass."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """Limits of the streaming RPCs (see the INFERCACHE_* settings of the same names)."""
+
+    limits: StreamLimits
+    buffer_max_bytes: int = 256 * 1024 * 1024
+    replay_max_gap_ms: int = 5000
+    evict_rejected: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """What the measured part of a LookupStream produced: the header and the entry to replay."""
+
+    header: PB2.LookupStreamResponse
+    entry: Entry | None
+    model_version: str
+
+
+class StreamRpcs:
+    """Handlers of LookupStream, StoreStream and ReportOutcome for one CacheServicer."""
+
+    def __init__(
+        self,
+        cache: ResultCache,
+        key_and_source: Callable[[PB2.CacheKey], tuple[CacheKey, KeyRequest]],
+        query: Callable[[PB2.LookupRequest], LookupQuery],
+        pod: PodIdentity,
+        observe: RpcObserver,
+        describe: CacheDescriber,
+        settings: StreamSettings,
+    ) -> None:
+        self._cache = cache
+        self._key_and_source = key_and_source
+        self._query = query
+        self._pod = pod
+        self._observe = observe
+        self._describe = describe
+        self._settings = settings
+        self._budget = BufferBudget(settings.buffer_max_bytes)
+        self._feedback = DownstreamFeedback(cache, evict_rejected=settings.evict_rejected)
+
+    # ---------------------------------------------------------------- LookupStream
+
+    async def lookup_stream(
+        self, request: PB2.LookupStreamRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[PB2.LookupStreamResponse]:
+        """Header (after the x-infercache-cache metadata), then a hit's chunks as paced.
+
+        The RPC's duration and span cover the lookup; the replay's length is the
+        caller's pacing choice, so it is counted (streams family), not timed.
+        """
+        head = await self._observe.run(
+            "LookupStream", request, context, self._lookup_head, self._describe_head
+        )
+        yield head.header
+        entry = head.entry
+        if entry is None:
+            return
+        pacing = pacing_from_pb(request.pacing)  # validated already by _lookup_head
+        sent = 0
+        try:
+            async for chunk in replay(entry, pacing, self._settings.replay_max_gap_ms):
+                yield chunk_to_pb(chunk)
+                sent += 1
+        finally:
+            # A caller that goes away cancels this generator at its next await:
+            # nothing further is read, paced or sent.
+            stats = self._cache.stats
+            stats.count_stream(head.model_version, "replay.chunks", sent)
+            done = "replay.completed" if sent == entry.chunk_count else "replay.cancelled"
+            stats.count_stream(head.model_version, done)
+
+    async def _lookup_head(
+        self, request: PB2.LookupStreamRequest, context: grpc.aio.ServicerContext
+    ) -> _Head:
+        try:
+            pacing_from_pb(request.pacing)
+            if not request.HasField("lookup"):
+                raise InvalidArgument("lookup", "is required")
+            try:
+                query = self._query(request.lookup)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"lookup.{exc.field}", exc.problem) from exc
+            key = query.key
+            REQUEST_KEY.set(key)
+            result = await self._cache.lookup(query)
+        except InfercacheError as exc:
+            await abort_for(context, "LookupStream", exc)
+        await context.send_initial_metadata(((CACHE_MARKER, result.outcome.value),))
+        entry = result.entry if result.tier is not None else None
+        return _Head(header_to_pb(result, key.model_version), entry, key.model_version)
+
+    def _describe_head(self, request: PB2.LookupStreamRequest, head: _Head | None) -> Attributes:
+        return self._describe.lookup(request.lookup, head.header.header.lookup if head else None)
+
+    # ---------------------------------------------------------------- StoreStream
+
+    async def store_stream(
+        self,
+        requests: AsyncIterator[PB2.StoreStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> PB2.StoreStreamResponse:
+        """Buffer the stream; commit through ResultCache.store when it finishes."""
+        response: PB2.StoreStreamResponse = await self._observe.run(
+            "StoreStream", requests, context, self._store_stream
+        )
+        return response
+
+    async def _store_stream(
+        self,
+        requests: AsyncIterator[PB2.StoreStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> PB2.StoreStreamResponse:
+        stats = self._cache.stats
+        opened: list[CacheKey] = []  # the key, once the opening message was accepted
+        events = self._events(requests, opened)
+        try:
+            result = await store_stream(self._cache, events, self._settings.limits, self._budget)
+        except InfercacheError as exc:
+            stats.count_stream(_version(opened), "store.failed")
+            log.info("store_stream_not_committed", error=str(exc))
+            await abort_for(context, "StoreStream", exc)
+        except asyncio.CancelledError:
+            # The client cancelled, went away, or the server is stopping.
+            stats.count_stream(_version(opened), "store.cancelled")
+            raise
+        finally:
+            await events.aclose()
+        stats.count_stream(_version(opened), "store.committed")
+        return stream_result_to_pb(result)
+
+    async def _events(
+        self, requests: AsyncIterator[PB2.StoreStreamRequest], opened: list[CacheKey]
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Protobuf messages as domain events; the opening one checked like a Store."""
+        async for msg in requests:
+            which = msg.WhichOneof("message")
+            if which == "chunk":
+                yield stream_chunk_from_pb(msg.chunk)
+            elif which == "finish":
+                yield stream_finish_from_pb(msg.finish)
+            elif which == "open":
+                event = self._open(msg.open)
+                opened.append(event.key)
+                yield event
+            else:
+                raise InvalidArgument("message", "is empty: set open, chunk or finish")
+
+    def _open(self, req: PB2.StoreRequest) -> StreamOpen:
+        if req.payload or req.chunks:
+            raise InvalidArgument(
+                "open.payload", "must be empty: a StoreStream's result comes as chunks"
+            )
+        try:
+            key, _ = self._key_and_source(req.key)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"open.{exc.field}", exc.problem) from exc
+        REQUEST_KEY.set(key)
+        self._pod.check_store(key.model_version)
+        return StreamOpen(
+            key, req.ttl_seconds, cost_from_pb(req.cost), req.lease, traits_from_pb(req)
+        )
+
+    # ---------------------------------------------------------------- ReportOutcome
+
+    async def report_outcome(
+        self, request: PB2.ReportOutcomeRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.ReportOutcomeResponse:
+        """Count a downstream verdict on the entry named by its key digest."""
+        response: PB2.ReportOutcomeResponse = await self._observe.run(
+            "ReportOutcome", request, context, self._report_outcome, _describe_report
+        )
+        return response
+
+    async def _report_outcome(
+        self, request: PB2.ReportOutcomeRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.ReportOutcomeResponse:
+        try:
+            result = await self._feedback.report(
+                request.key_digest, verdict_from_pb(request.verdict), request.reason
+            )
+        except InfercacheError as exc:
+            await abort_for(context, "ReportOutcome", exc)
+        return PB2.ReportOutcomeResponse(evicted=result.evicted, model_version=result.model_version)
+
+
+def _version(opened: list[CacheKey]) -> str:
+    return opened[0].model_version if opened else ""
+
+
+def _describe_report(request: PB2.ReportOutcomeRequest, response: Any) -> Attributes:
+    attrs: Attributes = {
+        "infercache.key_digest": request.key_digest[:8].hex(),
+        "infercache.verdict": PB2.ReportOutcomeVerdict.Name(request.verdict).lower()
+        if request.verdict in PB2.ReportOutcomeVerdict.values()
+        else "unknown",
+    }
+    if isinstance(response, PB2.ReportOutcomeResponse):
+        attrs["infercache.model_version"] = response.model_version
+        attrs["infercache.evicted"] = response.evicted
+    return attrs

@@ -26,8 +26,10 @@ PARTS = ["The ", "cache ", "replays ", "this ", "answer."]
 @pytest.fixture
 def fleet(redis_server: RedisServer) -> Iterator[tuple[SidecarProcess, SidecarProcess]]:
     """Sidecars A and B, separate processes sharing one redis-server."""
-    a = SidecarProcess(redis_server.url)
-    b = SidecarProcess(redis_server.url)
+    # A generous read deadline: on a loaded CI machine a 50 ms one degrades lookups
+    # (no lease hold taken), which these tests would misread.
+    a = SidecarProcess(redis_server.url, lookup_timeout_ms=1000)
+    b = SidecarProcess(redis_server.url, lookup_timeout_ms=1000)
     try:
         a.wait_ready()
         b.wait_ready()
@@ -91,7 +93,11 @@ _WRITER = textwrap.dedent(
 
     k = key("killed writer")
     with CacheClient(sys.argv[1]) as c:
-        miss = c.lookup(k)
+        for _ in range(50):  # a degraded lookup takes no hold; ask again
+            miss = c.lookup(k)
+            if miss.lease_holder:
+                break
+            time.sleep(0.1)
         assert miss.lease_holder
         with c.store_stream(k, miss.lease) as w:
             for part in ("partial ", "answer ", "that never "):

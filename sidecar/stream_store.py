@@ -112,6 +112,25 @@ async def _next(events: AsyncIterator[StreamEvent], idle_s: float) -> StreamEven
         ) from None
 
 
+async def _discard_rest(
+    events: AsyncIterator[StreamEvent], limits: StreamLimits, bypassed: StoreResult
+) -> StreamStoreResult:
+    """Read a bypassed stream to its end without keeping anything, then answer BYPASSED.
+
+    Answering before the client has finished writing would make its next write
+    race the end of the RPC (gRPC reports that as INTERNAL on the client), so the
+    stream runs its course; it costs no memory, and silence still ends it.
+    """
+    chunks = total = 0
+    while (event := await _next(events, limits.idle_timeout_s)) is not None:
+        if isinstance(event, StreamFinish):
+            break
+        if isinstance(event, StreamChunk):
+            chunks += 1
+            total += len(event.data)
+    return StreamStoreResult(bypassed, chunks, total)
+
+
 async def store_stream(
     cache: ResultCache,
     events: AsyncIterator[StreamEvent],
@@ -120,23 +139,23 @@ async def store_stream(
 ) -> StreamStoreResult:
     """Consume one StoreStream's events; store the assembled result on Finish.
 
-    A request the policy bypasses is answered BYPASSED right after the opening
-    message, without reading further. Raises InvalidArgument for a malformed or
-    over-limit stream, DeadlineExceeded
-    for an idle one, ResourceExhausted when the shared buffer is full, and
-    whatever the Store would raise; cancellation propagates. In all those cases
-    nothing is stored and the lease's single-flight hold is released.
+    A request the policy bypasses is decided at the opening message: the rest of
+    the stream is read and dropped, and the answer is BYPASSED. Raises
+    InvalidArgument for a malformed or over-limit stream, DeadlineExceeded for an
+    idle one, ResourceExhausted when the shared buffer is full, and whatever the
+    Store would raise; cancellation propagates. In all those cases nothing is
+    stored and the lease's single-flight hold is released.
     """
     first = await _next(events, limits.idle_timeout_s)
     if not isinstance(first, StreamOpen):
         raise InvalidArgument("open", "the first message of a StoreStream must be `open`")
     opened_ms = cache.clock_ms()
     opened = time.monotonic()
-    # Answer a policy BYPASS or a bad lease now rather than after the whole answer
-    # was sent (the policy is asked again at commit, with the real size).
+    # Decide a policy BYPASS now (the policy is asked again at commit, with the
+    # real size) and refuse a bad lease now rather than after the whole answer.
     bypassed = await cache.store_bypass(first.key, first.traits, first.lease_token, 0)
     if bypassed is not None:
-        return StreamStoreResult(bypassed, 0, 0)
+        return await _discard_rest(events, limits, bypassed)
     lease, _ = cache.check_lease(first.key, first.lease_token, opened_ms)
     parts: list[bytes] = []
     chunks: list[ChunkMeta] = []

@@ -217,8 +217,7 @@ class CacheClient:
         """A context manager that stores a result chunk by chunk (`with ... as w: w.send(text)`).
 
         Committed when the block ends normally; an exception in the block stores nothing.
-        A request the policy bypasses ends at once: later sends are dropped and
-        `.response` says BYPASSED.
+        A request the policy bypasses is answered BYPASSED in `.response`.
         """
         open_req = PB2.StoreRequest(
             key=key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
@@ -374,8 +373,7 @@ class AsyncCacheClient:
         """An async context manager storing a result chunk by chunk (`await w.send(text)`).
 
         Committed when the block ends normally; an exception in the block stores nothing.
-        A request the policy bypasses ends at once: later sends are dropped and
-        `.response` says BYPASSED.
+        A request the policy bypasses is answered BYPASSED in `.response`.
         """
         open_req = PB2.StoreRequest(
             key=key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits

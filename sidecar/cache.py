@@ -254,15 +254,28 @@ class ResultCache:
     def _screen(self, queries: Sequence[LookupQuery]) -> list[LookupResult | None] | None:
         """BYPASS results by position, or None when the policy lets every query through."""
         policy = self.policy.current
+        if policy.inert:
+            # Common case (no file, or rules only on declared traits): nothing declared,
+            # nothing to decide.
+            for q in queries:
+                if q.traits is not NO_TRAITS:
+                    break
+            else:
+                return None
         out: list[LookupResult | None] | None = None
+        tenant_rules, defaults = policy.tenants.get, policy.defaults  # Policy.for_tenant, inlined
         for i, q in enumerate(queries):
-            decision = policy.for_tenant(q.key.tenant).bypass_for(q.key, q.traits)
+            key, traits = q.key, q.traits
+            rules = tenant_rules(key.tenant, defaults)
+            if rules.inert and traits is NO_TRAITS:
+                continue
+            decision = rules.bypass_for(key, traits)
             if decision is None:
                 continue
             if out is None:
                 out = [None] * len(queries)
-            out[i] = LookupResult(Outcome.BYPASS, q.key.digest, bypass=decision)
-            self.stats.count_bypass(q.key.model_version, decision.reason.value)
+            out[i] = LookupResult(Outcome.BYPASS, key.digest, bypass=decision)
+            self.stats.count_bypass(key.model_version, decision.reason.value)
         return out
 
     async def _find_unbypassed(

@@ -42,6 +42,18 @@ class Bypass:
     detail: str
 
 
+# Decisions are constants: a bypass allocates nothing on the lookup path.
+_NOT_CACHEABLE = Bypass(BypassReason.NOT_CACHEABLE, "the tenant's policy says not cacheable")
+_SIDE_EFFECTS = Bypass(BypassReason.SIDE_EFFECTS, "the request declares side effects")
+_PRIVATE_DATA = Bypass(BypassReason.PRIVATE_DATA, "the request declares private data")
+_REAL_TIME = Bypass(BypassReason.REAL_TIME, "the request declares real-time dependence")
+_TOOLS = Bypass(BypassReason.TOOLS, "the request carries tool definitions")
+_NON_DETERMINISTIC = Bypass(
+    BypassReason.NON_DETERMINISTIC,
+    "temperature > 0 (unset means 1.0) without a seed is not deterministic",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class RequestTraits:
     """What a caller declares about a request that its key does not say."""
@@ -99,6 +111,12 @@ class TenantPolicy:
     """Larger results are BYPASSED at Store; None = INFERCACHE_MAX_PAYLOAD_BYTES only."""
     retain_inputs: bool = False
     """May this tenant's inputs be kept (e.g. recorded for prewarm)? Off unless allowed."""
+    inert: bool = field(init=False, repr=False, compare=False)
+    """Derived: only declared traits can bypass a request (lets the hot path skip checks)."""
+
+    def __post_init__(self) -> None:
+        inert = self.cacheable and not self.deterministic_only and not self.bypass_tools
+        object.__setattr__(self, "inert", inert)
 
     def bypass_for(self, key: KeyFacts, traits: RequestTraits = NO_TRAITS) -> Bypass | None:
         """The first rule that bypasses this request, or None when it may be cached.
@@ -107,21 +125,18 @@ class TenantPolicy:
         non-deterministic sampling.
         """
         if not self.cacheable:
-            return Bypass(BypassReason.NOT_CACHEABLE, f"tenant {key.tenant!r} is not cacheable")
+            return _NOT_CACHEABLE
         if traits is not NO_TRAITS:
             if traits.side_effects and self.bypass_side_effects:
-                return Bypass(BypassReason.SIDE_EFFECTS, "the request declares side effects")
+                return _SIDE_EFFECTS
             if traits.private_data and self.bypass_private_data:
-                return Bypass(BypassReason.PRIVATE_DATA, "the request declares private data")
+                return _PRIVATE_DATA
             if traits.real_time and self.bypass_real_time:
-                return Bypass(BypassReason.REAL_TIME, "the request declares real-time dependence")
+                return _REAL_TIME
         if self.bypass_tools and (traits.tools or key.tools):
-            return Bypass(BypassReason.TOOLS, "the request carries tool definitions")
+            return _TOOLS
         if self.deterministic_only and key.temperature > 0 and not key.seeded:
-            return Bypass(
-                BypassReason.NON_DETERMINISTIC,
-                f"temperature {key.temperature:g} without a seed is not deterministic",
-            )
+            return _NON_DETERMINISTIC
         return None
 
     def bypass_for_entry(self, size: int) -> Bypass | None:
@@ -142,6 +157,12 @@ class Policy:
     defaults: TenantPolicy = field(default_factory=TenantPolicy)
     tenants: Mapping[str, TenantPolicy] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "built-in"
+    inert: bool = field(init=False, repr=False, compare=False)
+    """Derived: every tenant's policy is inert (only declared traits can bypass)."""
+
+    def __post_init__(self) -> None:
+        inert = self.defaults.inert and all(p.inert for p in self.tenants.values())
+        object.__setattr__(self, "inert", inert)
 
     def for_tenant(self, tenant: str) -> TenantPolicy:
         """The tenant's policy: its override when the file has one, else the defaults."""

@@ -187,3 +187,20 @@ async def test_policy_ttl_is_applied(cache: ResultCache, holder: PolicyHolder) -
     assert (await cache.store(k1, b"a", lease_token=miss.lease)).ttl_s == 120
     miss = await cache.lookup(LookupQuery(k2))
     assert (await cache.store(k2, b"a", ttl_s=9999, lease_token=miss.lease)).ttl_s == 300
+
+
+async def test_skip_for_inert_policies_still_sees_the_one_strict_tenant(
+    cache: ResultCache, holder: PolicyHolder
+) -> None:
+    """Defaults that only act on declared traits do not hide a strict tenant's rules,
+    and declared traits still bypass under the built-in policy."""
+    holder.current = Policy(
+        TenantPolicy(), MappingProxyType({"billing": TenantPolicy(cacheable=False)})
+    )
+    results = await cache.lookup_many(
+        [LookupQuery(key("a", temperature=None)), LookupQuery(key("b", tenant="billing"))]
+    )
+    assert [r.outcome for r in results] == [Outcome.MISS, Outcome.BYPASS]
+    holder.current = Policy()
+    declared = await cache.lookup(LookupQuery(key("c"), traits=RequestTraits(real_time=True)))
+    assert declared.outcome is Outcome.BYPASS

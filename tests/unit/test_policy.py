@@ -420,3 +420,17 @@ def test_every_reason_has_a_wire_code_and_one_label_everywhere() -> None:
     for reason, code in BYPASS_CODE.items():
         assert code != 0
         assert _bypass_label(code) == reason.value
+
+
+def test_inert_flag_follows_the_rules() -> None:
+    """`inert` (only declared traits can bypass) is derived, also after replace()."""
+    import dataclasses
+
+    assert TenantPolicy().inert
+    assert TenantPolicy(retain_inputs=True, max_ttl_s=5, bypass_side_effects=False).inert
+    for strict in ({"cacheable": False}, {"deterministic_only": True}, {"bypass_tools": True}):
+        assert not TenantPolicy(**strict).inert, strict
+        assert not dataclasses.replace(TenantPolicy(), **strict).inert, strict
+    assert Policy().inert
+    assert not parse_policy("tenants:\n  b: {cacheable: false}\n").inert
+    assert not parse_policy("defaults: {bypass: {tools: true}}\n").inert

@@ -1,0 +1,257 @@
+"""KvCacheService calls: attach, look up, allocate, commit, release, renew.
+
+RPC failures surface as grpc.RpcError with the sidecar's status code, as in the
+base client: RESOURCE_EXHAUSTED when every slot is pinned, FAILED_PRECONDITION
+once another model version has attached (this attachment is superseded),
+NOT_FOUND for an unknown or expired lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+import torch
+from infercache.v1 import kv_pb2 as PB2
+from infercache.v1 import kv_pb2_grpc
+
+from infercache_client.kv.leases import LeaseRenewer
+from infercache_client.kv.pool import KvPool, device_uuid, map_pool
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Pins slots until released or expired."""
+
+    lease_id: str
+    ttl_ms: int
+    expires_at_unix_ms: int
+    """Sidecar clock."""
+
+    @classmethod
+    def from_pb(cls, msg: PB2.Lease) -> Lease | None:
+        """None for an empty lease (nothing pinned)."""
+        if not msg.lease_id:
+            return None
+        return cls(msg.lease_id, msg.ttl_ms, msg.expires_at_unix_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """Longest cached prefix of a block chain, as pinned slots."""
+
+    slot_ids: tuple[int, ...]
+    lease: Lease | None
+    retry_later: bool
+    """More of the chain is in the warm tier but promotion missed the sidecar's time bound."""
+    retry_after_ms: int
+    promoted_blocks: int
+    """Blocks of this match that were promoted from the warm tier by this call."""
+
+    @property
+    def matched_blocks(self) -> int:
+        """Number of leading blocks found."""
+        return len(self.slot_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Slots reserved for new blocks, pinned under `lease`."""
+
+    slot_ids: tuple[int, ...]
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What CommitBlocks published."""
+
+    committed_blocks: int
+    already_cached: tuple[bool, ...]
+    """Per block: the hash was cached in another slot already (this slot stays private)."""
+
+
+class KvCacheClient:
+    """Blocking KvCacheService client. `target` is "host:port" or "unix:/path/to.sock"."""
+
+    def __init__(self, target: str, *, timeout_s: float = 5.0) -> None:
+        self._channel = grpc.insecure_channel(target)
+        self._stub = kv_pb2_grpc.KvCacheServiceStub(self._channel)
+        self._timeout_s = timeout_s
+
+    def attach(
+        self,
+        *,
+        model_fingerprint: str,
+        layout: PB2.KvLayout,
+        adapter_fingerprint: str = "",
+        device: torch.device | str | None = None,
+        process_name: str = "",
+        renew_leases: bool = True,
+    ) -> HotTier:
+        """Attach this model process and map the pool.
+
+        `device` is where the model runs; for a CUDA device its UUID is sent so a CUDA
+        pool is opened on that GPU. With renew_leases, leases from lookup_prefix and
+        allocate are renewed in the background until released.
+        """
+        gpu_uuid = ""
+        if device is not None and torch.device(device).type == "cuda":
+            gpu_uuid = device_uuid(device)
+        req = PB2.AttachHotTierRequest(
+            model_fingerprint=model_fingerprint,
+            adapter_fingerprint=adapter_fingerprint,
+            layout=layout,
+            gpu_uuid=gpu_uuid,
+            process_name=process_name,
+        )
+        resp: PB2.AttachHotTierResponse = self._stub.AttachHotTier(req, timeout=self._timeout_s)
+        return HotTier(self._stub, resp, map_pool(resp.pool), self._timeout_s, renew_leases)
+
+    def close(self) -> None:
+        """Close the channel (attachments made through it stop working)."""
+        self._channel.close()
+
+    def __enter__(self) -> KvCacheClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class HotTier:
+    """One attachment: the mapped pool plus the slot RPCs, all scoped to this model version."""
+
+    def __init__(
+        self,
+        stub: kv_pb2_grpc.KvCacheServiceStub,
+        resp: PB2.AttachHotTierResponse,
+        pool: KvPool,
+        timeout_s: float,
+        renew_leases: bool,
+    ) -> None:
+        """Built by KvCacheClient.attach."""
+        self._stub = stub
+        self._timeout_s = timeout_s
+        self.attachment_id = resp.attachment_id
+        self.scope_id = resp.scope_id
+        self.layout = resp.layout
+        self.pool_id = resp.pool.pool_id
+        self.max_chain_blocks = resp.max_chain_blocks
+        self.default_lease_ttl_ms = resp.default_lease_ttl_ms
+        self.max_lease_ttl_ms = resp.max_lease_ttl_ms
+        self.pool = pool
+        self.renewer = LeaseRenewer(self._renew_ttl) if renew_leases else None
+
+    def lookup_prefix(
+        self,
+        tenant: str,
+        block_hashes: Sequence[bytes],
+        *,
+        cache_salt: str = "",
+        lease_ttl_ms: int = 0,
+        hot_only: bool = False,
+    ) -> PrefixMatch:
+        """Longest cached prefix of `block_hashes` (chain_hashes output), pinned under a lease."""
+        req = PB2.LookupPrefixRequest(
+            attachment_id=self.attachment_id,
+            tenant=tenant,
+            cache_salt=cache_salt,
+            block_hashes=list(block_hashes),
+            lease_ttl_ms=lease_ttl_ms,
+            hot_only=hot_only,
+        )
+        resp: PB2.LookupPrefixResponse = self._stub.LookupPrefix(req, timeout=self._timeout_s)
+        lease = Lease.from_pb(resp.lease)
+        self._track(lease)
+        return PrefixMatch(
+            slot_ids=tuple(resp.slot_ids),
+            lease=lease,
+            retry_later=resp.retry_later,
+            retry_after_ms=resp.retry_after_ms,
+            promoted_blocks=resp.promoted_blocks,
+        )
+
+    def allocate(self, count: int, *, lease_id: str = "", lease_ttl_ms: int = 0) -> Allocation:
+        """Reserve `count` free slots (all or nothing), added to `lease_id` or a new lease."""
+        req = PB2.AllocateBlocksRequest(
+            attachment_id=self.attachment_id,
+            count=count,
+            lease_id=lease_id,
+            lease_ttl_ms=lease_ttl_ms,
+        )
+        resp: PB2.AllocateBlocksResponse = self._stub.AllocateBlocks(req, timeout=self._timeout_s)
+        lease = Lease.from_pb(resp.lease)
+        if lease is None:
+            raise RuntimeError("AllocateBlocks answered without a lease")
+        self._track(lease)
+        return Allocation(tuple(resp.slot_ids), lease)
+
+    def commit(
+        self,
+        lease_id: str,
+        tenant: str,
+        slot_ids: Sequence[int],
+        block_hashes: Sequence[bytes],
+        *,
+        cache_salt: str = "",
+    ) -> CommitResult:
+        """Publish written slots under their block hashes (pairwise, in order).
+
+        Waits for queued device writes to the pool first, so a reader never sees a
+        published slot before its bytes.
+        """
+        if len(slot_ids) != len(block_hashes):
+            raise ValueError(f"{len(slot_ids)} slots but {len(block_hashes)} block hashes")
+        self.pool.synchronize()
+        req = PB2.CommitBlocksRequest(
+            attachment_id=self.attachment_id,
+            lease_id=lease_id,
+            tenant=tenant,
+            cache_salt=cache_salt,
+            blocks=[
+                PB2.BlockCommit(slot_id=s, block_hash=h)
+                for s, h in zip(slot_ids, block_hashes, strict=True)
+            ],
+        )
+        resp: PB2.CommitBlocksResponse = self._stub.CommitBlocks(req, timeout=self._timeout_s)
+        return CommitResult(resp.committed_blocks, tuple(resp.already_cached))
+
+    def release(self, lease_id: str) -> int:
+        """Unpin every slot of a lease; returns how many were unpinned."""
+        if self.renewer is not None:
+            self.renewer.forget(lease_id)
+        req = PB2.ReleaseRequest(attachment_id=self.attachment_id, lease_id=lease_id)
+        resp: PB2.ReleaseResponse = self._stub.Release(req, timeout=self._timeout_s)
+        return resp.released_slots
+
+    def renew(self, lease_id: str, *, lease_ttl_ms: int = 0) -> Lease:
+        """Extend a lease to `lease_ttl_ms` from now (0: the sidecar default)."""
+        req = PB2.RenewLeaseRequest(
+            attachment_id=self.attachment_id, lease_id=lease_id, lease_ttl_ms=lease_ttl_ms
+        )
+        resp: PB2.RenewLeaseResponse = self._stub.RenewLease(req, timeout=self._timeout_s)
+        lease = Lease.from_pb(resp.lease)
+        if lease is None:
+            raise RuntimeError("RenewLease answered without a lease")
+        return lease
+
+    def detach(self) -> int:
+        """End the attachment (its leases are released); returns the slots unpinned."""
+        self.close()
+        req = PB2.DetachHotTierRequest(attachment_id=self.attachment_id)
+        resp: PB2.DetachHotTierResponse = self._stub.DetachHotTier(req, timeout=self._timeout_s)
+        return resp.released_slots
+
+    def close(self) -> None:
+        """Stop renewing leases (they expire on the sidecar unless released)."""
+        if self.renewer is not None:
+            self.renewer.close()
+
+    def _track(self, lease: Lease | None) -> None:
+        if self.renewer is not None and lease is not None:
+            self.renewer.track(lease.lease_id, lease.ttl_ms)
+
+    def _renew_ttl(self, lease_id: str) -> int:
+        return self.renew(lease_id).ttl_ms

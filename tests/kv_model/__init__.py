@@ -1,0 +1,1 @@
+"""Test support for the KV hot tier: a tiny causal transformer and a model-side worker."""

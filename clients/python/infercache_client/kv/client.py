@@ -1,9 +1,9 @@
 """KvCacheService calls: attach, look up, allocate, commit, release, renew.
 
 RPC failures surface as grpc.RpcError with the sidecar's status code, as in the
-base client: RESOURCE_EXHAUSTED when every slot is pinned, FAILED_PRECONDITION
-once another model version has attached (this attachment is superseded),
-NOT_FOUND for an unknown or expired lease.
+base client: RESOURCE_EXHAUSTED when too few slots are unpinned, FAILED_PRECONDITION
+once another model version has attached (this attachment is superseded) or for an
+unknown, released or expired lease.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class KvCacheClient:
         device: torch.device | str | None = None,
         process_name: str = "",
         renew_leases: bool = True,
+        timeout_s: float = 60.0,
     ) -> HotTier:
         """Attach this model process and map the pool.
 
@@ -106,7 +107,7 @@ class KvCacheClient:
             gpu_uuid=gpu_uuid,
             process_name=process_name,
         )
-        resp: PB2.AttachHotTierResponse = self._stub.AttachHotTier(req, timeout=self._timeout_s)
+        resp: PB2.AttachHotTierResponse = self._stub.AttachHotTier(req, timeout=timeout_s)
         return HotTier(self._stub, resp, map_pool(resp.pool), self._timeout_s, renew_leases)
 
     def close(self) -> None:

@@ -223,8 +223,12 @@ def test_second_request_reuses_prefix_blocks_exactly(
     )
     assert second.committed_blocks == 1  # its own 5th block
 
+    hashes = chain_hashes(PREFIX, TOKENS_PER_BLOCK)
+    assert tier.lookup_prefix("globex", hashes).matched_blocks == 0  # blocks never cross tenants
+    assert tier.lookup_prefix(TENANT, hashes, cache_salt="user-7").matched_blocks == 0
+
     # The pool holds exactly the K/V this model computes for the prefix.
-    hit = tier.lookup_prefix(TENANT, chain_hashes(PREFIX, TOKENS_PER_BLOCK))
+    hit = tier.lookup_prefix(TENANT, hashes)
     assert hit.lease is not None
     _, expected = model(torch.tensor(PREFIX, device=sc.device))
     for (k, v), (ek, ev) in zip(tier.pool.read_prefix(hit.slot_ids), expected, strict=True):

@@ -250,6 +250,12 @@ class HotTier:
         if self.renewer is not None:
             self.renewer.close()
 
+    def __enter__(self) -> HotTier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _track(self, lease: Lease | None) -> None:
         if self.renewer is not None and lease is not None:
             self.renewer.track(lease.lease_id, lease.ttl_ms)

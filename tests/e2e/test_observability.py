@@ -4,6 +4,9 @@ spans exported over OTLP (the standard OTEL_* variables) to a collector run by t
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -15,10 +18,11 @@ import grpc
 import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.sidecar_harness import SidecarProcess, key, run_cli
+from tests.sidecar_harness import REPO, SidecarProcess, cli_env, key, run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -28,6 +32,8 @@ PROMPT_B = "lemur-cobalt question"
 
 class Collector(trace_service_pb2_grpc.TraceServiceServicer):
     """An OTLP/gRPC trace endpoint that keeps every export request."""
+
+    metrics: MetricsCollector
 
     def __init__(self) -> None:
         self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
@@ -46,12 +52,39 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
         ]
 
 
+class MetricsCollector(metrics_service_pb2_grpc.MetricsServiceServicer):
+    """An OTLP/gRPC metrics endpoint that keeps the latest value per (name, attributes)."""
+
+    def __init__(self) -> None:
+        self.points: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self._lock = threading.Lock()
+
+    def Export(self, request: Any, context: Any) -> Any:
+        with self._lock:
+            for rm in request.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        data = m.sum if m.HasField("sum") else m.gauge
+                        for p in data.data_points:
+                            attrs = tuple(
+                                sorted((a.key, a.value.string_value) for a in p.attributes)
+                            )
+                            self.points[m.name, attrs] = p.as_int or p.as_double
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    def get(self, name: str, **attrs: str) -> float | None:
+        with self._lock:
+            return self.points.get((name, tuple(sorted(attrs.items()))))
+
+
 @pytest.fixture
 def collector() -> Iterator[tuple[Collector, int]]:
-    """A collector on a free port."""
+    """A collector on a free port (traces; metrics on .metrics)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     sink = Collector()
+    sink.metrics = MetricsCollector()
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)  # type: ignore[no-untyped-call]
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(sink.metrics, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield sink, port
@@ -60,14 +93,14 @@ def collector() -> Iterator[tuple[Collector, int]]:
 
 @pytest.fixture
 def served(collector: tuple[Collector, int]) -> Iterator[SidecarProcess]:
-    """A sidecar with /metrics on a free port and traces sent to the collector."""
+    """A sidecar with /metrics on a free port, traces and metrics sent to the collector."""
     _, port = collector
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
         "OTEL_TRACES_SAMPLER": "always_on",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
-        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_METRIC_EXPORT_INTERVAL": "200",
     }
     proc = SidecarProcess("", env=env, metrics=True)
     try:
@@ -152,3 +185,35 @@ def test_metrics_stats_and_spans_agree(
     exported = b"".join(r.SerializeToString() for r in sink.requests)
     for text in (*PROMPTS_A, PROMPT_B, "acme"):
         assert text.encode() not in exported
+
+    # The same counters over OTLP (exported every 200 ms).
+    hits = {"model_version": "fp-A", "outcome": "hit", "tier": "hot"}
+    deadline = time.monotonic() + 15
+    while sink.metrics.get("infercache.lookups", **hits) != 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sink.metrics.get("infercache.lookups", **hits) == 6
+    assert (
+        sink.metrics.get("infercache.lookups", model_version="fp-B", outcome="miss", tier="none")
+        == 2
+    )
+
+
+def test_stats_watch_json_prints_a_line_per_refresh(served: SidecarProcess) -> None:
+    """`infercache stats --json --watch S` prints one JSON document per refresh until stopped."""
+    argv = [sys.executable, "-m", "sidecar.cli", "stats", "--admin", served.admin_target]
+    with subprocess.Popen(
+        [*argv, "--json", "--watch", "0.2"],
+        cwd=REPO,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=10)
+    docs = [json.loads(line) for line in lines]
+    assert [d["member_id"] for d in docs] == [docs[0]["member_id"]] * 3
+    assert docs[2]["uptime_seconds"] > docs[0]["uptime_seconds"]
+    assert proc.returncode == 0

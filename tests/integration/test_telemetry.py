@@ -6,9 +6,11 @@ InMemoryMetricReader), as start_server's `telemetry` argument allows: no globals
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +114,15 @@ async def captured(log_buffer: io.StringIO) -> AsyncIterator[Captured]:
         meter_provider.shutdown()
 
 
+async def eventually(done: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Wait (bounded) until done() holds; the caller's assertions then say what was wrong."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return
+        await asyncio.sleep(0.01)
+
+
 def _key(version: str, text: str) -> pb.CacheKey:
     return make_key(tenant=TENANT, model_version=version, prompt_version="p-v3", text=text)
 
@@ -211,8 +222,11 @@ async def test_spans_carry_the_attributes(captured: Captured) -> None:
     assert batch.name == "infercache.v1.CacheService/LookupBatch"
     assert (batch.attributes or {})["infercache.batch_size"] == 4
     assert (batch.attributes or {})["infercache.hits"] == 4
+    before = len(c.finished_spans())
     with pytest.raises(grpc.aio.AioRpcError):
         await c.client.lookup(make_key(tenant="", model_version="A", prompt_version="p", text="x"))
+    # An aborted RPC's status reaches the client before the server's handler unwinds.
+    await eventually(lambda: len(c.finished_spans()) > before)
     failed = c.finished_spans()[-1]
     assert failed.status.status_code is StatusCode.ERROR
     assert "INVALID_ARGUMENT" in (failed.status.description or "")
@@ -227,6 +241,7 @@ async def test_rpc_durations_are_counted_per_method_and_code(captured: Captured)
     await scripted_workload(c)
     with pytest.raises(grpc.aio.AioRpcError):
         await c.client.lookup(make_key(tenant="", model_version="A", prompt_version="p", text="x"))
+    await eventually(lambda: ("Lookup", "INVALID_ARGUMENT") in c.running.rpc_stats.durations)
     durations = c.running.rpc_stats.snapshot()
     assert durations["Lookup", "OK"].count == 18
     assert durations["Store", "OK"].count == 8

@@ -13,6 +13,7 @@ observable histogram); OTLP metric export does not carry them, spans do.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 from typing import Any
@@ -178,6 +179,23 @@ def register_metrics(meter: Meter, stats: CacheStats, usage: UsageSource) -> Non
     )
     meter.create_observable_gauge(
         PREFIX + "tier.entries", callbacks=[tier_entries], description="Entries a tier holds"
+    )
+
+
+def register_kv_metrics(meter: Meter, kv_stats: object) -> None:
+    """`infercache.kv.events{event}`: every counter of the KV hot tier's stats dataclass."""
+    if not dataclasses.is_dataclass(kv_stats):
+        raise TypeError("kv_stats must be a dataclass instance of counters")
+    names = [f.name for f in dataclasses.fields(kv_stats)]
+
+    def events(options: CallbackOptions) -> Iterator[Observation]:
+        for name in names:
+            yield Observation(getattr(kv_stats, name), {"event": name})
+
+    meter.create_observable_counter(
+        PREFIX + "kv.events",
+        callbacks=[events],
+        description="KV hot tier events: lookups, hit/promoted/demoted/dropped blocks, ...",
     )
 
 

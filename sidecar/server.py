@@ -40,7 +40,7 @@ from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.values import KvSettings
 from sidecar.kv.warm import RedisKvWarmStore
-from sidecar.metrics import RpcDurationCollector, register_metrics
+from sidecar.metrics import RpcDurationCollector, register_kv_metrics, register_metrics
 from sidecar.pod import PodIdentity
 from sidecar.policy import PolicyHolder
 from sidecar.policy_file import PolicyBounds
@@ -383,6 +383,7 @@ async def _start(
     if kv is not None:
         kv_observer = RpcObserver(kv_api.SERVICE, telemetry, rpc_stats)
         kv_pb2_grpc.add_KvCacheServiceServicer_to_server(KvServicer(kv, kv_observer), server)
+        register_kv_metrics(telemetry.meter, kv.stats)
         data_services.append(KV_SERVICE)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -305,3 +305,24 @@ async def test_tenant_in_clear_when_configured(log_buffer: io.StringIO) -> None:
         await running.stop(0)
     (span,) = spans.get_finished_spans()
     assert (span.attributes or {})["infercache.tenant"] == TENANT
+
+
+async def test_kv_rpcs_get_spans_durations_and_metrics(captured: Captured) -> None:
+    """KvCacheService RPCs are observed like the others, and the KV tier's counters export."""
+    from infercache.v1 import kv_pb2, kv_pb2_grpc
+
+    c = captured
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{c.running.ports[0]}") as channel:
+        stub = kv_pb2_grpc.KvCacheServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await stub.DetachHotTier(kv_pb2.DetachHotTierRequest(attachment_id="nope"), timeout=5)
+    name = "infercache.v1.KvCacheService/DetachHotTier"
+    await eventually(lambda: any(s.name == name for s in c.finished_spans()))
+    (span,) = [s for s in c.finished_spans() if s.name == name]
+    assert span.status.status_code is StatusCode.ERROR
+    assert [k for k in c.running.rpc_stats.durations if k[0] == "DetachHotTier"]
+    assert c.value("infercache.kv.events", event="lookups") == 0
+    assert {a["event"] for a, _ in c.points("infercache.kv.events")} >= {
+        "hit_blocks",
+        "committed_blocks",
+    }

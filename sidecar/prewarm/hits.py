@@ -179,7 +179,12 @@ class HitRecorder:
         i = self._countdown
         while i < n:
             q = queries[i]
-            if results[i].outcome is Outcome.HIT and q.source is not None:
+            # A request declared private is never kept, whatever the tenant allows.
+            if (
+                results[i].outcome is Outcome.HIT
+                and q.source is not None
+                and not q.traits.private_data
+            ):
                 self._sampled(q.key.tenant, q.key.model_version, q.key.digest, q.source)
             i += self._gap()
         self._countdown = i - n

@@ -17,6 +17,7 @@ from sidecar.keys import (
     Sampling,
     build_key,
 )
+from sidecar.policy import RequestTraits
 from sidecar.prewarm import replay
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HotRequest
 from sidecar.prewarm.progress import ItemOutcome, ItemReport, RunState, Tally
@@ -116,6 +117,19 @@ async def test_recorder_keeps_only_retaining_tenants_and_only_hits() -> None:
     assert replay.decode(store.records[0][1]).input == "a"
     assert recorder.not_retained == 1
     assert all(b"secret" not in data for _, data in store.records)
+
+
+async def test_recorder_never_keeps_a_request_declared_private() -> None:
+    """A retaining tenant's request that declares private data is not recorded."""
+    store = FakeStore()
+    recorder = HitRecorder(store, lambda tenant: True, sample_rate=1.0)
+    public = _hit(req("public question"))
+    q, r = _hit(req("my medical record"))
+    private = (q._replace(traits=RequestTraits(private_data=True)), r)
+    pairs = [public, private]
+    recorder.observe([q for q, _ in pairs], [r for _, r in pairs])
+    await recorder.drain()
+    assert [replay.decode(data).input for _, data in store.records] == ["public question"]
 
 
 async def test_recorder_samples_and_bounds_its_backlog() -> None:

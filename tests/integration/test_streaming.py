@@ -201,10 +201,12 @@ async def test_cancelled_replay_costs_nothing_further(sc: Sidecar) -> None:
     assert stats.total("streams", event="replay.completed") == 0
 
 
-async def test_store_stream_cancelled_midway_stores_nothing(sc: Sidecar) -> None:
-    """An exception inside the writer block cancels the stream: MISS afterwards, lease released."""
-    k = key("cancelled")
+async def test_store_stream_abandoned_by_an_exception_stores_nothing(sc: Sidecar) -> None:
+    """An exception inside the writer block abandons the stream: nothing stored, and the
+    single-flight hold is given up at once (the next lookup holds), not at lease expiry."""
+    k = key("abandoned")
     miss = await sc.client.lookup(k)
+    assert miss.lease_holder
 
     class ModelCrashed(Exception):
         pass
@@ -217,15 +219,33 @@ async def test_store_stream_cancelled_midway_stores_nothing(sc: Sidecar) -> None
 
     with pytest.raises(ModelCrashed):
         await generate()
+    # The writer waited for the sidecar's answer, so this holds without polling.
+    assert sc.stats.total("streams", event="store.failed") == 1
+    after = await sc.client.lookup(k)
+    assert (after.outcome, after.lease_holder) == (pb.LOOKUP_OUTCOME_MISS, True)
+    assert sc.stats.total("stores", result="stored") == 0
+
+
+async def test_store_stream_cancelled_midway_stores_nothing(sc: Sidecar) -> None:
+    """A writer task cancelled mid-stream (the client going away): nothing stored."""
+    k = key("cancelled")
+    miss = await sc.client.lookup(k)
+    sent = asyncio.Event()
+
+    async def generate() -> None:
+        async with sc.client.store_stream(k, miss.lease) as w:
+            await w.send("partial ")
+            sent.set()
+            await asyncio.sleep(30)  # the model is still generating
+
+    task = asyncio.create_task(generate())
+    await sent.wait()
+    await asyncio.sleep(0.3)  # let the sidecar read what was sent
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     await wait_for(lambda: sc.stats.total("streams", event="store.cancelled") == 1)
-    # The abandoned stream gives up its single-flight hold (soon, not at lease expiry):
-    # the next caller computes.
-    deadline = time.monotonic() + 5
-    while not (after := await sc.client.lookup(k)).lease_holder:
-        assert after.outcome == pb.LOOKUP_OUTCOME_MISS
-        assert time.monotonic() < deadline, "the cancelled stream kept its hold"
-        await asyncio.sleep(0.02)
-    assert after.outcome == pb.LOOKUP_OUTCOME_MISS
+    assert (await sc.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_MISS
     assert sc.stats.total("stores", result="stored") == 0
 
 

@@ -75,6 +75,10 @@ def _finish_message(reason: str, cost: PB2.ComputeCost | None) -> PB2.StoreStrea
     return PB2.StoreStreamRequest(finish=PB2.StoreStreamFinish(finish_reason=reason, cost=cost))
 
 
+# How long a writer whose block raised waits for the sidecar to acknowledge the abandon.
+_ABANDON_WAIT_S = 5.0
+
+
 class AsyncLookupStream:
     """A LookupStream call: `await header()`, then `async for chunk in stream`."""
 
@@ -146,13 +150,30 @@ class AsyncStoreStream:
         self._finish = _finish_message(reason, cost)
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if isinstance(exc, Exception):
+            await self._abandon()
+            return
         if exc_type is not None:
-            self._call.cancel()  # nothing is stored
+            self._call.cancel()  # cancelled or interrupted: nothing is stored
             return
         await self._write(self._finish or _finish_message("stop", None))
         if self.response is None:
             await self._call.done_writing()
             self.response = await self._call
+
+    async def _abandon(self) -> None:
+        # The generation failed. Closing the stream without a finish message, rather
+        # than cancelling it, guarantees the sidecar has read the opening message, so
+        # it stores nothing *and* gives up the key's single-flight hold at once; a
+        # cancel can overtake the opening message and leave the hold to lease expiry.
+        try:
+            if self.response is None:
+                await self._call.done_writing()
+                await asyncio.wait_for(self._call, _ABANDON_WAIT_S)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
+            pass  # the expected "ended without a finish message"; or the sidecar is gone
+        finally:
+            self._call.cancel()
 
 
 class LookupStream:
@@ -228,8 +249,18 @@ class StoreStream:
         self._finish = _finish_message(reason, cost)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if isinstance(exc, Exception):
+            # Half-close without a finish message (see AsyncStoreStream._abandon).
+            self._queue.put(_END)
+            try:
+                self._future.result(timeout=_ABANDON_WAIT_S)
+            except (grpc.RpcError, grpc.FutureTimeoutError):
+                pass
+            finally:
+                self._future.cancel()
+            return
         if exc_type is not None:
-            self._future.cancel()  # nothing is stored
+            self._future.cancel()  # interrupted: nothing is stored
             self._queue.put(_END)
             return
         self._queue.put(self._finish or _finish_message("stop", None))

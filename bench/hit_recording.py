@@ -29,9 +29,9 @@ import gc
 import statistics
 import time
 
-from sidecar.cache import LookupQuery, ResultCache, TtlPolicy
 from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder
+from sidecar.results.cache import LookupQuery, ResultCache, TtlPolicy
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
 

@@ -4,8 +4,8 @@ present, and what the freshness/invalidation check costs a hot hit.
 
 Part 1, Invalidate latency. For each size (1e3 and 1e5 entries by default) a redis-server
 on a free port is filled directly (pipelined SET PX, 1000 per batch) with real entries
-(sidecar.keys.build_key + sidecar.entries.encode under sidecar.redis_client.RedisKeys
-names), all with one model_version. Then a real sidecar (`python -m sidecar.cli serve
+(sidecar.keys.build_key + sidecar.entries.encode under sidecar.backends.redis.client.RedisKeys
+names), all with one model_version. Then a real sidecar (`python -m sidecar serve
 --redis-url ... --admin-listen ... --admin-tokens bench=...`) serves each Redis, and a
 client process times the Invalidate RPC with a selector that matches every populated entry
 (model_version=...), alternating between the sizes; each repeat commits a new rule.
@@ -101,7 +101,7 @@ def sidecar_server(
     """A real sidecar (or the launcher without the check) with data and admin planes."""
     port, admin = free_port(), free_port()
     head = [sys.executable, str(LAUNCHER)] if without_check else [sys.executable, "-m"]
-    argv = head + ([] if without_check else ["sidecar.cli", "serve"])
+    argv = head + ([] if without_check else ["sidecar", "serve"])
     argv += ["--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"]
     argv += ["--admin-tokens", f"{ADMIN_NAME}={token}", "--log-level", "warning"]
     argv += ["--grace-period-s", "1", "--uvloop", "true" if uvloop else "false", *flags]
@@ -179,8 +179,8 @@ def populate(port: int, n: int, model_version: str, entry_bytes: int) -> float:
     import redis
 
     from sidecar import entries
+    from sidecar.backends.redis.client import RedisKeys
     from sidecar.keys import InputKind, KeyRequest, build_key
-    from sidecar.redis_client import RedisKeys
 
     keys = RedisKeys(KEY_PREFIX)
     payload = (PAYLOAD * (entry_bytes // len(PAYLOAD) + 1))[:entry_bytes]
@@ -212,7 +212,7 @@ def hold_reclaim_lock(port: int) -> None:
     """Take the fleet's reclaim lock as a foreign owner: no sidecar will run a reclaim pass."""
     import redis
 
-    from sidecar.redis_client import RedisKeys
+    from sidecar.backends.redis.client import RedisKeys
 
     client = redis.Redis(host="127.0.0.1", port=port)
     try:
@@ -253,7 +253,7 @@ def count_entries(port: int) -> int:
     """Entry keys present (a full SCAN; every populated entry matches the bench selector)."""
     import redis
 
-    from sidecar.redis_client import RedisKeys
+    from sidecar.backends.redis.client import RedisKeys
 
     client = redis.Redis(host="127.0.0.1", port=port)
     try:
@@ -318,9 +318,9 @@ async def _invalidate_series(
 async def _estimate_reads(mark: Mark, ports: list[int], repeats: int) -> list[dict[str, float]]:
     """Time the reads Invalidator._estimate makes, straight against each Redis."""
     from sidecar import entries
+    from sidecar.backends.redis.warm import RedisWarmTier
     from sidecar.invalidation.invalidator import _SAMPLE
     from sidecar.keys import dims_from_material
-    from sidecar.tiers.redis import RedisWarmTier
 
     out = []
     for port in ports:
@@ -777,7 +777,7 @@ VARIANTS = ("with check", "without check")
 
 def check_cost(n_rules: int, n_shapes: int) -> dict[str, float]:
     """In-process µs per call of the two checks a hot hit makes, with the bench's rules."""
-    from sidecar.control.embedded import EmbeddedControlStore
+    from sidecar.invalidation.embedded_store import EmbeddedControlStore
     from sidecar.invalidation.freshness import Freshness
     from sidecar.invalidation.rules import Rule, RuleSet, Selector
 

@@ -41,14 +41,15 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from infercache.v1 import kv_pb2 as pb
 
-from sidecar.api.kv_convert import prefix_to_pb
+from sidecar.api.kv_codec import prefix_to_pb
+from sidecar.backends.redis.client import connect
+from sidecar.backends.redis.kv_warm import RedisKvWarmStore
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.layout import BlockKey, make_layout
 from sidecar.kv.movement import BATCH_BLOCKS
-from sidecar.kv.values import KvSettings
-from sidecar.kv.warm import RedisKvWarmStore, encode_block
-from sidecar.redis_client import connect
-from sidecar.tiers.kv_pool import SharedMemorySlotPool
+from sidecar.kv.torch_pool import SharedMemorySlotPool
+from sidecar.kv.types import KvSettings
+from sidecar.kv.warm import encode_block
 
 CHAINS = (16, 256, 1024)
 

@@ -7,7 +7,7 @@ by this script:
 - servers, each its own process, so client and server never share an event loop or GIL:
   a bare grpc.aio echo server (the sidecar's CacheService with its request and response
   types, answering canned 1 KiB HITs; same server options and uvloop as the sidecar),
-  the real sidecar with its hot tier (`python -m sidecar.cli serve`), a sidecar whose
+  the real sidecar with its hot tier (`python -m sidecar serve`), a sidecar whose
   every hit goes to Redis (`--redis-url`, `--hot-max-entries 0`) and a redis-server on
   a free port;
 - client processes (one by default, `--client-procs`), each running N concurrent asyncio
@@ -118,7 +118,7 @@ def sidecar_server(
     *extra: str,
     env_extra: dict[str, str] | None = None,
 ) -> ServerProc:
-    argv = [*_python(profile_dir, name), "-m", "sidecar.cli", "serve"]
+    argv = [*_python(profile_dir, name), "-m", "sidecar", "serve"]
     argv += ["--listen", f"127.0.0.1:{port}", "--log-level", "warning", "--grace-period-s", "1"]
     argv += ["--uvloop", "true" if uvloop else "false", *extra]
     # Only the flags above configure it; stray INFERCACHE_* and OTEL_* variables must not.
@@ -866,15 +866,15 @@ def inprocess_observer_cost(n: int = 20_000) -> dict[str, float]:
 
     from sidecar.api.observe import CacheDescriber, RpcObserver, TenantLabel
     from sidecar.keys import build_key
-    from sidecar.stats import RpcStats
-    from sidecar.telemetry import Telemetry
+    from sidecar.observability.stats import RpcStats
+    from sidecar.observability.telemetry import Telemetry
 
     class Null(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
     key_pb = bench_keys()[0]
-    from sidecar.api.convert import key_request_from_pb
+    from sidecar.api.cache_codec import key_request_from_pb
 
     built = build_key(key_request_from_pb(key_pb))
     request = pb.LookupRequest(key=key_pb)

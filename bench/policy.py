@@ -30,9 +30,9 @@ import statistics
 import time
 from types import MappingProxyType
 
-from sidecar.cache import LookupQuery, LookupResult, ResultCache, TtlPolicy
 from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
-from sidecar.policy import Policy, PolicyHolder, RequestTraits, TenantPolicy
+from sidecar.policy.cacheability import Policy, PolicyHolder, RequestTraits, TenantPolicy
+from sidecar.results.cache import LookupQuery, LookupResult, ResultCache, TtlPolicy
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
 

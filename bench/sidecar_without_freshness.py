@@ -33,7 +33,7 @@ def _never_dead(self: object, dims: tuple[str, str, str, str], entry_epoch: int)
 
 def main(argv: list[str]) -> int:
     """Patch the check out, then run `infercache serve` with `argv`."""
-    from sidecar import cli
+    from sidecar.cli import main as cli
     from sidecar.invalidation.freshness import Freshness
     from sidecar.invalidation.rules import RuleSet
 

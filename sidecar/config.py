@@ -537,7 +537,7 @@ class Config:
     telemetry_tenants_in_clear: bool
     uvloop: bool
     otel_env: Mapping[str, str] = field(default_factory=dict)
-    """The standard OTEL_* variables (not settings of ours; see sidecar/telemetry.py)."""
+    """The standard OTEL_* variables (not settings of ours; see observability/telemetry.py)."""
 
 
 def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> Config:

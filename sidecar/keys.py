@@ -150,7 +150,7 @@ class CacheKey:
     model_version: str
     adapter_version: str
     prompt_version: str
-    # Facts the cacheability policy reads (sidecar.policy.KeyFacts); not key dimensions
+    # Facts the cacheability policy reads (sidecar.policy.cacheability.KeyFacts); not key dimensions
     # of their own: they are already encoded in the material.
     temperature: float = 1.0
     """Canonical temperature (unset = the default 1.0)."""

@@ -163,7 +163,7 @@ def cli_env(token_name: str | None = "deployer") -> dict[str, str]:
 
 
 class SidecarProcess:
-    """`python -m sidecar.cli serve` in a subprocess, on free ports."""
+    """`python -m sidecar serve` in a subprocess, on free ports."""
 
     def __init__(
         self,
@@ -187,7 +187,7 @@ class SidecarProcess:
             log_level="warning",
             **settings,
         )
-        args = [sys.executable, "-m", "sidecar.cli", "serve"]
+        args = [sys.executable, "-m", "sidecar", "serve"]
         for name, value in overrides.items():
             args += [f"--{name.replace('_', '-')}", value]
         self.proc = subprocess.Popen(
@@ -258,9 +258,9 @@ class SidecarProcess:
 
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m sidecar.cli ARGS` to completion (for tests without an in-process loop)."""
+    """Run `python -m sidecar ARGS` to completion (for tests without an in-process loop)."""
     return subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", *args],
+        [sys.executable, "-m", "sidecar", *args],
         cwd=REPO,
         env=dict(env) if env is not None else cli_env(),
         capture_output=True,

@@ -6,13 +6,13 @@ import grpc
 from infercache.v1 import kv_pb2 as PB2
 from infercache.v1 import kv_pb2_grpc
 
-from sidecar.api.kv_convert import attach_to_pb, layout_from_pb, lease_to_pb, prefix_to_pb
+from sidecar.api.kv_codec import attach_to_pb, layout_from_pb, lease_to_pb, prefix_to_pb
 from sidecar.api.observe import Attributes, RpcObserver
 from sidecar.api.status import abort_for
 from sidecar.errors import InfercacheError
 from sidecar.kv.hot_tier import KvHotTier
-from sidecar.stats import RpcStats
-from sidecar.telemetry import Telemetry
+from sidecar.observability.stats import RpcStats
+from sidecar.observability.telemetry import Telemetry
 
 SERVICE = PB2.DESCRIPTOR.services_by_name["KvCacheService"].full_name
 

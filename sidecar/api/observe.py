@@ -26,9 +26,9 @@ from opentelemetry.util.types import AttributeValue
 
 from sidecar.errors import InfercacheError
 from sidecar.keys import CacheKey
-from sidecar.logs import REQUEST_KEY, REQUEST_RPC
-from sidecar.stats import RpcStats
-from sidecar.telemetry import Telemetry
+from sidecar.observability.logs import REQUEST_KEY, REQUEST_RPC
+from sidecar.observability.stats import RpcStats
+from sidecar.observability.telemetry import Telemetry
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")

@@ -17,8 +17,10 @@ import grpc
 import structlog
 from infercache.v1 import cache_pb2 as PB2
 
-from sidecar.api.convert import cost_from_pb, traits_from_pb
-from sidecar.api.convert_stream import (
+from sidecar.api.cache_codec import cost_from_pb, traits_from_pb
+from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
+from sidecar.api.status import abort_for
+from sidecar.api.stream_codec import (
     chunk_to_pb,
     header_to_pb,
     pacing_from_pb,
@@ -27,17 +29,21 @@ from sidecar.api.convert_stream import (
     stream_result_to_pb,
     verdict_from_pb,
 )
-from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
-from sidecar.api.status import abort_for
-from sidecar.cache import LookupQuery, ResultCache
 from sidecar.entries import Entry
 from sidecar.errors import InfercacheError, InvalidArgument
-from sidecar.feedback import DownstreamFeedback
+from sidecar.identity import PodIdentity
 from sidecar.keys import CacheKey, KeyRequest
-from sidecar.logs import REQUEST_KEY
-from sidecar.pod import PodIdentity
-from sidecar.replay import replay
-from sidecar.stream_store import BufferBudget, StreamEvent, StreamLimits, StreamOpen, store_stream
+from sidecar.observability.logs import REQUEST_KEY
+from sidecar.results.cache import LookupQuery, ResultCache
+from sidecar.results.feedback import DownstreamFeedback
+from sidecar.results.pacing import replay
+from sidecar.results.stream_store import (
+    BufferBudget,
+    StreamEvent,
+    StreamLimits,
+    StreamOpen,
+    store_stream,
+)
 
 log = structlog.get_logger("infercache.api")
 

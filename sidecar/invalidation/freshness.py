@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import structlog
 
-from sidecar.control.base import ControlStore
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import RuleSet
+from sidecar.invalidation.store import ControlStore
 
 log = structlog.get_logger("infercache.freshness")
 

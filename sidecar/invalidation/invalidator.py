@@ -9,12 +9,12 @@ import time
 import structlog
 
 from sidecar import entries
-from sidecar.control.base import AuditRecord, ControlStore
 from sidecar.errors import InvalidArgument, TierUnavailable, Unavailable
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import Rule, Selector
+from sidecar.invalidation.store import AuditRecord, ControlStore
 from sidecar.keys import dims_from_material
-from sidecar.stats import CacheStats
+from sidecar.observability.stats import CacheStats
 from sidecar.tiers.base import WarmTier
 
 log = structlog.get_logger("infercache.invalidation")

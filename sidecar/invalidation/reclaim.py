@@ -14,11 +14,11 @@ import uuid
 import structlog
 
 from sidecar import entries
-from sidecar.control.base import ControlStore
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import RuleSet
+from sidecar.invalidation.store import ControlStore
 from sidecar.keys import KeyDigest, dims_from_material
-from sidecar.stats import CacheStats
+from sidecar.observability.stats import CacheStats
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.hot import HotTier
 

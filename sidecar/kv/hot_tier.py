@@ -31,11 +31,11 @@ from sidecar.kv.layout import (
     version_scope,
     version_tag,
 )
-from sidecar.kv.leases import LeaseRecord, LeaseTable
 from sidecar.kv.movement import Demoted, KvStats, WarmMover
+from sidecar.kv.pins import LeaseRecord, LeaseTable
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.slot_index import SlotIndex
-from sidecar.kv.values import (
+from sidecar.kv.types import (
     Attachment,
     KvSettings,
     LeaseView,

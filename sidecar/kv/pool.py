@@ -1,6 +1,6 @@
 """The slot pool contract (bytes addressed by slot number) and an in-memory fake.
 
-The real pools live in sidecar/tiers/kv_pool.py, the only sidecar module that
+The real pools live in sidecar/kv/torch_pool.py, the only sidecar module that
 imports torch; this module stays torch-free so the sidecar starts fast and the
 domain logic is tested without it.
 """

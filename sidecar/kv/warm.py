@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import Protocol
 
-import redis.asyncio as aioredis
 import xxhash
 
 from sidecar.kv.layout import BlockKey
-from sidecar.redis_client import RedisGuard
 
 MAGIC = b"ICKV"
 FORMAT_VERSION = 2
@@ -100,71 +98,6 @@ class KvWarmStore(Protocol):
     async def close(self) -> None:
         """Release connections this store owns."""
         ...
-
-
-class RedisKvWarmStore:
-    """KvWarmStore on Redis (the sidecar's own client, shared with the result warm tier)."""
-
-    def __init__(self, client: aioredis.Redis, *, key_prefix: str, timeout_s: float) -> None:
-        self._client = client
-        self._prefix = f"{key_prefix}kv:"
-        self._versions_key = f"{self._prefix}versions"
-        self._timeout = timeout_s
-        self._guard = RedisGuard("redis KV warm tier")
-
-    def redis_key(self, version: str, key: BlockKey) -> bytes:
-        """Where a block of a version lives."""
-        return f"{self._prefix}{version}:{key.hex()}".encode()
-
-    async def put_many(
-        self, version: str, items: Sequence[tuple[BlockKey, bytes]], ttl_ms: int
-    ) -> None:
-        """SET PX each value in one pipelined round trip."""
-        if not items:
-            return
-        async with self._guard(self._timeout):
-            pipe = self._client.pipeline(transaction=False)
-            for key, value in items:
-                pipe.set(self.redis_key(version, key), value, px=max(ttl_ms, 1))
-            await pipe.execute()
-
-    async def get_many(self, version: str, keys: Sequence[BlockKey]) -> list[bytes | None]:
-        """One MGET (the caller bounds the time)."""
-        if not keys:
-            return []
-        async with self._guard(self._timeout):
-            values = await self._client.mget([self.redis_key(version, k) for k in keys])
-        return cast(list[bytes | None], values)
-
-    async def versions(self) -> list[str]:
-        """Members of the versions set."""
-        async with self._guard(self._timeout):
-            members = await self._client.smembers(self._versions_key)
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
-
-    async def note_version(self, version: str) -> None:
-        """SADD to the versions set."""
-        async with self._guard(self._timeout):
-            await self._client.sadd(self._versions_key, version)
-
-    async def drop_version(self, version: str) -> int:
-        """SCAN the version's keys and UNLINK them page by page, then forget the version."""
-        deleted = 0
-        cursor = 0
-        pattern = f"{self._prefix}{version}:*"
-        while True:
-            async with self._guard(self._timeout):
-                cursor, keys = await self._client.scan(cursor=cursor, match=pattern, count=1000)
-                if keys:
-                    deleted += int(await self._client.unlink(*keys))
-            if int(cursor) == 0:
-                break
-        async with self._guard(self._timeout):
-            await self._client.srem(self._versions_key, version)
-        return deleted
-
-    async def close(self) -> None:
-        """The client belongs to the warm tier, which closes it."""
 
 
 class MemoryKvWarmStore:

@@ -27,11 +27,12 @@ from typing import Protocol
 
 import structlog
 
-# Runtime import is safe: sidecar.cache imports this module only for type checking.
-from sidecar.cache import LookupQuery, LookupResult, Outcome
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest, KeyRequest
-from sidecar.prewarm import replay
+from sidecar.prewarm import records
+
+# Runtime import is safe: sidecar.results.cache imports this module only for type checking.
+from sidecar.results.cache import LookupQuery, LookupResult, Outcome
 
 log = structlog.get_logger("infercache.prewarm.hits")
 
@@ -196,10 +197,10 @@ class HitRecorder:
             # The tenant's inputs must not be kept: not even a count is written.
             self.not_retained += 1
             return
-        if len(self._queue) >= self._max_pending or not replay.replayable(source):
+        if len(self._queue) >= self._max_pending or not records.replayable(source):
             self.dropped += 1
             return
-        data = replay.encode(source)
+        data = records.encode(source)
         if len(data) > MAX_RECORD_BYTES:
             self.dropped += 1
             return

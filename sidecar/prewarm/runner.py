@@ -25,12 +25,11 @@ from typing import Any
 
 import structlog
 
-from sidecar.cache import LookupQuery, LookupResult, Outcome, ResultCache, StoreStatus
 from sidecar.entries import ComputeCost
 from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
+from sidecar.identity import PodIdentity
 from sidecar.keys import CacheKey, KeyLimits, KeyRequest, build_key
-from sidecar.pod import PodIdentity
-from sidecar.prewarm import replay
+from sidecar.prewarm import records
 from sidecar.prewarm.hits import HitStore
 from sidecar.prewarm.openai import (
     BadAnswer,
@@ -49,6 +48,7 @@ from sidecar.prewarm.progress import (
     Tally,
 )
 from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
+from sidecar.results.cache import LookupQuery, LookupResult, Outcome, ResultCache, StoreStatus
 
 log = structlog.get_logger("infercache.prewarm")
 
@@ -136,8 +136,8 @@ class Prewarmer:
                 items.append(PrewarmItem(None, "record_expired", f"digest {hot.digest.hex()}"))
                 continue
             try:
-                req = replay.decode(hot.request)
-            except replay.BadRecord as exc:
+                req = records.decode(hot.request)
+            except records.BadRecord as exc:
                 items.append(PrewarmItem(None, "bad_record", str(exc)))
                 continue
             if not self.cache.retains_inputs(req.tenant):

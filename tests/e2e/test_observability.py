@@ -200,7 +200,7 @@ def test_metrics_stats_and_spans_agree(
 
 def test_stats_watch_json_prints_a_line_per_refresh(served: SidecarProcess) -> None:
     """`infercache stats --json --watch S` prints one JSON document per refresh until stopped."""
-    argv = [sys.executable, "-m", "sidecar.cli", "stats", "--admin", served.admin_target]
+    argv = [sys.executable, "-m", "sidecar", "stats", "--admin", served.admin_target]
     with subprocess.Popen(
         [*argv, "--json", "--watch", "0.2"],
         cwd=REPO,

@@ -11,8 +11,8 @@ from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient, make_key
 
 from sidecar.config import load_config
+from sidecar.observability.stats import CacheStats
 from sidecar.server import RunningServer, start_server
-from sidecar.stats import CacheStats
 
 
 class Sidecar:

@@ -13,7 +13,7 @@ from typing import Any
 from infercache_client import make_key
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.stats import CacheStats
+from sidecar.observability.stats import CacheStats
 from tests.integration.conftest import StartSidecar
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "infercache.json"

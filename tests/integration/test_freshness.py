@@ -58,7 +58,7 @@ async def _cli(*args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "sidecar.cli",
+        "sidecar",
         *args,
         cwd=REPO,
         env=cli_env(),

@@ -8,8 +8,8 @@ from typing import cast
 import pytest
 import redis.asyncio as aioredis
 
+from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.keys import KeyDigest
-from sidecar.prewarm.hits_redis import RedisHitStore
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis

@@ -21,7 +21,15 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, multiple, rule
 
-from sidecar.cache import (
+from sidecar.errors import FailedPrecondition
+from sidecar.invalidation.embedded_store import EmbeddedControlStore
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.invalidator import Invalidator
+from sidecar.invalidation.reclaim import Reclaimer
+from sidecar.invalidation.rules import RuleSet, Selector
+from sidecar.keys import CacheKey, InputKind, KeyRequest, build_key
+from sidecar.observability.stats import CacheStats
+from sidecar.results.cache import (
     LeasePolicy,
     LookupQuery,
     LookupResult,
@@ -30,15 +38,7 @@ from sidecar.cache import (
     StoreStatus,
     TtlPolicy,
 )
-from sidecar.control.embedded import EmbeddedControlStore
-from sidecar.errors import FailedPrecondition
-from sidecar.invalidation.freshness import Freshness
-from sidecar.invalidation.invalidator import Invalidator
-from sidecar.invalidation.leases import LeaseSigner
-from sidecar.invalidation.reclaim import Reclaimer
-from sidecar.invalidation.rules import RuleSet, Selector
-from sidecar.keys import CacheKey, InputKind, KeyRequest, build_key
-from sidecar.stats import CacheStats
+from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
 from tests.strategies import (

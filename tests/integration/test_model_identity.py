@@ -12,9 +12,10 @@ import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient, make_key
 
+from sidecar.app import identify_pod
 from sidecar.config import load_config
 from sidecar.fingerprint import fingerprint
-from sidecar.server import identify_pod, start_server
+from sidecar.server import start_server
 from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 
 
@@ -120,7 +121,7 @@ def test_unreadable_model_path_stops_the_start(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "sidecar.cli",
+            "sidecar",
             "serve",
             "--listen",
             "127.0.0.1:0",

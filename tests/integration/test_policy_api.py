@@ -173,7 +173,7 @@ async def test_invalid_policy_file_stops_an_in_process_start(
     start_sidecar: StartSidecar, tmp_path: Path
 ) -> None:
     """start_server refuses an invalid file before serving anything."""
-    from sidecar.policy_file import PolicyError
+    from sidecar.policy.file import PolicyError
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("tenants:\n  acme:\n    cacheable: nope\n")

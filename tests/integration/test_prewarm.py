@@ -17,8 +17,9 @@ from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient, make_key
 
+from sidecar.app import identify_pod
 from sidecar.config import load_config
-from sidecar.server import identify_pod, start_server
+from sidecar.server import start_server
 from tests.model_server import ModelServerProcess, answer_for, chat_prompt, token_prompt
 from tests.redis_server import RedisServer
 from tests.sidecar_harness import Sidecar, bearer, config_overrides, run_cli

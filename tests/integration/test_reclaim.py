@@ -8,20 +8,20 @@ from dataclasses import dataclass
 
 import pytest
 
-from sidecar.cache import LookupQuery, Outcome, ResultCache, StoreStatus, TtlPolicy
-from sidecar.control.base import ControlStore
-from sidecar.control.embedded import EmbeddedControlStore
-from sidecar.control.redis import RedisControlStore
+from sidecar.backends.redis.control import RedisControlStore
+from sidecar.backends.redis.warm import RedisWarmTier
+from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Invalidator
-from sidecar.invalidation.leases import LeaseSigner
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet, Selector
+from sidecar.invalidation.store import ControlStore
 from sidecar.keys import CacheKey, InputKind, KeyDigest, KeyRequest, build_key
+from sidecar.results.cache import LookupQuery, Outcome, ResultCache, StoreStatus, TtlPolicy
+from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
-from sidecar.tiers.redis import RedisWarmTier
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(60)

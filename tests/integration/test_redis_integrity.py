@@ -10,7 +10,7 @@ import pytest
 import redis
 from infercache.v1 import cache_pb2 as pb
 
-from sidecar.tiers.redis import RedisWarmTier
+from sidecar.backends.redis.warm import RedisWarmTier
 from tests.integration.conftest import Sidecar, StartSidecar, key
 from tests.redis_server import RedisServer
 

@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 from infercache.v1 import cache_pb2 as pb
 
-from sidecar.cache import LookupQuery, Outcome, ResultCache, TtlPolicy
-from sidecar.control.base import AuditRecord
-from sidecar.control.redis import RedisControlStore
+from sidecar.backends.redis.control import RedisControlStore
+from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Invalidator
-from sidecar.invalidation.leases import LeaseSigner
 from sidecar.invalidation.rules import RuleSet, Selector
+from sidecar.invalidation.store import AuditRecord
 from sidecar.keys import InputKind, KeyRequest, build_key
+from sidecar.results.cache import LookupQuery, Outcome, ResultCache, TtlPolicy
+from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.tiers.hot import HotTier
-from sidecar.tiers.redis import RedisWarmTier
 from tests.redis_server import RedisServer
 from tests.sidecar_harness import key, sidecar
 

@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import StatusCode
 
 from sidecar.config import load_config
-from sidecar.logs import processors
+from sidecar.observability.logs import processors
+from sidecar.observability.telemetry import Telemetry
 from sidecar.server import RunningServer, start_server
-from sidecar.telemetry import Telemetry
 from sidecar.tiers.base import WarmItem
 
 TENANT = "acme-secret-tenant"

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
-from sidecar.tiers.redis import RedisWarmTier
 from tests.redis_server import RedisServer, free_port
 
 LONG_MS = 60_000

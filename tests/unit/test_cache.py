@@ -7,7 +7,10 @@ from collections.abc import Sequence
 import pytest
 
 from sidecar import entries
-from sidecar.cache import (
+from sidecar.entries import ComputeCost, Entry
+from sidecar.errors import InvalidArgument, TierUnavailable
+from sidecar.keys import CacheKey, InputKind, KeyDigest, KeyRequest, build_key
+from sidecar.results.cache import (
     LookupQuery,
     LookupResult,
     Outcome,
@@ -16,9 +19,6 @@ from sidecar.cache import (
     TierName,
     TtlPolicy,
 )
-from sidecar.entries import ComputeCost, Entry
-from sidecar.errors import InvalidArgument, TierUnavailable
-from sidecar.keys import CacheKey, InputKind, KeyDigest, KeyRequest, build_key
 from sidecar.tiers.base import WarmItem
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier

@@ -6,16 +6,16 @@ from types import MappingProxyType
 
 import pytest
 
-from sidecar.cache import LookupQuery, Outcome, ResultCache, StoreStatus, TtlPolicy
 from sidecar.errors import InvalidArgument
 from sidecar.keys import CacheKey, InputKind, KeyRequest, Sampling, build_key
-from sidecar.policy import (
+from sidecar.policy.cacheability import (
     BypassReason,
     Policy,
     PolicyHolder,
     RequestTraits,
     TenantPolicy,
 )
+from sidecar.results.cache import LookupQuery, Outcome, ResultCache, StoreStatus, TtlPolicy
 from sidecar.tiers.hot import HotTier
 from tests.unit.test_cache import MAX_PAYLOAD, Clock, FlakyWarmTier
 

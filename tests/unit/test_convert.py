@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from infercache.v1 import cache_pb2 as pb
 
-from sidecar.api.convert import key_request_from_pb
+from sidecar.api.cache_codec import key_request_from_pb
 from sidecar.errors import InvalidArgument
 from sidecar.keys import build_key
 from tests.strategies import wire_keys

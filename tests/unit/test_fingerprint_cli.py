@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.cli.fingerprint import add_parser
 from sidecar.fingerprint import fingerprint
-from sidecar.fingerprint_cli import add_parser
 from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_bad_input_exits_2_with_one_line(
 def test_runs_as_a_subprocess(model: Path) -> None:
     """A real interpreter invocation prints the value and exits 0; a bad path exits 2."""
     code = (
-        "import argparse, sys; from sidecar.fingerprint_cli import add_parser; "
+        "import argparse, sys; from sidecar.cli.fingerprint import add_parser; "
         "p = argparse.ArgumentParser(prog='infercache'); add_parser(p.add_subparsers()); "
         "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))"
     )

@@ -10,9 +10,9 @@ import pytest
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.layout import BlockKey, KvLayout, make_layout, version_tag
-from sidecar.kv.leases import LeaseTable
+from sidecar.kv.pins import LeaseTable
 from sidecar.kv.pool import MemorySlotPool
-from sidecar.kv.values import KvSettings
+from sidecar.kv.types import KvSettings
 from sidecar.kv.warm import MemoryKvWarmStore, encode_block
 
 LAYOUT = make_layout(num_layers=2, num_kv_heads=1, head_dim=4, tokens_per_block=2, dtype="float32")

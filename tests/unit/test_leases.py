@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.errors import FailedPrecondition, InvalidArgument
-from sidecar.invalidation.leases import TOKEN_LEN, LeaseSigner
 from sidecar.keys import KeyDigest
+from sidecar.results.lease_tokens import TOKEN_LEN, LeaseSigner
 
 SECRET = b"s" * 32
 DIGEST = KeyDigest(hashlib.sha256(b"key").digest())

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from sidecar.cache import TtlPolicy
 from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
-from sidecar.policy import (
+from sidecar.policy.cacheability import (
     NO_TRAITS,
     BypassReason,
     Policy,
     RequestTraits,
     TenantPolicy,
 )
-from sidecar.policy_file import PolicyBounds, PolicyError, parse_policy, read_policy_file
+from sidecar.policy.file import PolicyBounds, PolicyError, parse_policy, read_policy_file
+from sidecar.results.cache import TtlPolicy
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -412,7 +412,7 @@ def test_readme_policy_example_loads_and_means_what_it_says() -> None:
 
 def test_every_reason_has_a_wire_code_and_one_label_everywhere() -> None:
     """Each BypassReason maps to its own proto code, whose span label is the stats label."""
-    from sidecar.api.convert import BYPASS_CODE
+    from sidecar.api.cache_codec import BYPASS_CODE
     from sidecar.api.observe import _bypass_label
 
     assert set(BYPASS_CODE) == set(BypassReason)

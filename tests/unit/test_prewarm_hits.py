@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from sidecar.cache import LookupQuery, LookupResult, Outcome
 from sidecar.keys import (
     ChatMessage,
     FormatType,
@@ -17,10 +16,11 @@ from sidecar.keys import (
     Sampling,
     build_key,
 )
-from sidecar.policy import RequestTraits
-from sidecar.prewarm import replay
+from sidecar.policy.cacheability import RequestTraits
+from sidecar.prewarm import records as replay
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HotRequest
 from sidecar.prewarm.progress import ItemOutcome, ItemReport, RunState, Tally
+from sidecar.results.cache import LookupQuery, LookupResult, Outcome
 
 
 def req(text: str = "q", tenant: str = "acme", **kw: object) -> KeyRequest:

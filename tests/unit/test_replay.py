@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from sidecar.chunks import check_finish_reason, chunk_table
 from sidecar.entries import ChunkMeta, pack_chunks
 from sidecar.errors import InvalidArgument, ResourceExhausted
-from sidecar.replay import PaceMode, Pacing, schedule
-from sidecar.stream_store import BufferBudget
+from sidecar.results.chunks import check_finish_reason, chunk_table
+from sidecar.results.pacing import PaceMode, Pacing, schedule
+from sidecar.results.stream_store import BufferBudget
 
 CHUNKS = [ChunkMeta(4, 2, 0), ChunkMeta(4, 0, 300), ChunkMeta(4, 4, 350), ChunkMeta(4, 1, 9000)]
 

@@ -12,14 +12,14 @@ import pytest
 import structlog
 from rich.console import Console
 
-from sidecar.api.admin import stats_to_pb
+from sidecar.api.admin_servicer import stats_to_pb
 from sidecar.api.observe import TenantLabel
+from sidecar.cli.stats_view import stats_dict, stats_table
 from sidecar.config import ConfigError
-from sidecar.logs import configure_logging, drop_prompt_fields
-from sidecar.stats import OTHER_VERSION, CacheStats, DurationHistogram
-from sidecar.stats_view import stats_dict, stats_table
-from sidecar.telemetry import configure_telemetry
-from sidecar.usage import TierUsage
+from sidecar.observability.logs import configure_logging, drop_prompt_fields
+from sidecar.observability.stats import OTHER_VERSION, CacheStats, DurationHistogram
+from sidecar.observability.telemetry import configure_telemetry
+from sidecar.observability.usage import TierUsage
 
 
 def test_versions_past_the_cap_are_counted_as_other() -> None:

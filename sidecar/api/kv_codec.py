@@ -7,7 +7,7 @@ from infercache.v1 import kv_pb2 as PB2
 from sidecar.errors import InvalidArgument
 from sidecar.kv.layout import KvLayout, make_layout
 from sidecar.kv.pool import CudaIpcExport, SharedMemoryExport
-from sidecar.kv.values import Attachment, LeaseView, PoolInfo, PrefixResult
+from sidecar.kv.types import Attachment, LeaseView, PoolInfo, PrefixResult
 
 _DTYPE_FROM_PB = {
     PB2.KV_DTYPE_FLOAT32: "float32",

@@ -15,10 +15,10 @@ from enum import Enum
 import structlog
 
 from sidecar import entries
-from sidecar.cache import ResultCache
 from sidecar.entries import Entry, EntryRejected
 from sidecar.errors import InvalidArgument, NotFound, TierUnavailable, Unavailable
 from sidecar.keys import KeyDigest, dims_from_material
+from sidecar.results.cache import ResultCache
 
 log = structlog.get_logger("infercache.feedback")
 

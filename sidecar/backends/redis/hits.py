@@ -14,9 +14,9 @@ from typing import cast
 
 import redis.asyncio as aioredis
 
+from sidecar.backends.redis.client import RedisGuard
 from sidecar.keys import KeyDigest
 from sidecar.prewarm.hits import HotRequest
-from sidecar.redis_client import RedisGuard
 
 _RECORD = """
 redis.call('ZINCRBY', KEYS[1], 1, ARGV[1])

@@ -10,7 +10,7 @@ from infercache.v1 import cache_pb2 as PB2
 from infercache.v1 import cache_pb2_grpc
 
 from sidecar import __version__
-from sidecar.api.convert import (
+from sidecar.api.cache_codec import (
     cost_from_pb,
     key_request_from_pb,
     lookup_batch_to_pb,
@@ -18,18 +18,18 @@ from sidecar.api.convert import (
     store_result_to_pb,
     traits_from_pb,
 )
-from sidecar.api.convert_stream import chunks_from_pb
 from sidecar.api.observe import CacheDescriber, RpcObserver
 from sidecar.api.status import abort_for
+from sidecar.api.stream_codec import chunks_from_pb
 from sidecar.api.streams import CACHE_MARKER, StreamRpcs, StreamSettings
-from sidecar.cache import LookupQuery, ResultCache
 from sidecar.errors import InfercacheError, InvalidArgument
+from sidecar.identity import PodIdentity
 from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits, KeyRequest, build_key
-from sidecar.logs import REQUEST_KEY
-from sidecar.pod import PodIdentity
-from sidecar.stats import RpcStats
-from sidecar.stream_store import StreamLimits
-from sidecar.telemetry import Telemetry
+from sidecar.observability.logs import REQUEST_KEY
+from sidecar.observability.stats import RpcStats
+from sidecar.observability.telemetry import Telemetry
+from sidecar.results.cache import LookupQuery, ResultCache
+from sidecar.results.stream_store import StreamLimits
 
 __all__ = ["CACHE_MARKER", "CacheServicer"]
 

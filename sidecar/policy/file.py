@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from sidecar.config import parse_bytes
-from sidecar.policy import Policy, TenantPolicy
+from sidecar.policy.cacheability import Policy, TenantPolicy
 
 MAX_POLICY_FILE_BYTES = 1024 * 1024
 _TAG = "tag:yaml.org,2002:"

@@ -11,8 +11,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from sidecar.control.base import AuditRecord
 from sidecar.invalidation.rules import Rule, Selector
+from sidecar.invalidation.store import AuditRecord
 from sidecar.keys import KeyDigest
 
 _AUDIT_MAX = 100_000

@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import structlog
 
 from sidecar import entries
-from sidecar.chunks import check_finish_reason, chunk_table
-from sidecar.control.embedded import EmbeddedControlStore
 from sidecar.entries import ChunkMeta, ComputeCost, Entry, EntryRejected
 from sidecar.errors import FailedPrecondition, InvalidArgument, TierUnavailable
+from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
-from sidecar.invalidation.leases import Lease, LeaseSigner
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import CacheKey, KeyDigest, KeyRequest
-from sidecar.policy import NO_TRAITS, Bypass, PolicyHolder, RequestTraits, TenantPolicy
-from sidecar.stats import CacheStats
+from sidecar.observability.stats import CacheStats
+from sidecar.policy.cacheability import NO_TRAITS, Bypass, PolicyHolder, RequestTraits, TenantPolicy
+from sidecar.results.chunks import check_finish_reason, chunk_table
+from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.hot import HotTier
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infercache.v1 import admin_pb2 as PB2
 
-from sidecar.api.convert import key_request_from_pb
+from sidecar.api.cache_codec import key_request_from_pb
 from sidecar.prewarm.progress import ItemOutcome, PrewarmItem, Progress, RunOptions, RunState
 
 _STATE = {

@@ -32,7 +32,7 @@ from infercache.v1 import cache_pb2
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from sidecar.admin_cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_common, connect_admin, fail
+from sidecar.cli.admin import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_common, connect_admin, fail
 
 EXIT_INTERRUPTED = 130
 # A sanity bound on what is read into memory; the sidecar enforces its own message limit

@@ -14,8 +14,8 @@ import os
 
 import structlog
 
-from sidecar.policy import PolicyHolder
-from sidecar.policy_file import PolicyBounds, PolicyError, read_policy_file
+from sidecar.policy.cacheability import PolicyHolder
+from sidecar.policy.file import PolicyBounds, PolicyError, read_policy_file
 
 log = structlog.get_logger("infercache.policy")
 

@@ -2,7 +2,7 @@
 
 Everything here is plain Python mutated on the event loop: one dict update per
 event, no OpenTelemetry call on the request path. The metrics layer
-(sidecar/metrics.py) reads copies of these counters when a scrape or an export
+(sidecar/observability/metrics.py) reads copies of these counters when a scrape or an export
 asks for them, and the admin GetStats RPC returns them.
 
 Label cardinality is bounded: the first `max_versions` model versions seen get

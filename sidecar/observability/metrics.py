@@ -1,4 +1,4 @@
-"""Metric instruments over the plain-Python counters of sidecar/stats.py.
+"""Metric instruments over the plain-Python counters of sidecar/observability/stats.py.
 
 Every instrument is observable: its callback copies counters when a reader
 collects (a Prometheus scrape, an OTLP export), so serving a request costs no
@@ -20,8 +20,8 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from sidecar.stats import DURATION_BOUNDS_S, CacheStats, RpcStats
-from sidecar.usage import TierUsage
+from sidecar.observability.stats import DURATION_BOUNDS_S, CacheStats, RpcStats
+from sidecar.observability.usage import TierUsage
 
 PREFIX = "infercache."
 

@@ -231,7 +231,7 @@ def run_stats(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from sidecar.stats_view import stats_dict, stats_table
+    from sidecar.cli.stats_view import stats_dict, stats_table
 
     if args.watch is not None and args.watch <= 0:
         print("infercache: --watch needs a positive number of seconds", file=sys.stderr)

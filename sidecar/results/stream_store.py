@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import structlog
 
-from sidecar.cache import ResultCache, StoreResult
-from sidecar.chunks import check_finish_reason
 from sidecar.entries import ChunkMeta, ComputeCost
 from sidecar.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 from sidecar.keys import CacheKey
-from sidecar.policy import NO_TRAITS, RequestTraits
+from sidecar.policy.cacheability import NO_TRAITS, RequestTraits
+from sidecar.results.cache import ResultCache, StoreResult
+from sidecar.results.chunks import check_finish_reason
 
 log = structlog.get_logger("infercache.stream_store")
 

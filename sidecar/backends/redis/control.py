@@ -22,11 +22,11 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 import structlog
 
-from sidecar.control.base import AuditRecord
+from sidecar.backends.redis.client import RedisGuard, RedisKeys, connect
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import Rule, Selector
+from sidecar.invalidation.store import AuditRecord
 from sidecar.keys import KeyDigest
-from sidecar.redis_client import RedisGuard, RedisKeys, connect
 
 log = structlog.get_logger("infercache.control")
 

@@ -2,7 +2,7 @@
 
 A Policy is a set of defaults plus per-tenant overrides (each override replaces
 only the fields it names). It is pure data and decisions: the YAML file is read
-by sidecar.policy_file, reloads are driven by sidecar.policy_watch, and
+by sidecar.policy.file, reloads are driven by sidecar.policy.watch, and
 ResultCache applies the decision on every lookup and store, server-side, so no
 client can override it.
 

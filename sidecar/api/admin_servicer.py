@@ -10,18 +10,18 @@ import structlog
 from infercache.v1 import admin_pb2 as PB2
 from infercache.v1 import admin_pb2_grpc
 
+from sidecar.api.auth import AdminAuth
 from sidecar.api.observe import Attributes, RpcObserver
-from sidecar.api.prewarm_convert import items_from_pb, options_from_pb, progress_to_pb
+from sidecar.api.prewarm_codec import items_from_pb, options_from_pb, progress_to_pb
 from sidecar.api.status import abort_for
-from sidecar.auth import AdminAuth
-from sidecar.control.base import AuditRecord
 from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.invalidation.rules import Selector
+from sidecar.invalidation.store import AuditRecord
+from sidecar.observability.stats import CacheStats, RpcStats
+from sidecar.observability.telemetry import Telemetry
+from sidecar.observability.usage import TierUsage
 from sidecar.prewarm.runner import Prewarmer, PrewarmRun
-from sidecar.stats import CacheStats, RpcStats
-from sidecar.telemetry import Telemetry
-from sidecar.usage import TierUsage
 
 SERVICE = PB2.DESCRIPTOR.services_by_name["AdminService"].full_name
 

@@ -8,10 +8,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sidecar import __version__, admin_cli, fingerprint_cli, prewarm_cli
+from sidecar import __version__
+from sidecar.cli import admin as admin_cli
+from sidecar.cli import fingerprint as fingerprint_cli
+from sidecar.cli import prewarm as prewarm_cli
 from sidecar.config import SETTINGS, ConfigError, load_config
 from sidecar.fingerprint import FingerprintError
-from sidecar.policy_file import PolicyError
+from sidecar.policy.file import PolicyError
 
 
 def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,7 +54,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"infercache: configuration error: {exc}", file=sys.stderr)
         return 2
-    from sidecar.logs import configure_logging
+    from sidecar.observability.logs import configure_logging
     from sidecar.server import serve
 
     configure_logging(config.log_level, config.log_format)

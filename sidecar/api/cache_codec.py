@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from infercache.v1 import cache_pb2 as PB2
 
-from sidecar.cache import LookupResult, Outcome, StoreResult, StoreStatus, TierName
 from sidecar.entries import ComputeCost
 from sidecar.errors import InvalidArgument
 from sidecar.keys import (
@@ -17,7 +16,8 @@ from sidecar.keys import (
     ResponseFormat,
     Sampling,
 )
-from sidecar.policy import NO_TRAITS, Bypass, BypassReason, RequestTraits
+from sidecar.policy.cacheability import NO_TRAITS, Bypass, BypassReason, RequestTraits
+from sidecar.results.cache import LookupResult, Outcome, StoreResult, StoreStatus, TierName
 
 _OPTIONAL_SAMPLING = (
     "temperature",

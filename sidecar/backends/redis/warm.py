@@ -10,9 +10,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from sidecar.backends.redis.client import RedisGuard, RedisKeys, connect
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
-from sidecar.redis_client import RedisGuard, RedisKeys, connect
 from sidecar.tiers.base import WarmItem
 from sidecar.tiers.coalesce import ReadCoalescer
 

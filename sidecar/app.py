@@ -1,0 +1,346 @@
+"""The composition root: builds every part of a sidecar from its Config, once.
+
+Nothing here serves anything: `sidecar.server` puts the built parts behind gRPC.
+The backend (Redis or the embedded stores) is decided once, in build_stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from redis.asyncio import Redis
+
+from sidecar.backends.redis.control import RedisControlStore
+from sidecar.backends.redis.hits import RedisHitStore
+from sidecar.backends.redis.kv_warm import RedisKvWarmStore
+from sidecar.backends.redis.warm import RedisWarmTier
+from sidecar.config import Config
+from sidecar.errors import TierUnavailable
+from sidecar.fingerprint import fingerprint_async
+from sidecar.identity import PodIdentity
+from sidecar.invalidation.embedded_store import EmbeddedControlStore
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.invalidator import Invalidator
+from sidecar.invalidation.reclaim import Reclaimer
+from sidecar.invalidation.rules import RuleSet
+from sidecar.invalidation.store import ControlStore
+from sidecar.keys import KeyLimits
+from sidecar.kv.hot_tier import KvHotTier
+from sidecar.kv.pool import SlotPool
+from sidecar.kv.types import KvSettings
+from sidecar.observability.metrics import register_kv_metrics, register_metrics
+from sidecar.observability.stats import CacheStats, RpcStats
+from sidecar.observability.telemetry import Telemetry
+from sidecar.observability.usage import TierUsageMonitor
+from sidecar.policy.cacheability import PolicyHolder
+from sidecar.policy.file import PolicyBounds
+from sidecar.policy.watch import PolicyWatcher
+from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HitStore
+from sidecar.prewarm.openai import PayloadFormat
+from sidecar.prewarm.runner import Prewarmer, PrewarmSettings
+from sidecar.prewarm.upstream import HttpModelServer, ModelServer
+from sidecar.results.cache import LeasePolicy, ResultCache, TtlPolicy
+from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.tiers.base import WarmTier
+from sidecar.tiers.embedded import EmbeddedWarmTier
+from sidecar.tiers.hot import HotTier
+
+log = structlog.get_logger("infercache.app")
+
+# gRPC framing and the other fields of a Store need room beyond the payload itself.
+MESSAGE_HEADROOM = 1024 * 1024
+
+
+@dataclass(slots=True)
+class Stores:
+    """The warm tier and the control store, sharing one Redis client when Redis is used."""
+
+    warm: WarmTier
+    control: ControlStore
+    redis: Redis | None = None
+    """The shared Redis client when the stores are on Redis: decided once, here."""
+
+
+def build_stores(config: Config) -> Stores:
+    """Redis when a URL is configured, otherwise the embedded in-process stores."""
+    if config.redis_url:
+        warm = RedisWarmTier(
+            config.redis_url,
+            key_prefix=config.redis_key_prefix,
+            read_timeout_s=config.lookup_timeout_ms / 1000,
+            write_timeout_s=config.write_timeout_ms / 1000,
+        )
+        control = RedisControlStore(
+            config.redis_url,
+            key_prefix=config.redis_key_prefix,
+            timeout_s=config.write_timeout_ms / 1000,
+            lookup_timeout_s=config.lookup_timeout_ms / 1000,
+            client=warm.client,
+        )
+        return Stores(warm, control, warm.client)
+    embedded_control = EmbeddedControlStore()
+    embedded_warm = EmbeddedWarmTier(
+        config.embedded_max_bytes,
+        config.embedded_max_entries,
+        epoch_source=embedded_control.epoch_now,
+    )
+    return Stores(embedded_warm, embedded_control)
+
+
+async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
+    """The configured secret, else the deployment's shared one, else (store down) a local one."""
+    if config.lease_secret:
+        return LeaseSigner(config.lease_secret.encode())
+    for attempt in range(5):
+        try:
+            return LeaseSigner(await control.shared_secret(os.urandom(32)))
+        except TierUnavailable as exc:
+            log.warning("lease_secret_unavailable", attempt=attempt, error=str(exc))
+            await asyncio.sleep(0.3)
+    log.warning(
+        "lease_secret_local",
+        detail="store unreachable at start: leases verify only on this sidecar until restart; "
+        "set INFERCACHE_LEASE_SECRET to avoid this",
+    )
+    return LeaseSigner(os.urandom(32))
+
+
+def policy_watcher(config: Config) -> PolicyWatcher:
+    """The watcher of the configured policy file (built-in policy when there is none)."""
+    bounds = PolicyBounds(max_ttl_s=config.max_ttl_s, max_entry_bytes=config.max_payload_bytes)
+    return PolicyWatcher(PolicyHolder(), config.policy_file, bounds, config.policy_poll_ms)
+
+
+def build_cache(
+    config: Config,
+    stores: Stores,
+    freshness: Freshness,
+    signer: LeaseSigner,
+    policy: PolicyHolder | None = None,
+) -> ResultCache:
+    """The result cache with the configured budgets, TTL, lease and cacheability policies."""
+    return ResultCache(
+        HotTier(config.hot_max_bytes, config.hot_max_entries),
+        stores.warm,
+        ttl=TtlPolicy(config.default_ttl_s, config.max_ttl_s, dict(config.tenant_max_ttl_s)),
+        max_payload_bytes=config.max_payload_bytes,
+        max_chunks=config.max_chunks,
+        freshness=freshness,
+        signer=signer,
+        leases=LeasePolicy(
+            ttl_s=config.lease_ttl_s,
+            allow_unleased_store=config.allow_unleased_store,
+            unleased_window_s=config.unleased_window_s,
+            max_wait_ms=config.max_wait_ms,
+        ),
+        stats=CacheStats(config.metrics_max_model_versions),
+        policy=policy,
+    )
+
+
+def build_hit_store(config: Config, stores: Stores) -> HitStore:
+    """Hit rankings next to the entries: in the fleet's Redis, or in process memory."""
+    if stores.redis is not None:
+        return RedisHitStore(
+            stores.redis,
+            key_prefix=config.redis_key_prefix,
+            max_per_version=config.hit_record_max_per_version,
+            ttl_ms=config.hit_record_ttl_s * 1000,
+            timeout_s=config.write_timeout_ms / 1000,
+        )
+    return EmbeddedHitStore(
+        max_per_version=config.hit_record_max_per_version, ttl_ms=config.hit_record_ttl_s * 1000
+    )
+
+
+def build_prewarmer(
+    config: Config, cache: ResultCache, pod: PodIdentity, limits: KeyLimits, hits: HitStore
+) -> Prewarmer:
+    """The prewarm runner for this pod, talking to the configured model server."""
+
+    def model_server(concurrency: int) -> ModelServer:
+        return HttpModelServer(
+            config.model_server_url,
+            timeout_s=config.prewarm_timeout_s,
+            max_connections=concurrency,
+            # openai_json stores the body, text stores part of it: either way a body
+            # far above the payload limit cannot be stored.
+            max_response_bytes=2 * config.max_payload_bytes + MESSAGE_HEADROOM,
+        )
+
+    settings = PrewarmSettings(
+        model=config.model_server_model,
+        base_url=config.model_server_url,
+        concurrency=config.prewarm_concurrency,
+        max_requests=config.prewarm_max_requests,
+        payload_format=PayloadFormat(config.prewarm_payload),
+    )
+    return Prewarmer(cache, pod, limits, settings, model_server, hits)
+
+
+def build_kv(config: Config, stores: Stores) -> KvHotTier:
+    """The KV hot tier; its pool (and torch) comes with the first attachment."""
+    device, shm_dir = config.kv_device, config.kv_shm_dir
+
+    def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
+        from sidecar.kv.torch_pool import create_pool  # imports torch: only when needed
+
+        return create_pool(device, num_slots, slot_bytes, shm_dir)
+
+    warm = None
+    if stores.redis is not None:
+        warm = RedisKvWarmStore(
+            stores.redis,
+            key_prefix=config.redis_key_prefix,
+            timeout_s=config.write_timeout_ms / 1000,
+        )
+    settings = KvSettings(
+        pool_bytes=config.kv_pool_bytes,
+        slot_bytes=config.kv_slot_bytes,
+        promote_timeout_ms=config.kv_promote_timeout_ms,
+        warm_ttl_s=config.kv_warm_ttl_s,
+        default_lease_ms=config.kv_lease_ttl_ms,
+        max_lease_ms=config.kv_max_lease_ttl_ms,
+        max_chain_blocks=config.kv_max_chain_blocks,
+    )
+    return KvHotTier(settings, make_pool, warm)
+
+
+@dataclass(slots=True)
+class App:
+    """Every built part of one sidecar, before any of it is served."""
+
+    config: Config
+    pod: PodIdentity
+    telemetry: Telemetry
+    policy: PolicyWatcher
+    stores: Stores
+    rules: RuleSet
+    freshness: Freshness
+    cache: ResultCache
+    hits: HitStore
+    usage: TierUsageMonitor
+    limits: KeyLimits
+    kv: KvHotTier | None
+    invalidator: Invalidator
+    prewarmer: Prewarmer
+    reclaimer: Reclaimer
+    started: float
+    rpc_stats: RpcStats = field(default_factory=RpcStats)
+
+    def background(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+        """The loops that run for the sidecar's lifetime (the server starts them)."""
+        loops: list[Callable[[], Coroutine[Any, Any, None]]] = [
+            self.freshness.run_refresh_loop,
+            self.reclaimer.run_forever,
+            self.usage.run,
+            self.policy.run_forever,
+        ]
+        if self.stores.control.shared:
+            loops.append(self.freshness.run_listener)
+        return loops
+
+    async def close(self) -> None:
+        """Flush and close what the parts own (after serving has stopped)."""
+        await self.cache.drain()
+        if self.cache.hits is not None:
+            await self.cache.hits.close()
+        if self.kv is not None:
+            await self.kv.close()
+        await self.stores.control.close()
+        await self.stores.warm.close()
+
+
+async def build_app(
+    config: Config,
+    pod: PodIdentity,
+    telemetry: Telemetry,
+    policy: PolicyWatcher,
+    *,
+    rules: RuleSet | None = None,
+    started: float | None = None,
+) -> App:
+    """Build every part from config. `rules`: a rule set to use (benches inject one)."""
+    started = time.monotonic() if started is None else started
+    stores = build_stores(config)
+    rules = RuleSet() if rules is None else rules
+    freshness = Freshness(stores.control, rules, bound_s=config.freshness_bound_ms / 1000)
+    try:
+        await freshness.refresh()
+    except TierUnavailable as exc:
+        # Serve anyway: lookups degrade to MISS until the store answers.
+        log.warning("initial_refresh_failed", error=str(exc))
+    cache = build_cache(
+        config, stores, freshness, await lease_signer(config, stores.control), policy.holder
+    )
+    hits = build_hit_store(config, stores)
+    if config.hit_sample_rate > 0:
+        cache.hits = HitRecorder(hits, cache.retains_inputs, sample_rate=config.hit_sample_rate)
+    usage = TierUsageMonitor(cache.hot, stores.warm)
+    register_metrics(telemetry.meter, cache.stats, usage.current)
+    limits = KeyLimits(max_input_bytes=config.max_input_bytes)
+    kv = build_kv(config, stores) if config.kv_enabled else None
+    if kv is not None:
+        register_kv_metrics(telemetry.meter, kv.stats)
+    reclaimer = Reclaimer(
+        stores.warm,
+        cache.hot,
+        stores.control,
+        rules,
+        cache.stats,
+        keys_per_s=config.reclaim_keys_per_s,
+        rule_retention_s=config.max_ttl_s + config.lease_ttl_s + config.unleased_window_s + 60,
+    )
+    return App(
+        config=config,
+        pod=pod,
+        telemetry=telemetry,
+        policy=policy,
+        stores=stores,
+        rules=rules,
+        freshness=freshness,
+        cache=cache,
+        hits=hits,
+        usage=usage,
+        limits=limits,
+        kv=kv,
+        invalidator=Invalidator(stores.control, freshness, stores.warm, cache.stats),
+        prewarmer=build_prewarmer(config, cache, pod, limits, hits),
+        reclaimer=reclaimer,
+        started=started,
+    )
+
+
+async def identify_pod(config: Config) -> PodIdentity:
+    """Fingerprint the configured model and adapters (on worker threads)."""
+    if not config.model_path and not config.adapters:
+        return PodIdentity(allow_foreign_store=config.allow_foreign_model_store)
+    cache_file = config.fingerprint_cache_file
+    model = ""
+    if config.model_path:
+        fp = await fingerprint_async(
+            config.model_path, mode=config.fingerprint_mode, cache_file=cache_file
+        )
+        log.info(
+            "model_fingerprint",
+            fingerprint=fp.value,
+            path=config.model_path,
+            mode=fp.mode,
+            components=fp.components(),
+            tensors=fp.tensors,
+        )
+        model = fp.value
+    adapters: dict[str, str] = {}
+    for name, path in config.adapters.items():
+        afp = await fingerprint_async(
+            path, kind="adapter", mode=config.fingerprint_mode, cache_file=cache_file
+        )
+        log.info("adapter_fingerprint", adapter=name, fingerprint=afp.value, path=path)
+        adapters[name] = afp.value
+    return PodIdentity(model, adapters, config.allow_foreign_model_store)

@@ -1,0 +1,1 @@
+"""Adapters from the domain's storage protocols to external stores."""

@@ -1,0 +1,1 @@
+"""The `infercache` command line: serve, and the admin-plane clients."""

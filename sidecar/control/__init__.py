@@ -1,1 +1,0 @@
-"""Control stores: shared coordination state (epochs, rules, audit, membership, holders)."""

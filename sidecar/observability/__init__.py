@@ -1,0 +1,1 @@
+"""Observability: per-version counters, OTel metrics and traces, tier usage, logs."""

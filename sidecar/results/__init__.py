@@ -1,0 +1,1 @@
+"""The result cache: lookup and store, leases, chunked entries, replay pacing, feedback."""

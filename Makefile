@@ -1,33 +1,47 @@
-# Every target that needs the environment depends on .venv/.installed, so
-# `make run` and `make test` work on a fresh clone with nothing else done.
+# Every target that needs the environment depends on a stamp file, so `make run`
+# and `make test` work on a fresh clone with nothing else done.
+#   .venv/.installed-serve  what serving needs: the sidecar and its client, no extras
+#   .venv/.installed        everything else: torch (kv extra), test, lint and codegen tools
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 GEN_DIR := clients/python
 PROTOS := $(wildcard protos/infercache/v1/*.proto)
+# torch is pinned to the build the KV tests are run with; installed on its own, before
+# the kv extra, so pip resolves this exact release (a CPU build where the index offers one).
+TORCH ?= torch==2.13.0
+IMAGE ?= localhost/infercache:dev
+BASE ?=
 
-.PHONY: install run test lint protos protos-check bench clean
+.PHONY: install install-serve run test lint protos protos-check bench image image-smoke \
+	k8s-check ts-test ts-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml clients/python/pyproject.toml
+$(VENV)/.installed-serve: $(BIN)/python pyproject.toml clients/python/pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ./clients/python -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-serve
+	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e './clients/python[kv]' -e '.[dev,kv]'
 	touch $@
 
+install-serve: $(VENV)/.installed-serve
+
 install: $(VENV)/.installed
 
-run: install
+run: install-serve
 	$(BIN)/infercache serve
 
 test: install
 	bash scripts/ensure_redis.sh
 	$(BIN)/python -m pytest
 
-node_modules/.bin/buf: package.json
-	npm install --no-audit --no-fund --silent
+node_modules/.bin/buf: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
 	touch $@
 
 lint: install node_modules/.bin/buf
@@ -35,6 +49,7 @@ lint: install node_modules/.bin/buf
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	node_modules/.bin/buf lint
+	bash scripts/buf_breaking.sh
 
 # Generated code is committed; this is the only way it is produced.
 protos: install
@@ -45,6 +60,13 @@ protos-check: install
 
 bench: install
 	$(BIN)/python bench/lookup.py --quick
+
+# Container image (podman or buildah; see docs/deploy.md). BASE=... overrides the base image.
+image:
+	bash scripts/image.sh build $(IMAGE) $(BASE)
+
+image-smoke: install-serve
+	bash scripts/image.sh smoke $(IMAGE)
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

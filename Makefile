@@ -14,7 +14,7 @@ IMAGE ?= localhost/infercache:dev
 BASE ?=
 
 .PHONY: install install-serve run test lint protos protos-check bench image image-smoke \
-	k8s-check ts-test ts-check clean
+	k8s-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -68,5 +68,15 @@ image:
 image-smoke: install-serve
 	bash scripts/image.sh smoke $(IMAGE)
 
+# Kubernetes manifests: render every overlay and validate it offline. The validator
+# lives in its own venv (a CI tool, not a dependency of the project).
+K8S_VENV := .venv-k8s
+$(K8S_VENV)/bin/kubernetes-validate:
+	$(PY) -m venv $(K8S_VENV)
+	$(K8S_VENV)/bin/pip install --quiet kubernetes-validate==1.37.0
+
+k8s-check: $(K8S_VENV)/bin/kubernetes-validate
+	bash scripts/k8s_check.sh
+
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(K8S_VENV) node_modules .pytest_cache .mypy_cache .ruff_cache

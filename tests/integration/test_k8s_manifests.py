@@ -1,0 +1,236 @@
+"""deploy/k8s renders with kustomize, validates strictly, and wires the sidecar as designed.
+
+Skipped without `kubectl` or `kubernetes-validate` (`make k8s-check` installs the
+validator into .venv-k8s; CI runs that target unconditionally).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sidecar.config import SETTINGS
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "deploy" / "k8s"
+OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
+K8S_VERSION = "1.33.0"
+GIB = 1 << 30
+
+
+def _validator() -> str | None:
+    named = os.environ.get("KUBERNETES_VALIDATE")
+    local = REPO / ".venv-k8s" / "bin" / "kubernetes-validate"
+    return named or (str(local) if local.exists() else shutil.which("kubernetes-validate"))
+
+
+VALIDATE = _validator()
+pytestmark = pytest.mark.skipif(
+    shutil.which("kubectl") is None or VALIDATE is None,
+    reason="needs kubectl and kubernetes-validate (make k8s-check)",
+)
+
+
+def render(path: Path) -> str:
+    """`kubectl kustomize PATH` output."""
+    return subprocess.run(
+        ["kubectl", "kustomize", str(path)], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def objects(text: str) -> list[dict[str, Any]]:
+    """The rendered documents."""
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    """The object of that kind and name (fails if absent)."""
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def validate(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """kubernetes-validate --strict on one rendering."""
+    f = tmp_path / "rendered.yaml"
+    f.write_text(text)
+    assert VALIDATE is not None
+    return subprocess.run(
+        [VALIDATE, "-k", K8S_VERSION, "--strict", "--quiet", str(f)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.fixture(params=["base", *OVERLAYS])
+def rendering(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(name, rendered YAML) of the base and of each overlay."""
+    name: str = request.param
+    return name, render(K8S / "base" if name == "base" else K8S / "overlays" / name)
+
+
+def sidecar_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The infercache container of the inference Deployment."""
+    spec = one(docs, "Deployment", "inference")["spec"]["template"]["spec"]
+    [sidecar] = [c for c in spec.get("initContainers", []) if c["name"] == "infercache"]
+    return dict(sidecar)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    """Env entries by name (value, or the valueFrom mapping)."""
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_every_rendering_is_valid_for_kubernetes(
+    tmp_path: Path, rendering: tuple[str, str]
+) -> None:
+    """The base and each overlay pass strict schema validation for a current Kubernetes."""
+    name, text = rendering
+    result = validate(tmp_path, text)
+    assert result.returncode == 0, f"{name}:\n{result.stdout}{result.stderr}"
+    assert "ERROR" not in result.stdout + result.stderr
+
+
+def test_the_validator_rejects_an_unknown_field_and_a_wrong_type(tmp_path: Path) -> None:
+    """Strict validation is not a rubber stamp: a misspelt probe and a string period fail."""
+    text = render(K8S / "base")
+    misspelt = text.replace("startupProbe:", "startupProbee:", 1)
+    wrong_type = text.replace("periodSeconds: 2\n", "periodSeconds: two\n", 1)
+    assert misspelt != text
+    assert wrong_type != text
+    for bad in (misspelt, wrong_type):
+        assert validate(tmp_path, bad).returncode != 0
+
+
+def test_sidecar_is_native_with_grpc_probes(rendering: tuple[str, str]) -> None:
+    """infercache is an initContainer with restartPolicy Always, probed over gRPC on the
+    port its data plane listens on, and runs as the image's non-root user."""
+    _, text = rendering
+    sidecar = sidecar_of(objects(text))
+    assert sidecar["restartPolicy"] == "Always"
+    env = env_of(sidecar)
+    listen_port = int(env["INFERCACHE_LISTEN"].rsplit(":", 1)[1])
+    assert env["INFERCACHE_LISTEN"].startswith("0.0.0.0:"), "kubelet probes the pod IP"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert sidecar[probe]["grpc"]["port"] == listen_port, probe
+    security = sidecar["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] == 10001  # the Dockerfile's USER
+    assert sidecar["resources"]["limits"]["memory"]
+    assert sidecar["resources"]["requests"]["cpu"]
+
+
+def test_every_infercache_variable_is_a_real_setting(rendering: tuple[str, str]) -> None:
+    """Each INFERCACHE_* the manifests set is a setting of this release, except the
+    gateway's, which only the overlay labelled for the gateway sets."""
+    name, text = rendering
+    known = {s.env for s in SETTINGS}
+    unknown = set(env_of(sidecar_of(objects(text)))) - known
+    if name == "gateway":
+        assert unknown == {"INFERCACHE_GATEWAY_LISTEN"}
+    else:
+        assert unknown == set()
+
+
+def _bytes(quantity: str) -> int:
+    units = {"Mi": 1 << 20, "Gi": GIB, "MiB": 1 << 20, "GiB": GIB}
+    for suffix, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if quantity.endswith(suffix):
+            return int(quantity[: -len(suffix)]) * factor
+    return int(quantity)
+
+
+def test_shm_is_memory_backed_shared_and_fits_the_kv_pool(rendering: tuple[str, str]) -> None:
+    """Both containers mount one memory-backed emptyDir at /dev/shm, larger than the KV
+    pool, and the sidecar's memory limit covers the pool it touches."""
+    _, text = rendering
+    docs = objects(text)
+    spec = one(docs, "Deployment", "inference")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    sidecar = sidecar_of(docs)
+    env = env_of(sidecar)
+    assert env["INFERCACHE_KV_SHM_DIR"] == "/dev/shm"
+    pool = _bytes(env["INFERCACHE_KV_POOL_BYTES"])
+    for container in [sidecar, *spec["containers"]]:
+        [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+        shm = volumes[mount["name"]]["emptyDir"]
+        assert shm["medium"] == "Memory"
+        assert _bytes(shm["sizeLimit"]) > pool
+    assert _bytes(sidecar["resources"]["limits"]["memory"]) > pool
+
+
+def test_admin_tokens_come_from_a_secret_file(rendering: tuple[str, str]) -> None:
+    """INFERCACHE_ADMIN_TOKENS_FILE names a file inside a Secret volume; no token is inline."""
+    _, text = rendering
+    docs = objects(text)
+    spec = one(docs, "Deployment", "inference")["spec"]["template"]["spec"]
+    sidecar = sidecar_of(docs)
+    env = env_of(sidecar)
+    assert "INFERCACHE_ADMIN_TOKENS" not in env
+    path = Path(env["INFERCACHE_ADMIN_TOKENS_FILE"])
+    [mount] = [m for m in sidecar["volumeMounts"] if m["mountPath"] == str(path.parent)]
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert [i["path"] for i in volume["secret"]["items"]] == [path.name]
+
+
+def test_admin_port_is_open_only_to_the_pipeline_namespace(rendering: tuple[str, str]) -> None:
+    """The NetworkPolicy admits the admin port only from a namespace selector, and
+    /metrics only from another; no rule without `from` opens either."""
+    _, text = rendering
+    policy = one(objects(text), "NetworkPolicy", "inference")["spec"]
+    for port in ("admin", "metrics"):
+        rules = [r for r in policy["ingress"] if port in [p["port"] for p in r.get("ports", [])]]
+        assert len(rules) == 1, port
+        [source] = rules[0]["from"]
+        assert set(source) == {"namespaceSelector"}, port
+
+
+def test_service_monitor_scrapes_the_metrics_port(rendering: tuple[str, str]) -> None:
+    """The ServiceMonitor (no bundled schema) selects a Service that has its port, and
+    that port reaches the container port the sidecar serves /metrics on."""
+    _, text = rendering
+    docs = objects(text)
+    monitor = one(docs, "ServiceMonitor", "infercache")["spec"]
+    wanted = monitor["selector"]["matchLabels"]
+    services = [
+        d
+        for d in docs
+        if d["kind"] == "Service" and wanted.items() <= d["metadata"].get("labels", {}).items()
+    ]
+    assert len(services) == 1
+    [endpoint] = monitor["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    [port] = [p for p in services[0]["spec"]["ports"] if p["name"] == endpoint["port"]]
+    sidecar = sidecar_of(docs)
+    [container_port] = [p for p in sidecar["ports"] if p["name"] == port["targetPort"]]
+    metrics_listen = env_of(sidecar)["INFERCACHE_METRICS_LISTEN"]
+    assert metrics_listen == f"0.0.0.0:{container_port['containerPort']}"
+
+
+def test_dashboard_configmap_holds_the_repository_dashboard(rendering: tuple[str, str]) -> None:
+    """The Grafana ConfigMap is generated from deploy/grafana/infercache.json, unchanged."""
+    _, text = rendering
+    cm = one(objects(text), "ConfigMap", "infercache-grafana-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["data"]["infercache.json"] == (REPO / "deploy/grafana/infercache.json").read_text()
+
+
+def test_redis_overlays_set_the_warm_tier() -> None:
+    """dev-redis points at its own StatefulSet's Service; external-redis reads the URL
+    from the Secret; the base keeps the embedded store."""
+    base = env_of(sidecar_of(objects(render(K8S / "base"))))
+    assert "INFERCACHE_REDIS_URL" not in base
+    dev = objects(render(K8S / "overlays" / "dev-redis"))
+    one(dev, "StatefulSet", "infercache-redis")
+    service = one(dev, "Service", "infercache-redis")
+    url = env_of(sidecar_of(dev))["INFERCACHE_REDIS_URL"]
+    assert url == f"redis://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/0"
+    external = env_of(sidecar_of(objects(render(K8S / "overlays" / "external-redis"))))
+    assert external["INFERCACHE_REDIS_URL"]["secretKeyRef"]["key"] == "redis-url"

@@ -1,0 +1,1 @@
+"""What tests share: server processes, sidecars, keys, fakes, checkpoints, strategies."""

@@ -1,0 +1,270 @@
+"""The release checklist as one deploy-pipeline step, on top of the `infercache` CLI.
+
+    release_step.py --pod data=HOST:PORT,admin=HOST:PORT [--pod ...]
+        [--invalidate-tenant T] [--invalidate-prompt-version P] [--invalidate-adapter A]
+        [--invalidate-all] [--reason TEXT]
+        [--expect-version FP] [--wait-timeout SECONDS]
+        [--prewarm-file FILE] [--from-version OLD_FP --top-k K] [--max-failures N]
+
+Steps, in order; each one that fails ends the step with its own exit status, so a
+pipeline can gate on it and say what went wrong:
+
+1. invalidate what changed that the fingerprint does not capture (a template, a tool
+   schema: the --invalidate-* selector), once: an Invalidate is fleet-wide and returns
+   only when every sidecar sharing the store confirmed it          -> 3 on failure
+2. wait until every new pod reports the new model fingerprint in GetServerInfo:
+   --expect-version, or else any fingerprint other than --from-version -> 4 on timeout
+3. prewarm each new pod (a file of representative requests and/or the old version's
+   --top-k most-hit requests), gated on `infercache prewarm`'s exit status
+   (at most --max-failures failed requests per run)                  -> 5 on failure
+4. print the per-version hit distribution summed over the pods
+   (`infercache stats --json` on each)                               -> 6 if unreadable
+
+Exit status 0 when every step passed; 2 on bad usage. `--pod HOST` is short for
+data=HOST:50051,admin=HOST:50052. The admin token is read by the CLI from the variable
+named by --token-env (default INFERCACHE_ADMIN_TOKEN); it never appears on a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from infercache_client import CacheClient
+
+EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_INVALIDATE, EXIT_FINGERPRINT, EXIT_PREWARM, EXIT_STATS = 3, 4, 5, 6
+DATA_PORT, ADMIN_PORT = 50051, 50052
+POLL_S = 1.0
+HIT_KEYS = ("hit.hot", "hit.warm", "miss", "bypass")  # GetStats lookup counters, in columns
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """One new pod's sidecar: its data-plane and admin-plane addresses."""
+
+    data: str
+    admin: str
+
+
+class UsageError(ValueError):
+    """A bad command line; the message says what."""
+
+
+def parse_pod(text: str) -> Pod:
+    """`data=H:P,admin=H:P`, or a bare host with the default ports."""
+    if "=" not in text:
+        return Pod(f"{text}:{DATA_PORT}", f"{text}:{ADMIN_PORT}")
+    parts = dict(p.split("=", 1) for p in text.split(",") if "=" in p)
+    if set(parts) != {"data", "admin"} or not all(parts.values()):
+        raise UsageError(f"--pod {text!r}: expected data=HOST:PORT,admin=HOST:PORT or HOST")
+    return Pod(parts["data"], parts["admin"])
+
+
+def say(msg: str) -> None:
+    """A step's progress line (stdout, flushed: pipeline logs interleave)."""
+    print(f"release: {msg}", flush=True)
+
+
+def infercache_cli() -> str:
+    """The `infercache` next to this interpreter (the project venv), else on PATH."""
+    beside = Path(sys.executable).with_name("infercache")
+    found = str(beside) if beside.exists() else shutil.which("infercache")
+    if found is None:
+        raise UsageError("no `infercache` command: install the project (make install-serve)")
+    return found
+
+
+def run_cli(cli: str, *args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run `infercache ARGS`; its stderr passes through; stdout is echoed unless captured."""
+    done = subprocess.run([cli, *args], stdout=subprocess.PIPE, text=True, check=False)
+    if not capture and done.stdout:
+        print(done.stdout, end="", flush=True)
+    return done
+
+
+def invalidate(cli: str, args: argparse.Namespace, pod: Pod) -> bool:
+    """Step 1: one Invalidate through the first pod's admin plane (fleet-wide)."""
+    selector: list[str] = []
+    for flag, value in (
+        ("--tenant", args.invalidate_tenant),
+        ("--prompt-version", args.invalidate_prompt_version),
+        ("--adapter", args.invalidate_adapter),
+        ("--model-version", args.invalidate_model_version),
+    ):
+        if value:
+            selector += [flag, value]
+    if args.invalidate_all:
+        selector.append("--all")
+    if not selector:
+        say("1/4 invalidate: nothing named (new weights need none: a new fingerprint)")
+        return True
+    say(f"1/4 invalidate {' '.join(selector)} via {pod.admin}")
+    common = ["--admin", pod.admin, "--token-env", args.token_env, "--timeout", "60"]
+    done = run_cli(cli, "invalidate", *common, *selector, "--reason", args.reason)
+    return done.returncode == 0
+
+
+def server_fingerprint(pod: Pod) -> str | None:
+    """The pod's model fingerprint from GetServerInfo; None while it does not answer."""
+    try:
+        with CacheClient(pod.data) as client:
+            return client.server_info(timeout=2).model_version
+    except grpc.RpcError:
+        return None
+
+
+def wait_fingerprint(args: argparse.Namespace, pods: list[Pod]) -> str | None:
+    """Step 2: poll every pod until all report the new fingerprint; it, or None on timeout."""
+    wanted = args.expect_version
+    what = wanted or f"a fingerprint other than {args.from_version or '(none)'}"
+    say(f"2/4 wait for {len(pods)} pod(s) to serve {what} (up to {args.wait_timeout:g} s)")
+    deadline = time.monotonic() + args.wait_timeout
+    seen: dict[Pod, str | None] = {}
+    while True:
+        seen = {pod: server_fingerprint(pod) for pod in pods}
+        good = {
+            pod: fp
+            for pod, fp in seen.items()
+            if fp and (fp == wanted if wanted else fp != args.from_version)
+        }
+        if len(good) == len(pods) and len(set(good.values())) == 1:
+            fingerprint = next(iter(good.values()))
+            say(f"2/4 every pod serves {fingerprint}")
+            return fingerprint
+        if time.monotonic() >= deadline:
+            for pod, fp in seen.items():
+                state = "no answer" if fp is None else (fp or "no model fingerprint")
+                say(f"2/4 {pod.data}: {state}{'' if pod in good else '  <- not ready'}")
+            return None
+        time.sleep(POLL_S)
+
+
+def prewarm(cli: str, args: argparse.Namespace, pods: list[Pod]) -> bool:
+    """Step 3: prewarm each pod from each source; False at the first failed run."""
+    sources: list[list[str]] = []
+    if args.prewarm_file:
+        sources.append(["--file", str(args.prewarm_file)])
+    if args.from_version and args.top_k:
+        sources.append(["--from-version", args.from_version, "--top-k", str(args.top_k)])
+    if not sources:
+        say("3/4 prewarm: no source given")
+        return True
+    for pod in pods:
+        for source in sources:
+            say(f"3/4 prewarm {pod.admin} {' '.join(source)}")
+            done = run_cli(
+                cli,
+                "prewarm",
+                "--admin",
+                pod.admin,
+                "--token-env",
+                args.token_env,
+                "--max-failures",
+                str(args.max_failures),
+                *source,
+            )
+            if done.returncode != 0:
+                say(f"3/4 prewarm on {pod.admin} failed (exit {done.returncode})")
+                return False
+    return True
+
+
+def hit_distribution(cli: str, args: argparse.Namespace, pods: list[Pod]) -> bool:
+    """Step 4: lookups per model version summed over the pods, printed as a table."""
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for pod in pods:
+        common = ["--admin", pod.admin, "--token-env", args.token_env, "--timeout", "20"]
+        done = run_cli(cli, "stats", *common, "--json", capture=True)
+        if done.returncode != 0:
+            say(f"4/4 stats from {pod.admin} failed (exit {done.returncode})")
+            return False
+        doc: dict[str, Any] = json.loads(done.stdout)
+        for version, stats in doc["versions"].items():
+            for outcome, n in stats["lookups"].items():
+                totals[version][outcome] += int(n)
+    say(f"4/4 hit distribution over {len(pods)} pod(s):")
+    header = ("MODEL VERSION", "LOOKUPS", "HIT %", "HOT", "WARM", "MISS", "BYPASS")
+    rows = []
+    for version in sorted(totals):
+        lk = totals[version]
+        total = sum(lk.values())
+        hits = lk.get("hit.hot", 0) + lk.get("hit.warm", 0)
+        pct = f"{100 * hits / total:.1f}" if total else "-"
+        rows.append((version, str(total), pct, *(str(lk.get(k, 0)) for k in HIT_KEYS)))
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return True
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The step's command line."""
+    p = argparse.ArgumentParser(
+        prog="release_step.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--pod", action="append", default=[], metavar="data=H:P,admin=H:P|HOST")
+    p.add_argument("--token-env", default="INFERCACHE_ADMIN_TOKEN", metavar="VAR")
+    inv = p.add_argument_group("1. invalidate (what the fingerprint does not capture)")
+    inv.add_argument("--invalidate-tenant", metavar="TENANT")
+    inv.add_argument("--invalidate-prompt-version", metavar="PROMPT_VERSION")
+    inv.add_argument("--invalidate-adapter", metavar="ADAPTER_VERSION")
+    inv.add_argument("--invalidate-model-version", metavar="MODEL_VERSION")
+    inv.add_argument("--invalidate-all", action="store_true", help="every entry")
+    inv.add_argument("--reason", default="release", help="recorded in the audit log")
+    wait = p.add_argument_group("2. wait for the new fingerprint")
+    wait.add_argument("--expect-version", metavar="FP", help="the new pods' fingerprint")
+    wait.add_argument("--wait-timeout", type=float, default=600.0, metavar="SECONDS")
+    warm = p.add_argument_group("3. prewarm")
+    warm.add_argument("--prewarm-file", type=Path, metavar="JSONL")
+    warm.add_argument("--from-version", metavar="OLD_FP", help="the version being replaced")
+    warm.add_argument("--top-k", type=int, default=0, help="its most-hit requests to replay")
+    warm.add_argument("--max-failures", type=int, default=0, help="per prewarm run")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the four steps; the exit status names the first that failed."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if not args.pod:
+            raise UsageError("name the new pods with --pod")
+        pods = [parse_pod(p) for p in args.pod]
+        if args.top_k and not args.from_version:
+            raise UsageError("--top-k needs --from-version")
+        if args.prewarm_file and not args.prewarm_file.is_file():
+            raise UsageError(f"--prewarm-file {args.prewarm_file}: no such file")
+        cli = infercache_cli()
+    except UsageError as exc:
+        print(f"release: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not invalidate(cli, args, pods[0]):
+        say("FAILED at 1/4 invalidate: the invalidation was not confirmed")
+        return EXIT_INVALIDATE
+    if wait_fingerprint(args, pods) is None:
+        say("FAILED at 2/4: the new fingerprint was not served by every pod in time")
+        return EXIT_FINGERPRINT
+    if not prewarm(cli, args, pods):
+        say("FAILED at 3/4 prewarm: do not shift traffic to these pods yet")
+        return EXIT_PREWARM
+    if not hit_distribution(cli, args, pods):
+        say("FAILED at 4/4: the hit distribution could not be read")
+        return EXIT_STATS
+    say("OK: every step passed")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

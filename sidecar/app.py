@@ -310,7 +310,7 @@ async def build_app(
         usage=usage,
         limits=limits,
         kv=kv,
-        invalidator=Invalidator(stores.control, freshness, stores.warm, cache.stats),
+        invalidator=Invalidator(stores.control, freshness, stores.warm, cache.stats, pod),
         prewarmer=build_prewarmer(config, cache, pod, limits, hits),
         reclaimer=reclaimer,
         started=started,

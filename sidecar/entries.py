@@ -248,6 +248,18 @@ def _decode(data: bytes) -> Entry:
     )
 
 
+def head_size(head: bytes) -> int | None:
+    """How many leading bytes of this entry hold its header and whole key material
+    (what peek needs), read from at least the fixed header; None if not an entry."""
+    if len(head) < _HEADER_V1.size or head[:3] != _MAGIC:
+        return None
+    header = {1: _HEADER_V1, 2: _HEADER_V2}.get(head[3])
+    if header is None or len(head) < header.size:
+        return None
+    mlen: int = header.unpack_from(head)[8]
+    return header.size + mlen
+
+
 def peek(head: bytes) -> tuple[int, bytes] | None:
     """(epoch, key material) from the first bytes of an encoded entry, without
     verifying the checksum; None if the head is too short or not an entry.

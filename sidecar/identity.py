@@ -21,6 +21,27 @@ class PodIdentity:
         """The fingerprint behind a configured adapter name, else the value unchanged."""
         return self.adapter_versions.get(adapter_version, adapter_version)
 
+    def resolve_selector_adapter(self, adapter_version: str) -> str:
+        """The fingerprint an invalidation selector's adapter means, resolved as keys are.
+
+        A configured name becomes its fingerprint (keys store that), a configured
+        fingerprint stays; anything else, on a pod with adapters, is refused: a rule
+        for a value no key of this pod can carry would be committed and kill nothing.
+        A pod without adapters keys on the value as sent, so the selector keeps it too.
+        """
+        if not self.adapter_versions:
+            return adapter_version
+        fingerprint = self.adapter_versions.get(adapter_version)
+        if fingerprint is not None:
+            return fingerprint
+        if adapter_version in self.adapter_versions.values():
+            return adapter_version
+        served = ", ".join(sorted(self.adapter_versions))
+        raise FailedPrecondition(
+            f"selector.adapter_version {adapter_version!r} is not an adapter this pod "
+            f"serves (by name or fingerprint: {served}); nothing was invalidated"
+        )
+
     def check_store(self, model_version: str) -> None:
         """Refuse results a caller claims for weights this pod does not run.
 

@@ -69,7 +69,13 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     add_common(inv)
     inv.add_argument("--tenant")
     inv.add_argument("--model-version")
-    inv.add_argument("--adapter", dest="adapter_version", metavar="ADAPTER_VERSION")
+    inv.add_argument(
+        "--adapter",
+        dest="adapter_version",
+        metavar="ADAPTER",
+        help="adapter name or fingerprint; the sidecar resolves a name as keys do and "
+        "refuses one its pod does not serve",
+    )
     inv.add_argument("--prompt-version")
     inv.add_argument("--all", action="store_true", help="invalidate everything")
     inv.add_argument("--reason", required=True, help="recorded in the audit log")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 
@@ -10,6 +11,7 @@ import structlog
 
 from sidecar import entries
 from sidecar.errors import InvalidArgument, TierUnavailable, Unavailable
+from sidecar.identity import PodIdentity
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import Rule, Selector
 from sidecar.invalidation.store import AuditRecord, ControlStore
@@ -33,8 +35,11 @@ class Invalidator:
         freshness: Freshness,
         warm: WarmTier,
         stats: CacheStats | None = None,
+        pod: PodIdentity | None = None,
     ) -> None:
         self.control = control
+        # Selectors name adapters as keys do; the pod resolves both the same way.
+        self.pod = pod or PodIdentity()
         self.freshness = freshness
         self.warm = warm
         self.stats = stats or CacheStats()
@@ -43,8 +48,15 @@ class Invalidator:
         self.barrier_timeout_s = 2 * freshness.bound_s + 1.0
 
     async def invalidate(self, selector: Selector, reason: str, caller: str) -> AuditRecord:
-        """Commit and confirm fleet-wide; Unavailable if either cannot be done."""
+        """Commit and confirm fleet-wide; Unavailable if either cannot be done.
+
+        An adapter name is resolved to its fingerprint first (as keys are); an adapter
+        the pod does not know is FailedPrecondition, and nothing is committed.
+        """
         selector.validate()
+        if selector.adapter_version is not None:
+            adapter = self.pod.resolve_selector_adapter(selector.adapter_version)
+            selector = dataclasses.replace(selector, adapter_version=adapter)
         if not reason.strip():
             raise InvalidArgument("reason", "is required (it is kept in the audit log)")
         if len(reason) > MAX_REASON_CHARS:

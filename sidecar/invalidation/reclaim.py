@@ -114,4 +114,6 @@ class Reclaimer:
                     last_prune = time.monotonic()
             except TierUnavailable as exc:
                 log.warning("reclaim_failed", error=str(exc))
+            except Exception:  # a bug must cost one pass, never the task for good
+                log.exception("reclaim_pass_crashed")
             await asyncio.sleep(idle_s)

@@ -45,9 +45,16 @@ class RedisKeys:
         """SCAN pattern of entry keys."""
         return f"{self.prefix}r:*"
 
-    def digest_of(self, key: bytes) -> KeyDigest:
-        """Inverse of entry()."""
-        return KeyDigest(bytes.fromhex(key.decode()[len(self.prefix) + 2 :]))
+    def digest_of(self, key: bytes) -> KeyDigest | None:
+        """Inverse of entry(); None for a key under the entry prefix that entry() cannot
+        have written (someone else's key in our namespace: skipped, never fatal)."""
+        suffix = key[len(self.prefix) + 2 :]
+        if len(suffix) != 64 or not key.startswith(self.prefix.encode() + b"r:"):
+            return None
+        try:
+            return KeyDigest(bytes.fromhex(suffix.decode("ascii")))
+        except ValueError:  # not hex (or not ASCII, a UnicodeDecodeError)
+            return None
 
     def holder(self, digest: KeyDigest) -> str:
         """Single-flight holder of a key."""

@@ -7,14 +7,18 @@ from collections.abc import Sequence
 from typing import cast
 
 import redis.asyncio as aioredis
+import structlog
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from sidecar import entries
 from sidecar.backends.redis.client import RedisGuard, RedisKeys, connect
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
 from sidecar.tiers.base import WarmItem
 from sidecar.tiers.coalesce import ReadCoalescer
+
+log = structlog.get_logger("infercache.warm")
 
 # Enough of an entry to read its header and key material (see entries.peek).
 PEEK_BYTES = 4096
@@ -53,6 +57,8 @@ class RedisWarmTier:
             socket_timeout_s=write_timeout_s,
         )
         self._guard = RedisGuard("redis warm tier")
+        self.foreign_keys = 0
+        """Keys under the entry prefix that are not this tier's entries (skipped by scans)."""
         self._epoch_key = self.keys.meta("epoch").encode()
         self._read_conn: AbstractConnection | None = None
         self._reads: ReadCoalescer[bytes, bytes | None, int] = ReadCoalescer(
@@ -155,21 +161,56 @@ class RedisWarmTier:
             await self.client.unlink(*[self.keys.entry(d) for d in digests])
 
     async def scan_page(self, cursor: int, count: int) -> tuple[int, list[tuple[KeyDigest, bytes]]]:
-        """One SCAN step over entry keys with each entry's first PEEK_BYTES; cursor 0 = done."""
+        """One SCAN step over entry keys with each entry's header and whole key material
+        (its first PEEK_BYTES, more where the material is longer); cursor 0 = done.
+
+        Keys under the entry prefix that this tier did not write (a name that is not a
+        digest, a value of another type) are skipped and counted in `foreign_keys`.
+        """
         async with self._guard(self._write_timeout):
-            cursor, keys = cast(
+            cursor, found = cast(
                 tuple[int, list[bytes]],
                 await self.client.scan(cursor=cursor, match=self.keys.entry_pattern, count=count),
             )
-            if not keys:
+            named = [(d, k) for k in found if (d := self.keys.digest_of(k)) is not None]
+            foreign = len(found) - len(named)
+            if not named:
+                self._count_foreign(foreign)
                 return int(cursor), []
             pipe = self.client.pipeline(transaction=False)
-            for k in keys:
+            for _, k in named:
                 pipe.getrange(k, 0, PEEK_BYTES - 1)
-            heads = await pipe.execute()
-        return int(cursor), [
-            (self.keys.digest_of(k), h) for k, h in zip(keys, heads, strict=True) if h
-        ]
+            # A foreign value of another type answers WRONGTYPE: skip it, keep the page.
+            heads = await pipe.execute(raise_on_error=False)
+            page: list[tuple[KeyDigest, bytes]] = []
+            longer: list[tuple[int, bytes, int]] = []
+            for (d, k), h in zip(named, heads, strict=True):
+                if isinstance(h, Exception):
+                    foreign += 1
+                    continue
+                if not h:  # expired between SCAN and GETRANGE
+                    continue
+                need = entries.head_size(h)
+                if need is not None and need > len(h):
+                    longer.append((len(page), k, need))
+                page.append((d, h))
+            if longer:
+                # Key material past the first PEEK_BYTES: read up to its end, so that
+                # reclaim and the Invalidate estimate see every entry's dimensions.
+                pipe = self.client.pipeline(transaction=False)
+                for _, k, need in longer:
+                    pipe.getrange(k, 0, need - 1)
+                fuller = await pipe.execute(raise_on_error=False)
+                for (i, _, _), h in zip(longer, fuller, strict=True):
+                    if isinstance(h, bytes) and h:
+                        page[i] = (page[i][0], h)
+        self._count_foreign(foreign)
+        return int(cursor), page
+
+    def _count_foreign(self, n: int) -> None:
+        if n:
+            self.foreign_keys += n
+            log.warning("foreign_keys_skipped", keys=n, total=self.foreign_keys)
 
     async def approx_entries(self) -> int:
         """DBSIZE: exact when the database holds only this cache, an upper bound otherwise."""

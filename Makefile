@@ -11,10 +11,11 @@ PROTOS := $(wildcard protos/infercache/v1/*.proto)
 # the kv extra, so pip resolves this exact release (a CPU build where the index offers one).
 TORCH ?= torch==2.13.0
 IMAGE ?= localhost/infercache:dev
+TS := clients/typescript
 BASE ?=
 
 .PHONY: install install-serve run test lint protos protos-check bench image image-smoke \
-	k8s-check clean
+	k8s-check ts-test clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,12 +52,23 @@ lint: install node_modules/.bin/buf
 	node_modules/.bin/buf lint
 	bash scripts/buf_breaking.sh
 
-# Generated code is committed; this is the only way it is produced.
-protos: install
+# Generated code is committed; this is the only way it is produced (Python and TypeScript).
+protos: install $(TS)/node_modules/.installed
 	$(BIN)/python scripts/gen_protos.py $(GEN_DIR)
+	cd $(TS) && npm run -s generate
 
-protos-check: install
+protos-check: install $(TS)/node_modules/.installed
 	$(BIN)/python scripts/gen_protos.py --check $(GEN_DIR)
+	cd $(TS) && npm run -s check-generated
+
+# The TypeScript client (clients/typescript): pinned by its package-lock.json; its tests
+# start `.venv/bin/infercache serve` (serving install only) on free ports.
+$(TS)/node_modules/.installed: $(TS)/package.json $(TS)/package-lock.json
+	cd $(TS) && npm ci --no-audit --no-fund --silent
+	touch $@
+
+ts-test: install-serve $(TS)/node_modules/.installed
+	cd $(TS) && npm test
 
 bench: install
 	$(BIN)/python bench/lookup.py --quick
@@ -79,4 +91,4 @@ k8s-check: $(K8S_VENV)/bin/kubernetes-validate
 	bash scripts/k8s_check.sh
 
 clean:
-	rm -rf $(VENV) $(K8S_VENV) node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(K8S_VENV) node_modules $(TS)/node_modules $(TS)/dist .pytest_cache .mypy_cache .ruff_cache

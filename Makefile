@@ -14,8 +14,8 @@ IMAGE ?= localhost/infercache:dev
 TS := clients/typescript
 BASE ?=
 
-.PHONY: install install-serve run test lint protos protos-check bench image image-smoke \
-	k8s-check ts-test clean
+.PHONY: install install-serve run test lint protos protos-check config-table bench image \
+	image-smoke k8s-check ts-test clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,10 @@ $(TS)/node_modules/.installed: $(TS)/package.json $(TS)/package-lock.json
 
 ts-test: install-serve $(TS)/node_modules/.installed
 	cd $(TS) && npm test
+
+# The README configuration table is generated from sidecar/config/sections.py.
+config-table: install
+	$(BIN)/python scripts/gen_config_table.py
 
 bench: install
 	$(BIN)/python bench/lookup.py --quick

@@ -29,6 +29,7 @@ import gc
 import statistics
 import time
 
+from sidecar.config import LimitsConfig, TtlConfig
 from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder
 from sidecar.results.cache import LookupQuery, ResultCache, TtlPolicy
@@ -48,8 +49,9 @@ async def _prepare() -> tuple[ResultCache, list[list[LookupQuery]]]:
     cache = ResultCache(
         HotTier(64 * 1024 * 1024, 100_000),
         EmbeddedWarmTier(256 * 1024 * 1024, 100_000),
-        ttl=TtlPolicy(),
+        ttl=TtlPolicy.from_config(TtlConfig()),
         max_payload_bytes=1024 * 1024,
+        max_chunks=LimitsConfig().max_chunks,
     )
     queries = []
     for i in range(KEYS):

@@ -44,11 +44,11 @@ from infercache.v1 import kv_pb2 as pb
 from sidecar.api.kv_codec import prefix_to_pb
 from sidecar.backends.redis.client import connect
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
+from sidecar.config import KvConfig
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.layout import BlockKey, make_layout
 from sidecar.kv.movement import BATCH_BLOCKS
 from sidecar.kv.torch_pool import SharedMemorySlotPool
-from sidecar.kv.types import KvSettings
 from sidecar.kv.warm import encode_block
 
 CHAINS = (16, 256, 1024)
@@ -79,7 +79,7 @@ async def bench_lookup(rounds: int) -> tuple[dict[str, float], int]:
     n = max(CHAINS)
     shm = tempfile.mkdtemp(prefix="ic-kv-bench-", dir="/dev/shm")
     tier = KvHotTier(
-        KvSettings(pool_bytes=n * layout.block_bytes),
+        KvConfig(pool_bytes=n * layout.block_bytes).to_settings(),
         lambda slots, size: SharedMemorySlotPool(slots, size, shm),
     )
     a, _ = await tier.attach("fp-bench", "", layout)
@@ -154,7 +154,7 @@ async def bench_movement(
     for r in range(repeats):
         await client.flushall()
         tier = KvHotTier(
-            KvSettings(pool_bytes=blocks * size, promote_timeout_ms=600_000),
+            KvConfig(pool_bytes=blocks * size, promote_timeout_ms=600_000).to_settings(),
             lambda slots, sz: SharedMemorySlotPool(slots, sz, shm),
             RedisKvWarmStore(client, key_prefix="bench:", timeout_s=30),
         )

@@ -30,6 +30,7 @@ import statistics
 import time
 from types import MappingProxyType
 
+from sidecar.config import LimitsConfig, TtlConfig
 from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
 from sidecar.policy.cacheability import Policy, PolicyHolder, RequestTraits, TenantPolicy
 from sidecar.results.cache import LookupQuery, LookupResult, ResultCache, TtlPolicy
@@ -51,8 +52,9 @@ async def _prepare(holder: PolicyHolder) -> tuple[ResultCache, list[list[LookupQ
     cache = ResultCache(
         HotTier(64 * 1024 * 1024, 100_000),
         EmbeddedWarmTier(256 * 1024 * 1024, 100_000),
-        ttl=TtlPolicy(),
+        ttl=TtlPolicy.from_config(TtlConfig()),
         max_payload_bytes=1024 * 1024,
+        max_chunks=LimitsConfig().max_chunks,
         policy=holder,
     )
     queries = []

@@ -33,7 +33,6 @@ from sidecar.invalidation.store import ControlStore
 from sidecar.keys import KeyLimits
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
-from sidecar.kv.types import KvSettings
 from sidecar.observability.metrics import register_kv_metrics, register_metrics
 from sidecar.observability.stats import CacheStats, RpcStats
 from sidecar.observability.telemetry import Telemetry
@@ -42,10 +41,9 @@ from sidecar.policy.cacheability import PolicyHolder
 from sidecar.policy.file import PolicyBounds
 from sidecar.policy.watch import PolicyWatcher
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HitStore
-from sidecar.prewarm.openai import PayloadFormat
 from sidecar.prewarm.runner import Prewarmer, PrewarmSettings
 from sidecar.prewarm.upstream import HttpModelServer, ModelServer
-from sidecar.results.cache import LeasePolicy, ResultCache, TtlPolicy
+from sidecar.results.cache import ResultCache, TtlPolicy
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
@@ -69,25 +67,25 @@ class Stores:
 
 def build_stores(config: Config) -> Stores:
     """Redis when a URL is configured, otherwise the embedded in-process stores."""
-    if config.redis_url:
+    if config.redis.url:
         warm = RedisWarmTier(
-            config.redis_url,
-            key_prefix=config.redis_key_prefix,
-            read_timeout_s=config.lookup_timeout_ms / 1000,
-            write_timeout_s=config.write_timeout_ms / 1000,
+            config.redis.url,
+            key_prefix=config.redis.key_prefix,
+            read_timeout_s=config.redis.lookup_timeout_ms / 1000,
+            write_timeout_s=config.redis.write_timeout_ms / 1000,
         )
         control = RedisControlStore(
-            config.redis_url,
-            key_prefix=config.redis_key_prefix,
-            timeout_s=config.write_timeout_ms / 1000,
-            lookup_timeout_s=config.lookup_timeout_ms / 1000,
+            config.redis.url,
+            key_prefix=config.redis.key_prefix,
+            timeout_s=config.redis.write_timeout_ms / 1000,
+            lookup_timeout_s=config.redis.lookup_timeout_ms / 1000,
             client=warm.client,
         )
         return Stores(warm, control, warm.client)
     embedded_control = EmbeddedControlStore()
     embedded_warm = EmbeddedWarmTier(
-        config.embedded_max_bytes,
-        config.embedded_max_entries,
+        config.tiers.embedded_max_bytes,
+        config.tiers.embedded_max_entries,
         epoch_source=embedded_control.epoch_now,
     )
     return Stores(embedded_warm, embedded_control)
@@ -95,8 +93,8 @@ def build_stores(config: Config) -> Stores:
 
 async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
     """The configured secret, else the deployment's shared one, else (store down) a local one."""
-    if config.lease_secret:
-        return LeaseSigner(config.lease_secret.encode())
+    if config.lease.secret:
+        return LeaseSigner(config.lease.secret.encode())
     for attempt in range(5):
         try:
             return LeaseSigner(await control.shared_secret(os.urandom(32)))
@@ -113,8 +111,8 @@ async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
 
 def policy_watcher(config: Config) -> PolicyWatcher:
     """The watcher of the configured policy file (built-in policy when there is none)."""
-    bounds = PolicyBounds(max_ttl_s=config.max_ttl_s, max_entry_bytes=config.max_payload_bytes)
-    return PolicyWatcher(PolicyHolder(), config.policy_file, bounds, config.policy_poll_ms)
+    bounds = PolicyBounds.from_config(config)
+    return PolicyWatcher(PolicyHolder(), config.policy.file, bounds, config.policy.poll_ms)
 
 
 def build_cache(
@@ -126,20 +124,15 @@ def build_cache(
 ) -> ResultCache:
     """The result cache with the configured budgets, TTL, lease and cacheability policies."""
     return ResultCache(
-        HotTier(config.hot_max_bytes, config.hot_max_entries),
+        HotTier(config.tiers.hot_max_bytes, config.tiers.hot_max_entries),
         stores.warm,
-        ttl=TtlPolicy(config.default_ttl_s, config.max_ttl_s, dict(config.tenant_max_ttl_s)),
-        max_payload_bytes=config.max_payload_bytes,
-        max_chunks=config.max_chunks,
+        ttl=TtlPolicy.from_config(config.ttl),
+        max_payload_bytes=config.limits.max_payload_bytes,
+        max_chunks=config.limits.max_chunks,
         freshness=freshness,
         signer=signer,
-        leases=LeasePolicy(
-            ttl_s=config.lease_ttl_s,
-            allow_unleased_store=config.allow_unleased_store,
-            unleased_window_s=config.unleased_window_s,
-            max_wait_ms=config.max_wait_ms,
-        ),
-        stats=CacheStats(config.metrics_max_model_versions),
+        leases=config.lease,
+        stats=CacheStats(config.telemetry.metrics_max_model_versions),
         policy=policy,
     )
 
@@ -149,13 +142,13 @@ def build_hit_store(config: Config, stores: Stores) -> HitStore:
     if stores.redis is not None:
         return RedisHitStore(
             stores.redis,
-            key_prefix=config.redis_key_prefix,
-            max_per_version=config.hit_record_max_per_version,
-            ttl_ms=config.hit_record_ttl_s * 1000,
-            timeout_s=config.write_timeout_ms / 1000,
+            key_prefix=config.redis.key_prefix,
+            max_per_version=config.hits.record_max_per_version,
+            ttl_ms=config.hits.record_ttl_s * 1000,
+            timeout_s=config.redis.write_timeout_ms / 1000,
         )
     return EmbeddedHitStore(
-        max_per_version=config.hit_record_max_per_version, ttl_ms=config.hit_record_ttl_s * 1000
+        max_per_version=config.hits.record_max_per_version, ttl_ms=config.hits.record_ttl_s * 1000
     )
 
 
@@ -166,27 +159,21 @@ def build_prewarmer(
 
     def model_server(concurrency: int) -> ModelServer:
         return HttpModelServer(
-            config.model_server_url,
-            timeout_s=config.prewarm_timeout_s,
+            config.prewarm.model_server_url,
+            timeout_s=config.prewarm.timeout_s,
             max_connections=concurrency,
             # openai_json stores the body, text stores part of it: either way a body
             # far above the payload limit cannot be stored.
-            max_response_bytes=2 * config.max_payload_bytes + MESSAGE_HEADROOM,
+            max_response_bytes=2 * config.limits.max_payload_bytes + MESSAGE_HEADROOM,
         )
 
-    settings = PrewarmSettings(
-        model=config.model_server_model,
-        base_url=config.model_server_url,
-        concurrency=config.prewarm_concurrency,
-        max_requests=config.prewarm_max_requests,
-        payload_format=PayloadFormat(config.prewarm_payload),
-    )
+    settings = PrewarmSettings.from_config(config.prewarm)
     return Prewarmer(cache, pod, limits, settings, model_server, hits)
 
 
 def build_kv(config: Config, stores: Stores) -> KvHotTier:
     """The KV hot tier; its pool (and torch) comes with the first attachment."""
-    device, shm_dir = config.kv_device, config.kv_shm_dir
+    device, shm_dir = config.kv.device, config.kv.shm_dir
 
     def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
         from sidecar.kv.torch_pool import create_pool  # imports torch: only when needed
@@ -197,19 +184,10 @@ def build_kv(config: Config, stores: Stores) -> KvHotTier:
     if stores.redis is not None:
         warm = RedisKvWarmStore(
             stores.redis,
-            key_prefix=config.redis_key_prefix,
-            timeout_s=config.write_timeout_ms / 1000,
+            key_prefix=config.redis.key_prefix,
+            timeout_s=config.redis.write_timeout_ms / 1000,
         )
-    settings = KvSettings(
-        pool_bytes=config.kv_pool_bytes,
-        slot_bytes=config.kv_slot_bytes,
-        promote_timeout_ms=config.kv_promote_timeout_ms,
-        warm_ttl_s=config.kv_warm_ttl_s,
-        default_lease_ms=config.kv_lease_ttl_ms,
-        max_lease_ms=config.kv_max_lease_ttl_ms,
-        max_chain_blocks=config.kv_max_chain_blocks,
-    )
-    return KvHotTier(settings, make_pool, warm)
+    return KvHotTier(config.kv.to_settings(), make_pool, warm)
 
 
 @dataclass(slots=True)
@@ -270,7 +248,9 @@ async def build_app(
     started = time.monotonic() if started is None else started
     stores = build_stores(config)
     rules = RuleSet() if rules is None else rules
-    freshness = Freshness(stores.control, rules, bound_s=config.freshness_bound_ms / 1000)
+    freshness = Freshness(
+        stores.control, rules, bound_s=config.invalidation.freshness_bound_ms / 1000
+    )
     try:
         await freshness.refresh()
     except TierUnavailable as exc:
@@ -280,12 +260,12 @@ async def build_app(
         config, stores, freshness, await lease_signer(config, stores.control), policy.holder
     )
     hits = build_hit_store(config, stores)
-    if config.hit_sample_rate > 0:
-        cache.hits = HitRecorder(hits, cache.retains_inputs, sample_rate=config.hit_sample_rate)
+    if config.hits.sample_rate > 0:
+        cache.hits = HitRecorder(hits, cache.retains_inputs, sample_rate=config.hits.sample_rate)
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
-    limits = KeyLimits(max_input_bytes=config.max_input_bytes)
-    kv = build_kv(config, stores) if config.kv_enabled else None
+    limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
+    kv = build_kv(config, stores) if config.kv.enabled else None
     if kv is not None:
         register_kv_metrics(telemetry.meter, kv.stats)
     reclaimer = Reclaimer(
@@ -294,8 +274,10 @@ async def build_app(
         stores.control,
         rules,
         cache.stats,
-        keys_per_s=config.reclaim_keys_per_s,
-        rule_retention_s=config.max_ttl_s + config.lease_ttl_s + config.unleased_window_s + 60,
+        keys_per_s=config.invalidation.reclaim_keys_per_s,
+        rule_retention_s=(
+            config.ttl.max_ttl_s + config.lease.ttl_s + config.lease.unleased_window_s + 60
+        ),
     )
     return App(
         config=config,
@@ -319,28 +301,28 @@ async def build_app(
 
 async def identify_pod(config: Config) -> PodIdentity:
     """Fingerprint the configured model and adapters (on worker threads)."""
-    if not config.model_path and not config.adapters:
-        return PodIdentity(allow_foreign_store=config.allow_foreign_model_store)
-    cache_file = config.fingerprint_cache_file
+    if not config.identity.model_path and not config.identity.adapters:
+        return PodIdentity(allow_foreign_store=config.identity.allow_foreign_model_store)
+    cache_file = config.identity.fingerprint_cache_file
     model = ""
-    if config.model_path:
+    if config.identity.model_path:
         fp = await fingerprint_async(
-            config.model_path, mode=config.fingerprint_mode, cache_file=cache_file
+            config.identity.model_path, mode=config.identity.fingerprint_mode, cache_file=cache_file
         )
         log.info(
             "model_fingerprint",
             fingerprint=fp.value,
-            path=config.model_path,
+            path=config.identity.model_path,
             mode=fp.mode,
             components=fp.components(),
             tensors=fp.tensors,
         )
         model = fp.value
     adapters: dict[str, str] = {}
-    for name, path in config.adapters.items():
+    for name, path in config.identity.adapters.items():
         afp = await fingerprint_async(
-            path, kind="adapter", mode=config.fingerprint_mode, cache_file=cache_file
+            path, kind="adapter", mode=config.identity.fingerprint_mode, cache_file=cache_file
         )
         log.info("adapter_fingerprint", adapter=name, fingerprint=afp.value, path=path)
         adapters[name] = afp.value
-    return PodIdentity(model, adapters, config.allow_foreign_model_store)
+    return PodIdentity(model, adapters, config.identity.allow_foreign_model_store)

@@ -33,7 +33,6 @@ from sidecar.observability.stats import RpcStats
 from sidecar.observability.telemetry import Telemetry, TelemetrySetup, configure_telemetry
 from sidecar.policy.watch import PolicyWatcher
 from sidecar.results.cache import ResultCache
-from sidecar.results.stream_store import StreamLimits
 
 log = structlog.get_logger("infercache.server")
 
@@ -159,8 +158,8 @@ async def start_server(
     if telemetry is None:
         setup = configure_telemetry(
             config.otel_env,
-            metrics_listen=config.metrics_listen,
-            tenants_in_clear=config.telemetry_tenants_in_clear,
+            metrics_listen=config.telemetry.metrics_listen,
+            tenants_in_clear=config.telemetry.tenants_in_clear,
         )
         telemetry = setup.telemetry
     try:
@@ -178,21 +177,14 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     if setup is not None and setup.registry is not None:
         setup.registry.register(RpcDurationCollector(app.rpc_stats))
 
-    server = _grpc_server(config.max_payload_bytes + MESSAGE_HEADROOM)
+    server = _grpc_server(config.limits.max_payload_bytes + MESSAGE_HEADROOM)
     servicer = CacheServicer(
         cache,
         limits=app.limits,
-        max_batch=config.max_batch,
+        max_batch=config.limits.max_batch,
         pod=app.pod,
         observer=RpcObserver(cache_api.SERVICE, telemetry, app.rpc_stats),
-        streams=StreamSettings(
-            StreamLimits(
-                config.max_payload_bytes, config.max_chunks, config.stream_idle_timeout_ms / 1000
-            ),
-            buffer_max_bytes=config.stream_buffer_max_bytes,
-            replay_max_gap_ms=config.replay_max_gap_ms,
-            evict_rejected=config.evict_rejected,
-        ),
+        streams=StreamSettings.from_config(config),
     )
     cache_pb2_grpc.add_CacheServiceServicer_to_server(servicer, server)
     data_services = [CACHE_SERVICE]
@@ -205,16 +197,16 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     reflection.enable_server_reflection(
         (*data_services, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    ports = _listen(server, config.listen)
+    ports = _listen(server, config.server.listen)
 
     admin_server: grpc.aio.Server | None = None
     admin_ports: list[int] = []
-    if config.admin_listen:
-        auth = AdminAuth(config.admin_tokens)
+    if config.admin.listen:
+        auth = AdminAuth(config.admin.tokens)
         if not auth.enabled:
             log.warning("admin_without_tokens", detail="every admin call will be UNAUTHENTICATED")
         # Prewarm carries a file's requests inline: the one large admin message.
-        admin_server = _grpc_server(max(MESSAGE_HEADROOM, config.prewarm_max_message_bytes))
+        admin_server = _grpc_server(max(MESSAGE_HEADROOM, config.prewarm.max_message_bytes))
         admin_servicer = AdminServicer(
             app.invalidator,
             auth,
@@ -229,7 +221,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         reflection.enable_server_reflection(
             (ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), admin_server
         )
-        admin_ports = _listen(admin_server, config.admin_listen)
+        admin_ports = _listen(admin_server, config.admin.listen)
         await admin_server.start()
     await server.start()
 
@@ -238,7 +230,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
         "serving",
-        listen=list(config.listen),
+        listen=list(config.server.listen),
         ports=ports,
         admin_ports=admin_ports,
         metrics_port=setup.metrics_port if setup else None,
@@ -267,7 +259,7 @@ async def serve(config: Config, pod: PodIdentity | None = None) -> int:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, policy.request_reload)
     await stop.wait()
-    log.info("draining", grace_period_s=config.grace_period_s)
-    await running.stop(config.grace_period_s)
+    log.info("draining", grace_period_s=config.server.grace_period_s)
+    await running.stop(config.server.grace_period_s)
     log.info("stopped")
     return 0

@@ -29,7 +29,6 @@ from sidecar.observability.logs import REQUEST_KEY
 from sidecar.observability.stats import RpcStats
 from sidecar.observability.telemetry import Telemetry
 from sidecar.results.cache import LookupQuery, ResultCache
-from sidecar.results.stream_store import StreamLimits
 
 __all__ = ["CACHE_MARKER", "CacheServicer"]
 
@@ -50,9 +49,9 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         *,
         limits: KeyLimits,
         max_batch: int,
+        streams: StreamSettings,
         pod: PodIdentity | None = None,
         observer: RpcObserver | None = None,
-        streams: StreamSettings | None = None,
     ) -> None:
         self._cache = cache
         self._limits = limits
@@ -68,8 +67,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
             self._pod,
             self._observe,
             self._describe,
-            streams
-            or StreamSettings(StreamLimits(cache.max_payload_bytes, cache.max_chunks, 30.0)),
+            streams,
         )
 
     def _key(self, key: PB2.CacheKey) -> CacheKey:

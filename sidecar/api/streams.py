@@ -29,6 +29,7 @@ from sidecar.api.stream_codec import (
     stream_result_to_pb,
     verdict_from_pb,
 )
+from sidecar.config import Config
 from sidecar.entries import Entry
 from sidecar.errors import InfercacheError, InvalidArgument
 from sidecar.identity import PodIdentity
@@ -56,9 +57,22 @@ class StreamSettings:
     """Limits of the streaming RPCs (see the INFERCACHE_* settings of the same names)."""
 
     limits: StreamLimits
-    buffer_max_bytes: int = 256 * 1024 * 1024
-    replay_max_gap_ms: int = 5000
-    evict_rejected: bool = True
+    buffer_max_bytes: int
+    replay_max_gap_ms: int
+    evict_rejected: bool
+
+    @classmethod
+    def from_config(cls, config: Config) -> StreamSettings:
+        """Payload and chunk limits, the INFERCACHE_STREAM_* and replay/evict settings."""
+        limits, stream = config.limits, config.stream
+        return cls(
+            StreamLimits(
+                limits.max_payload_bytes, limits.max_chunks, stream.idle_timeout_ms / 1000
+            ),
+            buffer_max_bytes=stream.buffer_max_bytes,
+            replay_max_gap_ms=stream.replay_max_gap_ms,
+            evict_rejected=stream.evict_rejected,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,9 +57,9 @@ def _run_serve(args: argparse.Namespace) -> int:
     from sidecar.observability.logs import configure_logging
     from sidecar.server import serve
 
-    configure_logging(config.log_level, config.log_format)
+    configure_logging(config.telemetry.log_level, config.telemetry.log_format)
     try:
-        if config.uvloop:
+        if config.server.uvloop:
             import uvloop
 
             return uvloop.run(serve(config))

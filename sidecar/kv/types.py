@@ -12,16 +12,18 @@ from sidecar.kv.pool import PoolLocation
 
 @dataclass(frozen=True, slots=True)
 class KvSettings:
-    """Limits and sizes of the KV hot tier (see sidecar/config.py for each setting)."""
+    """Limits and sizes of the KV hot tier, built by `KvConfig.to_settings()` (the
+    settings' defaults are declared there, once)."""
 
     pool_bytes: int
-    slot_bytes: int = 0
+    slot_bytes: int
     """0: the first attachment's block size."""
-    promote_timeout_ms: int = 50
-    warm_ttl_s: int = 86400
-    default_lease_ms: int = 30_000
-    max_lease_ms: int = 600_000
-    max_chain_blocks: int = 4096
+    promote_timeout_ms: int
+    warm_ttl_s: int
+    default_lease_ms: int
+    max_lease_ms: int
+    max_chain_blocks: int
+    # Not settings: internal bounds on what one sidecar tracks.
     max_leases: int = 65536
     max_attachments: int = 256
 

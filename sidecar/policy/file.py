@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from sidecar.config import parse_bytes
+from sidecar.config import Config, parse_bytes
 from sidecar.policy.cacheability import Policy, TenantPolicy
 
 MAX_POLICY_FILE_BYTES = 1024 * 1024
@@ -56,10 +56,15 @@ class PolicyError(ValueError):
 class PolicyBounds:
     """Process-wide ceilings from the settings that no policy value may exceed."""
 
-    max_ttl_s: int = 86400
+    max_ttl_s: int
     """INFERCACHE_MAX_TTL_S: it also bounds how long invalidation rules are kept."""
-    max_entry_bytes: int = 4 * 1024 * 1024
+    max_entry_bytes: int
     """INFERCACHE_MAX_PAYLOAD_BYTES."""
+
+    @classmethod
+    def from_config(cls, config: Config) -> PolicyBounds:
+        """The ceilings the configured settings set."""
+        return cls(max_ttl_s=config.ttl.max_ttl_s, max_entry_bytes=config.limits.max_payload_bytes)
 
 
 class _Reader:
@@ -183,7 +188,7 @@ def _unknown(name: str, known: Any) -> str:
 
 def parse_policy(text: str, source: str = "<policy>", bounds: PolicyBounds | None = None) -> Policy:
     """Parse and validate a policy document; raises PolicyError naming line and field."""
-    reader = _Reader(source, bounds or PolicyBounds())
+    reader = _Reader(source, bounds or PolicyBounds.from_config(Config()))
     if len(text.encode("utf-8")) > MAX_POLICY_FILE_BYTES:
         raise PolicyError(source, None, "", f"is larger than {MAX_POLICY_FILE_BYTES} bytes")
     try:

@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from sidecar.config import PrewarmConfig
 from sidecar.entries import ComputeCost
 from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
 from sidecar.identity import PodIdentity
@@ -68,7 +69,18 @@ class PrewarmSettings:
     base_url: str
     concurrency: int
     max_requests: int
-    payload_format: PayloadFormat = PayloadFormat.TEXT
+    payload_format: PayloadFormat
+
+    @classmethod
+    def from_config(cls, prewarm: PrewarmConfig) -> PrewarmSettings:
+        """The settings of INFERCACHE_MODEL_SERVER_* and INFERCACHE_PREWARM_*."""
+        return cls(
+            model=prewarm.model_server_model,
+            base_url=prewarm.model_server_url,
+            concurrency=prewarm.concurrency,
+            max_requests=prewarm.max_requests,
+            payload_format=PayloadFormat(prewarm.payload),
+        )
 
 
 def _skip(index: int, reason: str, detail: str = "", digest: bytes = b"") -> ItemReport:

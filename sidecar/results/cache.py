@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import structlog
 
 from sidecar import entries
+from sidecar.config import LeaseConfig, TtlConfig
 from sidecar.entries import ChunkMeta, ComputeCost, Entry, EntryRejected
 from sidecar.errors import FailedPrecondition, InvalidArgument, TierUnavailable
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
@@ -119,9 +120,14 @@ class TtlPolicy:
     """TTL bounds in seconds from the settings: a default, a global maximum and per-tenant
     maxima. The policy file chooses within them (see `effective`)."""
 
-    default_s: int = 3600
-    max_s: int = 86400
+    default_s: int
+    max_s: int
     tenant_max_s: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, ttl: TtlConfig) -> TtlPolicy:
+        """The bounds INFERCACHE_DEFAULT_TTL_S, _MAX_TTL_S and _TENANT_MAX_TTL_S give."""
+        return cls(ttl.default_ttl_s, ttl.max_ttl_s, dict(ttl.tenant_max_ttl_s))
 
     def effective(self, tenant: str, requested_s: int, policy: TenantPolicy | None = None) -> int:
         """The TTL to apply: the request, else the policy's default, else the setting's
@@ -137,18 +143,6 @@ class TtlPolicy:
                 default = policy.default_ttl_s
         wanted = requested_s if requested_s > 0 else default
         return max(1, min(wanted, cap))
-
-
-@dataclass(frozen=True, slots=True)
-class LeasePolicy:
-    """How leases are issued and what a Store without one gets."""
-
-    ttl_s: int = 60
-    allow_unleased_store: bool = False
-    # An unleased result may have been computed this long before it is stored:
-    # it is stamped with the epoch current then (conservative).
-    unleased_window_s: int = 300
-    max_wait_ms: int = 30_000
 
 
 # CacheStats.lookups' (outcome, tier) labels, precomputed per (outcome, tier).
@@ -172,10 +166,10 @@ class ResultCache:
         *,
         ttl: TtlPolicy,
         max_payload_bytes: int,
-        max_chunks: int = 65_536,
+        max_chunks: int,
         freshness: Freshness | None = None,
         signer: LeaseSigner | None = None,
-        leases: LeasePolicy | None = None,
+        leases: LeaseConfig | None = None,
         stats: CacheStats | None = None,
         policy: PolicyHolder | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
@@ -189,7 +183,7 @@ class ResultCache:
         self.rules = self.freshness.rules
         self.control = self.freshness.control
         self.signer = signer or LeaseSigner(os.urandom(32))
-        self.leases = leases or LeasePolicy()
+        self.leases = leases or LeaseConfig()
         self.stats = stats or CacheStats()
         self.policy = policy or PolicyHolder()
         self._clock_ms = clock_ms

@@ -21,6 +21,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, multiple, rule
 
+from sidecar.config import LeaseConfig, LimitsConfig
 from sidecar.errors import FailedPrecondition
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
@@ -30,7 +31,6 @@ from sidecar.invalidation.rules import RuleSet, Selector
 from sidecar.keys import CacheKey, InputKind, KeyRequest, build_key
 from sidecar.observability.stats import CacheStats
 from sidecar.results.cache import (
-    LeasePolicy,
     LookupQuery,
     LookupResult,
     Outcome,
@@ -136,9 +136,10 @@ class InvalidationMachine(RuleBasedStateMachine):
             self.warm,
             ttl=TtlPolicy(DEFAULT_TTL_S, MAX_TTL_S),
             max_payload_bytes=1 << 20,
+            max_chunks=LimitsConfig().max_chunks,
             freshness=self.freshness,
             signer=LeaseSigner(os.urandom(32)),
-            leases=LeasePolicy(
+            leases=LeaseConfig(
                 ttl_s=LEASE_TTL_S,
                 allow_unleased_store=True,
                 unleased_window_s=UNLEASED_WINDOW_S,

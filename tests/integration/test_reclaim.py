@@ -10,6 +10,7 @@ import pytest
 
 from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.warm import RedisWarmTier
+from sidecar.config import LimitsConfig, TtlConfig
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Invalidator
@@ -61,8 +62,9 @@ async def node(request: pytest.FixtureRequest) -> AsyncIterator[Node]:
     cache = ResultCache(
         HotTier(1 << 30, 100_000),
         warm,
-        ttl=TtlPolicy(),
+        ttl=TtlPolicy.from_config(TtlConfig()),
         max_payload_bytes=1 << 20,
+        max_chunks=LimitsConfig().max_chunks,
         freshness=freshness,
         signer=LeaseSigner(os.urandom(32)),
     )

@@ -10,6 +10,7 @@ from infercache.v1 import cache_pb2 as pb
 
 from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.warm import RedisWarmTier
+from sidecar.config import LimitsConfig, TtlConfig
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.invalidation.rules import RuleSet, Selector
@@ -55,8 +56,9 @@ async def test_rule_committed_just_before_ours_is_applied(redis_server: RedisSer
     cache = ResultCache(
         HotTier(1 << 20, 100),
         warm,
-        ttl=TtlPolicy(),
+        ttl=TtlPolicy.from_config(TtlConfig()),
         max_payload_bytes=1 << 20,
+        max_chunks=LimitsConfig().max_chunks,
         freshness=freshness,
         signer=LeaseSigner(b"x" * 32),
     )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from sidecar import entries
+from sidecar.config import LimitsConfig
 from sidecar.entries import ComputeCost, Entry
 from sidecar.errors import InvalidArgument, TierUnavailable
 from sidecar.keys import CacheKey, InputKind, KeyDigest, KeyRequest, build_key
@@ -106,6 +107,7 @@ def make_cache(
         warm,
         ttl=ttl or TtlPolicy(default_s=3600, max_s=86400),
         max_payload_bytes=MAX_PAYLOAD,
+        max_chunks=LimitsConfig().max_chunks,
         clock_ms=clock,
     )
 

@@ -6,6 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
+from sidecar.config import LimitsConfig
 from sidecar.errors import InvalidArgument
 from sidecar.keys import CacheKey, InputKind, KeyRequest, Sampling, build_key
 from sidecar.policy.cacheability import (
@@ -48,6 +49,7 @@ def cache(warm: FlakyWarmTier, clock: Clock, holder: PolicyHolder) -> ResultCach
         warm,
         ttl=TtlPolicy(3600, 86400),
         max_payload_bytes=MAX_PAYLOAD,
+        max_chunks=LimitsConfig().max_chunks,
         policy=holder,
         clock_ms=clock,
     )

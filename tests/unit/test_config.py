@@ -4,25 +4,55 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sidecar.api.streams import StreamSettings
 from sidecar.cli.main import build_parser
-from sidecar.config import SETTINGS, Config, ConfigError, load_config, parse_bytes
+from sidecar.config import (
+    SECTIONS,
+    SETTINGS,
+    Config,
+    ConfigError,
+    LimitsConfig,
+    Setting,
+    load_config,
+    parse_bytes,
+    setting,
+)
+from sidecar.config.fields import section_settings
+from sidecar.config.table import markdown_table, row, splice, spliced_block
 from sidecar.fingerprint import default_cache_file
+from sidecar.policy.file import PolicyBounds
+from sidecar.prewarm.openai import PayloadFormat
+from sidecar.prewarm.runner import PrewarmSettings
+from sidecar.results.cache import ResultCache, TtlPolicy
+from sidecar.results.stream_store import StreamLimits
 
 ROOT = Path(__file__).resolve().parents[2]
 BY_NAME = {s.name: s for s in SETTINGS}
 
 
+def value(config: Config, s: Setting) -> object:
+    """The loaded value of one setting, read through its section."""
+    return getattr(getattr(config, s.section), s.field)
+
+
 def test_settings_match_the_config_fields() -> None:
-    """SETTINGS declares exactly the Config fields, in the same order (plus the collected
-    OTEL_* variables, which are OpenTelemetry's, not settings of ours)."""
+    """SETTINGS is walked from the sections: exactly their fields, in the same order (the
+    Config holds one section per field, plus the collected OTEL_* variables, which are
+    OpenTelemetry's, not settings of ours)."""
     fields = [f.name for f in dataclasses.fields(Config)]
     assert fields[-1] == "otel_env"
-    assert [s.name for s in SETTINGS] == fields[:-1]
+    assert [name for name, _ in SECTIONS] == fields[:-1]
+    walked = [(name, f.name) for name, section in SECTIONS for f in dataclasses.fields(section)]
+    assert [(s.section, s.field) for s in SETTINGS] == walked
 
 
 def test_otel_variables_are_collected_for_telemetry() -> None:
@@ -44,34 +74,36 @@ def test_defaults() -> None:
     for s in SETTINGS:
         if s.name == "fingerprint_cache_file":
             continue  # derived default, checked below
-        assert getattr(config, s.name) == s.parse(s.default), s.name
-    assert config.fingerprint_cache_file == str(default_cache_file({}))
-    assert load_config({"XDG_CACHE_HOME": "/xdg"}).fingerprint_cache_file == (
+        assert value(config, s) == s.parse(s.default), s.name
+    assert config.identity.fingerprint_cache_file == str(default_cache_file({}))
+    assert load_config({"XDG_CACHE_HOME": "/xdg"}).identity.fingerprint_cache_file == (
         "/xdg/infercache/fingerprints.json"
     )
-    assert config.listen == ("127.0.0.1:50051",)
-    assert config.redis_url is None
-    assert config.redis_key_prefix == "ic:v1:"
-    assert config.lookup_timeout_ms == 50
-    assert config.write_timeout_ms == 500
-    assert config.hot_max_bytes == 256 * 1024**2
-    assert config.hot_max_entries == 100_000
-    assert config.embedded_max_bytes == 1024**3
-    assert config.max_payload_bytes == 4 * 1024**2
-    assert config.max_input_bytes == 8 * 1024**2
-    assert config.max_batch == 1024
-    assert (config.default_ttl_s, config.max_ttl_s) == (3600, 86400)
-    assert config.tenant_max_ttl_s == {}
-    assert config.grace_period_s == 10
-    assert config.log_level == "info"
-    assert config.uvloop is True
+    assert config.server.listen == ("127.0.0.1:50051",)
+    assert config.redis.url is None
+    assert config.redis.key_prefix == "ic:v1:"
+    assert config.redis.lookup_timeout_ms == 50
+    assert config.redis.write_timeout_ms == 500
+    assert config.tiers.hot_max_bytes == 256 * 1024**2
+    assert config.tiers.hot_max_entries == 100_000
+    assert config.tiers.embedded_max_bytes == 1024**3
+    assert config.limits.max_payload_bytes == 4 * 1024**2
+    assert config.limits.max_input_bytes == 8 * 1024**2
+    assert config.limits.max_batch == 1024
+    assert (config.ttl.default_ttl_s, config.ttl.max_ttl_s) == (3600, 86400)
+    assert config.ttl.tenant_max_ttl_s == {}
+    assert config.server.grace_period_s == 10
+    assert config.telemetry.log_level == "info"
+    assert config.server.uvloop is True
 
 
 def test_config_is_frozen() -> None:
     """A Config cannot be changed after it is read."""
     config = load_config({})
     with pytest.raises(dataclasses.FrozenInstanceError):
-        config.max_batch = 1  # type: ignore[misc]
+        config.limits.max_batch = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.limits = LimitsConfig()  # type: ignore[misc]
 
 
 def test_environment_is_parsed() -> None:
@@ -95,19 +127,19 @@ def test_environment_is_parsed() -> None:
             "UNRELATED": "ignored",
         }
     )
-    assert config.listen == ("127.0.0.1:7000", "unix:/tmp/ic.sock", "[::1]:7001")
-    assert config.redis_url == "redis://10.0.0.5:6380/2"
-    assert config.redis_key_prefix == "blue:"
-    assert config.lookup_timeout_ms == 20
-    assert config.hot_max_bytes == 64 * 1024**2
-    assert config.hot_max_entries == 0
-    assert config.embedded_max_bytes == 2 * 10**9
-    assert config.max_payload_bytes == 1048576
-    assert config.max_batch == 16
-    assert (config.default_ttl_s, config.max_ttl_s) == (60, 600)
-    assert config.tenant_max_ttl_s == {"acme": 30, "beta": 90}
-    assert config.log_level == "warning"
-    assert config.uvloop is False
+    assert config.server.listen == ("127.0.0.1:7000", "unix:/tmp/ic.sock", "[::1]:7001")
+    assert config.redis.url == "redis://10.0.0.5:6380/2"
+    assert config.redis.key_prefix == "blue:"
+    assert config.redis.lookup_timeout_ms == 20
+    assert config.tiers.hot_max_bytes == 64 * 1024**2
+    assert config.tiers.hot_max_entries == 0
+    assert config.tiers.embedded_max_bytes == 2 * 10**9
+    assert config.limits.max_payload_bytes == 1048576
+    assert config.limits.max_batch == 16
+    assert (config.ttl.default_ttl_s, config.ttl.max_ttl_s) == (60, 600)
+    assert config.ttl.tenant_max_ttl_s == {"acme": 30, "beta": 90}
+    assert config.telemetry.log_level == "warning"
+    assert config.server.uvloop is False
 
 
 @pytest.mark.parametrize(
@@ -132,8 +164,8 @@ def test_flags_win_over_the_environment() -> None:
     """A CLI override beats the environment, which beats the default."""
     env = {"INFERCACHE_MAX_BATCH": "5", "INFERCACHE_LOG_LEVEL": "debug"}
     config = load_config(env, {"max_batch": "7"})
-    assert config.max_batch == 7
-    assert config.log_level == "debug"
+    assert config.limits.max_batch == 7
+    assert config.telemetry.log_level == "debug"
 
 
 def test_every_setting_is_a_serve_flag() -> None:
@@ -182,7 +214,6 @@ def test_bad_environment_value_names_the_variable(env: str, value: str) -> None:
 
 
 FREE_TEXT_SETTINGS = {
-    "redis_url",  # validated as a whole in load_config (see test below)
     "redis_key_prefix",
     "admin_tokens_file",
     "lease_secret",
@@ -238,6 +269,240 @@ def test_readme_lists_every_setting_with_its_flag_and_default() -> None:
         assert flag == s.flag, s.env
         assert default == (f"`{s.default}`" if s.default else "(empty)"), s.env
         assert meaning == s.help, s.env
+
+
+def test_readme_table_is_the_generated_one() -> None:
+    """The block between README's config-table markers is byte for byte what the settings'
+    declarations generate (`make config-table` rewrites it)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert spliced_block(readme) == markdown_table(), "stale: run `make config-table`"
+    assert splice(readme) == readme
+
+
+def test_gen_config_table_check_catches_a_stale_table(tmp_path: Path) -> None:
+    """scripts/gen_config_table.py --check passes on README and fails on an edited table;
+    without --check it regenerates the table."""
+    script = [sys.executable, str(ROOT / "scripts" / "gen_config_table.py")]
+    assert subprocess.run([*script, "--check"], capture_output=True).returncode == 0
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    stale = tmp_path / "README.md"
+    stale.write_text(readme.replace("Hot tier byte budget", "Hot tier budget"), encoding="utf-8")
+    assert subprocess.run([*script, "--check", str(stale)], capture_output=True).returncode == 1
+    assert subprocess.run([*script, str(stale)], capture_output=True).returncode == 0
+    assert stale.read_text(encoding="utf-8") == readme
+
+
+def test_python_m_sidecar_config_prints_the_table() -> None:
+    """`python -m sidecar.config --markdown` prints the generated table."""
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar.config", "--markdown"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout == markdown_table()
+
+
+def test_each_row_flag_and_variable_come_from_the_declaration() -> None:
+    """A setting's variable, flag, table row and --help text are all generated from its one
+    setting() declaration: its name (section PREFIX plus field, or name=), default and help."""
+    parser: Any = build_parser()
+    (subcommands,) = (a for a in parser._actions if a.dest == "command")
+    helps = {a.dest: a.help for a in subcommands.choices["serve"]._actions}
+    for name, section in SECTIONS:
+        prefix = section.PREFIX
+        declared = {f.name: f for f in dataclasses.fields(section)}
+        for s in (s for s in SETTINGS if s.section == name):
+            f: Any = declared[s.field]
+            explicit = f.metadata["infercache.setting"].name
+            assert s.name == (explicit or prefix + s.field), s.name
+            assert s.env == "INFERCACHE_" + s.name.upper()
+            assert s.flag == "--" + s.name.replace("_", "-")
+            default = f.default_factory() if callable(f.default_factory) else f.default
+            if s.name != "fingerprint_cache_file":
+                assert s.parse(s.default) == default, f"{s.env}: default does not round-trip"
+            shown = f"`{s.default}`" if s.default else "(empty)"
+            assert row(s) == f"| `{s.env}` | `{s.flag}` | {shown} | {s.help} |\n"
+            assert helps[s.name] == f"{s.help} (env {s.env}, default {s.default!r})"
+
+
+HISTORICAL_VARIABLES = [
+    "LISTEN",
+    "REDIS_URL",
+    "REDIS_KEY_PREFIX",
+    "LOOKUP_TIMEOUT_MS",
+    "WRITE_TIMEOUT_MS",
+    "HOT_MAX_BYTES",
+    "HOT_MAX_ENTRIES",
+    "EMBEDDED_MAX_BYTES",
+    "EMBEDDED_MAX_ENTRIES",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_INPUT_BYTES",
+    "MAX_BATCH",
+    "MAX_CHUNKS",
+    "STREAM_IDLE_TIMEOUT_MS",
+    "STREAM_BUFFER_MAX_BYTES",
+    "REPLAY_MAX_GAP_MS",
+    "EVICT_REJECTED",
+    "DEFAULT_TTL_S",
+    "MAX_TTL_S",
+    "TENANT_MAX_TTL_S",
+    "GRACE_PERIOD_S",
+    "ADMIN_LISTEN",
+    "ADMIN_TOKENS",
+    "ADMIN_TOKENS_FILE",
+    "LEASE_SECRET",
+    "LEASE_TTL_S",
+    "ALLOW_UNLEASED_STORE",
+    "UNLEASED_WINDOW_S",
+    "MAX_WAIT_MS",
+    "FRESHNESS_BOUND_MS",
+    "RECLAIM_KEYS_PER_S",
+    "MODEL_PATH",
+    "ADAPTERS",
+    "FINGERPRINT_MODE",
+    "FINGERPRINT_CACHE_FILE",
+    "ALLOW_FOREIGN_MODEL_STORE",
+    "MODEL_SERVER_URL",
+    "MODEL_SERVER_MODEL",
+    "PREWARM_CONCURRENCY",
+    "PREWARM_TIMEOUT_S",
+    "PREWARM_MAX_REQUESTS",
+    "PREWARM_MAX_MESSAGE_BYTES",
+    "PREWARM_PAYLOAD",
+    "HIT_SAMPLE_RATE",
+    "HIT_RECORD_MAX_PER_VERSION",
+    "HIT_RECORD_TTL_S",
+    "POLICY_FILE",
+    "POLICY_POLL_MS",
+    "KV_ENABLED",
+    "KV_DEVICE",
+    "KV_POOL_BYTES",
+    "KV_SLOT_BYTES",
+    "KV_SHM_DIR",
+    "KV_PROMOTE_TIMEOUT_MS",
+    "KV_WARM_TTL_S",
+    "KV_LEASE_TTL_MS",
+    "KV_MAX_LEASE_TTL_MS",
+    "KV_MAX_CHAIN_BLOCKS",
+    "LOG_LEVEL",
+    "LOG_FORMAT",
+    "METRICS_LISTEN",
+    "METRICS_MAX_MODEL_VERSIONS",
+    "TELEMETRY_TENANTS_IN_CLEAR",
+    "UVLOOP",
+]
+
+
+def test_variable_names_are_the_historical_ones() -> None:
+    """Sections did not rename anything: the variables (and so the flags) operators set are
+    exactly the ones of the flat configuration, each once."""
+    assert sorted(s.env for s in SETTINGS) == sorted(
+        "INFERCACHE_" + v for v in HISTORICAL_VARIABLES
+    )
+    assert len({s.name for s in SETTINGS}) == len(SETTINGS)
+
+
+def test_a_section_field_without_setting_is_refused() -> None:
+    """Every section field must be declared with setting(): a bare field would have no
+    variable, flag or row, so walking such a section fails."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Bare:
+        declared: int = setting(1, "declared", parse_bytes)
+        bare: int = 2
+
+    with pytest.raises(TypeError, match=r"Bare\.bare"):
+        list(section_settings("bare", Bare))
+
+
+def test_a_flag_value_error_names_the_flag_for_every_setting() -> None:
+    """Every setting that is not free text refuses garbage given as a flag, naming the flag."""
+    garbage = "%%not a valid value%%"
+    for s in SETTINGS:
+        if s.name in FREE_TEXT_SETTINGS:
+            continue
+        with pytest.raises(ConfigError, match=re.escape(s.flag)):
+            load_config({}, {s.name: garbage})
+
+
+def test_an_unknown_override_is_refused() -> None:
+    """A misspelt override (a test's or an embedder's) is an error, not silently ignored."""
+    with pytest.raises(ConfigError, match="max_bacth"):
+        load_config({}, {"max_bacth": "5"})
+
+
+def test_config_without_arguments_is_the_defaults() -> None:
+    """Config() holds the declared defaults: load_config({}) differs only in what it derives
+    from the environment (the fingerprint memo file)."""
+    loaded = load_config({})
+    identity = dataclasses.replace(loaded.identity, fingerprint_cache_file=None)
+    assert dataclasses.replace(loaded, identity=identity) == Config()
+
+
+def test_sections_build_the_values_their_consumers_take() -> None:
+    """Each consumer's settings value is built from the sections by one function, field for
+    field (non-default values, so a mapping that fell back to a default would show)."""
+    config = load_config(
+        {},
+        {
+            "max_payload_bytes": "1MiB",
+            "max_chunks": "77",
+            "stream_idle_timeout_ms": "1500",
+            "stream_buffer_max_bytes": "3MiB",
+            "replay_max_gap_ms": "40",
+            "evict_rejected": "false",
+            "default_ttl_s": "5",
+            "max_ttl_s": "50",
+            "tenant_max_ttl_s": "acme=7",
+            "model_server_url": "http://model:9000/",
+            "model_server_model": "org/m",
+            "prewarm_concurrency": "3",
+            "prewarm_max_requests": "9",
+            "prewarm_payload": "openai_json",
+            "kv_pool_bytes": "2MiB",
+            "kv_slot_bytes": "4KiB",
+            "kv_promote_timeout_ms": "11",
+            "kv_warm_ttl_s": "12",
+            "kv_lease_ttl_ms": "13",
+            "kv_max_lease_ttl_ms": "14",
+            "kv_max_chain_blocks": "15",
+        },
+    )
+    streams = StreamSettings.from_config(config)
+    assert streams.limits == StreamLimits(1024**2, 77, 1.5)
+    assert (streams.buffer_max_bytes, streams.replay_max_gap_ms, streams.evict_rejected) == (
+        3 * 1024**2,
+        40,
+        False,
+    )
+    assert TtlPolicy.from_config(config.ttl) == TtlPolicy(5, 50, {"acme": 7})
+    assert PolicyBounds.from_config(config) == PolicyBounds(max_ttl_s=50, max_entry_bytes=1024**2)
+    assert PrewarmSettings.from_config(config.prewarm) == PrewarmSettings(
+        "org/m", "http://model:9000", 3, 9, PayloadFormat.OPENAI_JSON
+    )
+    kv = config.kv.to_settings()
+    assert (kv.pool_bytes, kv.slot_bytes, kv.promote_timeout_ms, kv.warm_ttl_s) == (
+        2 * 1024**2,
+        4096,
+        11,
+        12,
+    )
+    assert (kv.default_lease_ms, kv.max_lease_ms, kv.max_chain_blocks) == (13, 14, 15)
+
+
+def test_max_chunks_default_is_the_documented_one() -> None:
+    """The one chunk limit (Store chunk boundaries and StoreStream chunks alike) is the
+    documented 32768: the result cache's own 65536 default is gone."""
+    config = load_config({})
+    assert config.limits.max_chunks == 32768
+    assert StreamSettings.from_config(config).limits.max_chunks == 32768
+    assert _readme_settings()["INFERCACHE_MAX_CHUNKS"][1] == "`32768`"
+    assert "max_chunks" not in _defaults_of(ResultCache.__init__)
+
+
+def _defaults_of(fn: Any) -> set[str]:
+    return {n for n, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
 
 
 def test_only_config_reads_the_environment() -> None:

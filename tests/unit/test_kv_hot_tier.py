@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
+from sidecar.config import KvConfig
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.layout import BlockKey, KvLayout, make_layout, version_tag
 from sidecar.kv.pins import LeaseTable
 from sidecar.kv.pool import MemorySlotPool
-from sidecar.kv.types import KvSettings
 from sidecar.kv.warm import MemoryKvWarmStore, encode_block
 
 LAYOUT = make_layout(num_layers=2, num_kv_heads=1, head_dim=4, tokens_per_block=2, dtype="float32")
@@ -28,12 +29,12 @@ class Clock:
 
 
 class Setup:
-    def __init__(self, slots: int = 4, warm: bool = True, **settings: int) -> None:
+    def __init__(self, slots: int = 4, warm: bool = True, **settings: Any) -> None:
         self.clock = Clock()
         self.pools: list[MemorySlotPool] = []
         self.warm = MemoryKvWarmStore() if warm else None
         self.tier = KvHotTier(
-            KvSettings(pool_bytes=slots * BLOCK, **settings),
+            KvConfig(pool_bytes=slots * BLOCK, **settings).to_settings(),
             self._pool,
             self.warm,
             leases=LeaseTable(1000, clock=self.clock),
@@ -227,7 +228,7 @@ async def test_slow_promotion_answers_retry_later_and_finishes_in_background() -
 
 async def test_lease_expiry_unpins_and_renewal_keeps_pins() -> None:
     """An expired lease frees its slots; a renewed one keeps them."""
-    s = Setup(slots=2, default_lease_ms=1000)
+    s = Setup(slots=2, lease_ttl_ms=1000)
     a = await s.attach("fp")
     slots, lease = await s.tier.allocate(a, 2)
     with pytest.raises(ResourceExhausted):

@@ -1,0 +1,59 @@
+"""Configuration: frozen sections, read once from INFERCACHE_* variables and CLI flags.
+
+Every setting is declared once, as a `setting()` field of a section in
+`sections.py` (default, parser, one-line help); SETTINGS, the `serve` flags,
+the variables and the README table are generated from those declarations.
+No other module reads os.environ. Invalid values fail at start with a message
+naming the variable.
+"""
+
+from sidecar.config.fields import ENV_PREFIX, Setting, setting
+from sidecar.config.load import SECTIONS, SETTINGS, ConfigError, check_consistency, load_config
+from sidecar.config.parsers import format_bytes, parse_bytes
+from sidecar.config.sections import (
+    AdminConfig,
+    Config,
+    HitsConfig,
+    IdentityConfig,
+    InvalidationConfig,
+    KvConfig,
+    LeaseConfig,
+    LimitsConfig,
+    PolicyConfig,
+    PrewarmConfig,
+    RedisConfig,
+    ServerConfig,
+    StreamConfig,
+    TelemetryConfig,
+    TiersConfig,
+    TtlConfig,
+)
+
+__all__ = [
+    "ENV_PREFIX",
+    "SECTIONS",
+    "SETTINGS",
+    "AdminConfig",
+    "Config",
+    "ConfigError",
+    "HitsConfig",
+    "IdentityConfig",
+    "InvalidationConfig",
+    "KvConfig",
+    "LeaseConfig",
+    "LimitsConfig",
+    "PolicyConfig",
+    "PrewarmConfig",
+    "RedisConfig",
+    "ServerConfig",
+    "Setting",
+    "StreamConfig",
+    "TelemetryConfig",
+    "TiersConfig",
+    "TtlConfig",
+    "check_consistency",
+    "format_bytes",
+    "load_config",
+    "parse_bytes",
+    "setting",
+]

@@ -1,0 +1,117 @@
+"""Reading a Config: defaults < INFERCACHE_* variables < CLI flags, then the cross-checks.
+
+This is the only module of the sidecar that is handed the environment (by the
+entry points); invalid values fail here with a message naming the variable or flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from sidecar.config.fields import Setting, section_settings
+from sidecar.config.parsers import token_map
+from sidecar.config.sections import Config
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the variable or flag."""
+
+
+def _sections() -> tuple[tuple[str, type[Any]], ...]:
+    out = []
+    for f in dataclasses.fields(Config):
+        if f.name != "otel_env":
+            out.append((f.name, f.default_factory))
+    return tuple(out)  # type: ignore[arg-type]
+
+
+SECTIONS: tuple[tuple[str, type[Any]], ...] = _sections()
+"""(Config field, section class) in declaration order."""
+
+SETTINGS: tuple[Setting, ...] = tuple(
+    s for name, section in SECTIONS for s in section_settings(name, section)
+)
+"""Every setting, walked from the sections: the flags, variables and README rows."""
+
+
+def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> Config:
+    """Build a Config from defaults < environment < overrides (CLI flags, by setting name)."""
+    overrides = overrides or {}
+    unknown = set(overrides) - {s.name for s in SETTINGS}
+    if unknown:
+        raise ConfigError(f"unknown settings: {sorted(unknown)}")
+    values: dict[str, dict[str, Any]] = {name: {} for name, _ in SECTIONS}
+    for s in SETTINGS:
+        if s.name in overrides:
+            raw, source = overrides[s.name], s.flag
+        elif s.env in environ:
+            raw, source = environ[s.env], s.env
+        else:
+            raw, source = s.default, f"default of {s.env}"
+        try:
+            values[s.section][s.field] = s.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+    admin, identity = values["admin"], values["identity"]
+    if admin["tokens_file"]:
+        admin["tokens"] = _merge_token_file(admin["tokens"], admin["tokens_file"])
+    if not identity["fingerprint_cache_file"]:
+        from sidecar.fingerprint import default_cache_file
+
+        identity["fingerprint_cache_file"] = str(default_cache_file(environ))
+    config = Config(
+        **{name: section(**values[name]) for name, section in SECTIONS},
+        otel_env={k: v for k, v in environ.items() if k.startswith("OTEL_")},
+    )
+    check_consistency(config)
+    return config
+
+
+def _merge_token_file(inline: Mapping[str, str], path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            from_file = token_map(f.read())
+    except OSError as exc:
+        raise ConfigError(f"INFERCACHE_ADMIN_TOKENS_FILE: cannot read {path}: {exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"INFERCACHE_ADMIN_TOKENS_FILE: {path}: {exc}") from exc
+    clash = set(inline) & set(from_file)
+    if clash:
+        raise ConfigError(f"INFERCACHE_ADMIN_TOKENS_FILE: names also set inline: {sorted(clash)}")
+    return {**inline, **from_file}
+
+
+# Header, key material (bounded by the key limits) and checksum, generously.
+_ENTRY_OVERHEAD = 512 * 1024
+_CHUNK_ROW_BYTES = 12
+
+
+def check_consistency(c: Config) -> None:
+    """Settings that are valid alone but not together: ConfigError naming both."""
+    ttl, limits = c.ttl, c.limits
+    if ttl.default_ttl_s > ttl.max_ttl_s:
+        raise ConfigError(
+            f"INFERCACHE_DEFAULT_TTL_S ({ttl.default_ttl_s}) exceeds INFERCACHE_MAX_TTL_S "
+            f"({ttl.max_ttl_s})"
+        )
+    largest_entry = (
+        limits.max_payload_bytes + limits.max_chunks * _CHUNK_ROW_BYTES + _ENTRY_OVERHEAD
+    )
+    if c.redis.url is None and c.tiers.embedded_max_bytes < largest_entry:
+        raise ConfigError(
+            f"INFERCACHE_EMBEDDED_MAX_BYTES ({c.tiers.embedded_max_bytes}) cannot hold one entry "
+            f"of INFERCACHE_MAX_PAYLOAD_BYTES ({limits.max_payload_bytes}) plus its key material "
+            f"and INFERCACHE_MAX_CHUNKS ({limits.max_chunks}) chunk boundaries"
+        )
+    if c.stream.buffer_max_bytes < limits.max_payload_bytes:
+        raise ConfigError(
+            f"INFERCACHE_STREAM_BUFFER_MAX_BYTES ({c.stream.buffer_max_bytes}) cannot buffer "
+            f"one stream of INFERCACHE_MAX_PAYLOAD_BYTES ({limits.max_payload_bytes})"
+        )
+    if c.kv.lease_ttl_ms > c.kv.max_lease_ttl_ms:
+        raise ConfigError(
+            f"INFERCACHE_KV_LEASE_TTL_MS ({c.kv.lease_ttl_ms}) exceeds "
+            f"INFERCACHE_KV_MAX_LEASE_TTL_MS ({c.kv.max_lease_ttl_ms})"
+        )

@@ -6,7 +6,7 @@ the timed work is `lookup_many` of a batch of 32 of them (all hot-tier HITs, eac
 query carrying its source request as the data plane passes it). Configurations,
 run in alternating slices of 0.2 s (so background load falls on all alike):
 
-    off            cache.hits = None (baseline)
+    off            no HitRecorder among the cache's observers (baseline)
     no_retain      rate 0.01, the tenant's policy does not retain inputs (the default)
     retain_1pct    rate 0.01 (the default), the tenant retains inputs, embedded store
     retain_all     rate 1.0, every hit encoded and written (worst case)
@@ -30,6 +30,9 @@ import statistics
 import time
 
 from sidecar.config import LimitsConfig, TtlConfig
+from sidecar.invalidation.embedded_store import EmbeddedControlStore
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder
 from sidecar.results.cache import LookupQuery, ResultCache, TtlPolicy
@@ -52,6 +55,7 @@ async def _prepare() -> tuple[ResultCache, list[list[LookupQuery]]]:
         ttl=TtlPolicy.from_config(TtlConfig()),
         max_payload_bytes=1024 * 1024,
         max_chunks=LimitsConfig().max_chunks,
+        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
     )
     queries = []
     for i in range(KEYS):
@@ -71,7 +75,26 @@ async def _prepare() -> tuple[ResultCache, list[list[LookupQuery]]]:
     return cache, batches
 
 
-async def _slice(cache: ResultCache, batches: list[list[LookupQuery]], seconds: float) -> float:
+def _observed_by(base: ResultCache, recorder: HitRecorder | None) -> ResultCache:
+    """A cache over `base`'s tiers, rules and counters whose lookups `recorder` observes."""
+    return ResultCache(
+        base.hot,
+        base.warm,
+        ttl=base.ttl,
+        max_payload_bytes=base.max_payload_bytes,
+        max_chunks=base.max_chunks,
+        freshness=base.freshness,
+        stats=base.stats,
+        observers=() if recorder is None else (recorder,),
+    )
+
+
+async def _slice(
+    cache: ResultCache,
+    recorder: HitRecorder | None,
+    batches: list[list[LookupQuery]],
+    seconds: float,
+) -> float:
     """CPU microseconds per key over one slice (including draining recorder writes).
 
     Process CPU time, not wall time: on a shared machine other processes' load then
@@ -85,27 +108,27 @@ async def _slice(cache: ResultCache, batches: list[list[LookupQuery]], seconds: 
             keys += len(batch)
             # Give the loop a turn, as a server does between RPCs: the writer runs there.
             await asyncio.sleep(0)
-    if cache.hits is not None:
-        await cache.hits.drain()
+    if recorder is not None:
+        await recorder.drain()
     return (time.process_time() - cpu_started) * 1e6 / keys
 
 
 async def main(rounds: int, seconds: float) -> None:
-    cache, batches = await _prepare()
-    configs = {
+    base, batches = await _prepare()
+    configs: dict[str, HitRecorder | None] = {
         "off": None,
         "off_control": None,
         "no_retain": _recorder(0.01, retain=False),
         "retain_1pct": _recorder(0.01, retain=True),
         "retain_all": _recorder(1.0, retain=True),
     }
+    caches = {name: _observed_by(base, recorder) for name, recorder in configs.items()}
     per_key: dict[str, list[float]] = {name: [] for name in configs}
     for r in range(rounds):
         order = list(configs) if r % 2 == 0 else list(reversed(configs))
         for name in order:
-            cache.hits = configs[name]
             gc.collect()  # no slice pays for the garbage of the one before
-            per_key[name].append(await _slice(cache, batches, seconds))
+            per_key[name].append(await _slice(caches[name], configs[name], batches, seconds))
     pairs = {}
     print(f"# {rounds} rounds x {seconds:g} s slices, batches of {BATCH} hot hits")
     print(f"{'config':<12} {'us/key':>8} {'ratio':>7}")

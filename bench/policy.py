@@ -31,6 +31,9 @@ import time
 from types import MappingProxyType
 
 from sidecar.config import LimitsConfig, TtlConfig
+from sidecar.invalidation.embedded_store import EmbeddedControlStore
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
 from sidecar.policy.cacheability import Policy, PolicyHolder, RequestTraits, TenantPolicy
 from sidecar.results.cache import LookupQuery, LookupResult, ResultCache, TtlPolicy
@@ -55,6 +58,7 @@ async def _prepare(holder: PolicyHolder) -> tuple[ResultCache, list[list[LookupQ
         ttl=TtlPolicy.from_config(TtlConfig()),
         max_payload_bytes=1024 * 1024,
         max_chunks=LimitsConfig().max_chunks,
+        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
         policy=holder,
     )
     queries = []

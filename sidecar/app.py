@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,12 +39,14 @@ from sidecar.observability.telemetry import Telemetry
 from sidecar.observability.usage import TierUsageMonitor
 from sidecar.policy.cacheability import PolicyHolder
 from sidecar.policy.file import PolicyBounds
+from sidecar.policy.ttl import TtlPolicy
 from sidecar.policy.watch import PolicyWatcher
 from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HitStore
 from sidecar.prewarm.runner import Prewarmer, PrewarmSettings
 from sidecar.prewarm.upstream import HttpModelServer, ModelServer
-from sidecar.results.cache import ResultCache, TtlPolicy
+from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.results.types import LookupObserver
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
@@ -121,8 +123,10 @@ def build_cache(
     freshness: Freshness,
     signer: LeaseSigner,
     policy: PolicyHolder | None = None,
+    observers: Sequence[LookupObserver] = (),
 ) -> ResultCache:
-    """The result cache with the configured budgets, TTL, lease and cacheability policies."""
+    """The result cache with the configured budgets, TTL, lease and cacheability policies;
+    `observers` see every lookup call after its counters (e.g. the prewarm HitRecorder)."""
     return ResultCache(
         HotTier(config.tiers.hot_max_bytes, config.tiers.hot_max_entries),
         stores.warm,
@@ -134,6 +138,7 @@ def build_cache(
         leases=config.lease,
         stats=CacheStats(config.telemetry.metrics_max_model_versions),
         policy=policy,
+        observers=observers,
     )
 
 
@@ -203,6 +208,8 @@ class App:
     freshness: Freshness
     cache: ResultCache
     hits: HitStore
+    recorder: HitRecorder | None
+    """Samples the cache's hits into `hits` for prewarm (None when INFERCACHE_HIT_SAMPLE_RATE=0)."""
     usage: TierUsageMonitor
     limits: KeyLimits
     kv: KvHotTier | None
@@ -227,8 +234,8 @@ class App:
     async def close(self) -> None:
         """Flush and close what the parts own (after serving has stopped)."""
         await self.cache.drain()
-        if self.cache.hits is not None:
-            await self.cache.hits.close()
+        if self.recorder is not None:
+            await self.recorder.close()
         if self.kv is not None:
             await self.kv.close()
         await self.stores.control.close()
@@ -256,12 +263,20 @@ async def build_app(
     except TierUnavailable as exc:
         # Serve anyway: lookups degrade to MISS until the store answers.
         log.warning("initial_refresh_failed", error=str(exc))
-    cache = build_cache(
-        config, stores, freshness, await lease_signer(config, stores.control), policy.holder
-    )
     hits = build_hit_store(config, stores)
+    recorder = None
     if config.hits.sample_rate > 0:
-        cache.hits = HitRecorder(hits, cache.retains_inputs, sample_rate=config.hits.sample_rate)
+        recorder = HitRecorder(
+            hits, policy.holder.retains_inputs, sample_rate=config.hits.sample_rate
+        )
+    cache = build_cache(
+        config,
+        stores,
+        freshness,
+        await lease_signer(config, stores.control),
+        policy.holder,
+        observers=() if recorder is None else (recorder,),
+    )
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
     limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
@@ -289,6 +304,7 @@ async def build_app(
         freshness=freshness,
         cache=cache,
         hits=hits,
+        recorder=recorder,
         usage=usage,
         limits=limits,
         kv=kv,

@@ -13,7 +13,6 @@ import structlog
 
 from sidecar.errors import TierUnavailable
 from sidecar.tiers.base import WarmTier
-from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
 
 log = structlog.get_logger("infercache.usage")
@@ -40,10 +39,10 @@ class TierUsageMonitor:
         self._warm_usage = TierUsage(warm.name, UNKNOWN, UNKNOWN)
 
     def current(self) -> list[TierUsage]:
-        """Hot tier now, warm tier as last sampled (the embedded tier: now)."""
-        warm = self._warm
-        if isinstance(warm, EmbeddedWarmTier):
-            return [self._hot_usage(), TierUsage(warm.name, warm.nbytes, len(warm))]
+        """Hot tier now, warm tier as last sampled (an in-process one, e.g. embedded: now)."""
+        now = self._warm.usage()
+        if now is not None:
+            return [self._hot_usage(), TierUsage(self._warm.name, now[0], now[1])]
         return [self._hot_usage(), self._warm_usage]
 
     def _hot_usage(self) -> TierUsage:
@@ -51,8 +50,8 @@ class TierUsageMonitor:
 
     async def sample(self) -> None:
         """Read the warm tier's entry count once (bytes stay unknown for Redis)."""
-        if isinstance(self._warm, EmbeddedWarmTier):
-            return
+        if self._warm.usage() is not None:
+            return  # known without a round trip: current() reads it
         try:
             entries = await self._warm.approx_entries()
         except TierUnavailable as exc:

@@ -1,1 +1,1 @@
-"""Cacheability policy: the rules, the YAML policy file and its reload watcher."""
+"""Cacheability policy: the rules, the YAML policy file and its reload watcher, TTL bounds."""

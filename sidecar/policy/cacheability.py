@@ -177,3 +177,7 @@ class PolicyHolder:
 
     def __init__(self, policy: Policy | None = None) -> None:
         self.current = policy or Policy()
+
+    def retains_inputs(self, tenant: str) -> bool:
+        """May `tenant`'s inputs be kept (recorded for prewarm)? Its policy's retain_inputs."""
+        return self.current.for_tenant(tenant).retain_inputs

@@ -30,9 +30,7 @@ import structlog
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest, KeyRequest
 from sidecar.prewarm import records
-
-# Runtime import is safe: sidecar.results.cache imports this module only for type checking.
-from sidecar.results.cache import LookupQuery, LookupResult, Outcome
+from sidecar.results.types import LookupQuery, LookupResult, Outcome
 
 log = structlog.get_logger("infercache.prewarm.hits")
 
@@ -131,6 +129,8 @@ class EmbeddedHitStore:
 
 class HitRecorder:
     """Samples hits on the lookup path and records the retainable ones in the background.
+
+    A LookupObserver: the composition root passes it to ResultCache(observers=...).
 
     Sampled records wait in a bounded queue (at most `max_pending`, each at most
     MAX_RECORD_BYTES) for one writer task, which exists only while the queue is not

@@ -1,1 +1,2 @@
-"""The result cache: lookup and store, leases, chunked entries, replay pacing, feedback."""
+"""The result cache: lookup and store, single flight and leases, lookup observers, chunked
+entries, replay pacing, feedback."""

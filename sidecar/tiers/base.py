@@ -58,6 +58,11 @@ class WarmTier(Protocol):
         """About how many entries the tier holds."""
         ...
 
+    def usage(self) -> tuple[int, int] | None:
+        """(bytes, entries) held, when known without I/O (an in-process tier); None when
+        only a round trip could tell (then approx_entries is sampled in the background)."""
+        ...
+
     async def ping(self) -> None:
         """Return if the backend answers, raise TierUnavailable otherwise."""
         ...

@@ -98,6 +98,10 @@ class EmbeddedWarmTier:
         """Exact count."""
         return len(self._lru)
 
+    def usage(self) -> tuple[int, int]:
+        """Accounted bytes and entries held, now."""
+        return self._lru.nbytes, len(self._lru)
+
     async def ping(self) -> None:
         """Always answers."""
 

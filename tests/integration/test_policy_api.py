@@ -192,7 +192,7 @@ async def test_only_tenants_whose_policy_retains_inputs_are_recorded_for_prewarm
         k = greedy("popular question", tenant=tenant)
         await sidecar.store(k, b"answer")
         assert (await sidecar.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_HIT
-    recorder = sidecar.running.cache.hits
+    recorder = sidecar.running.app.recorder
     assert recorder is not None
     await recorder.drain()
     assert (recorder.recorded, recorder.not_retained) == (1, 1)

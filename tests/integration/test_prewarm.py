@@ -440,8 +440,8 @@ async def test_from_version_replays_v1_hot_requests_on_v2_weights(
                 assert (await v1.client.lookup(text_key(text))).outcome == pb.LOOKUP_OUTCOME_HIT
         for _ in range(10):
             assert (await v1.client.lookup(secret_key)).outcome == pb.LOOKUP_OUTCOME_HIT
-        assert v1.running.cache.hits is not None
-        await v1.running.cache.hits.drain()
+        assert v1.running.app.recorder is not None
+        await v1.running.app.recorder.drain()
 
     values = redis_values(redis_server.url)
     assert not any(SECRET.encode() in v for v in values), "never retained"

@@ -108,6 +108,19 @@ async def test_empty_batches_are_no_ops(warm: WarmTier) -> None:
     assert await warm.get_many([digest(1)]) == [b"kept"]
 
 
+async def test_usage_is_what_is_held_or_unknown(warm: WarmTier) -> None:
+    """usage() is None (only a round trip could tell) or the bytes and entries held now."""
+    await warm.put_many([WarmItem(digest(i), b"x" * 50, LONG_MS) for i in range(4)])
+    usage = warm.usage()
+    if isinstance(warm, RedisWarmTier):
+        assert usage is None
+    else:
+        assert usage is not None
+        held, entries = usage
+        assert entries == 4
+        assert held >= 4 * 50
+
+
 async def test_ping_answers(warm: WarmTier) -> None:
     """A healthy tier answers ping."""
     await warm.ping()

@@ -10,7 +10,11 @@ from sidecar import entries
 from sidecar.config import LimitsConfig
 from sidecar.entries import ComputeCost, Entry
 from sidecar.errors import InvalidArgument, TierUnavailable
+from sidecar.invalidation.embedded_store import EmbeddedControlStore
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import CacheKey, InputKind, KeyDigest, KeyRequest, build_key
+from sidecar.observability.stats import CacheStats
 from sidecar.results.cache import (
     LookupQuery,
     LookupResult,
@@ -20,6 +24,7 @@ from sidecar.results.cache import (
     TierName,
     TtlPolicy,
 )
+from sidecar.results.observers import LookupLog
 from sidecar.tiers.base import WarmItem
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
@@ -82,6 +87,9 @@ class FlakyWarmTier:
         self._check()
         return await self.inner.approx_entries()
 
+    def usage(self) -> tuple[int, int]:
+        return self.inner.usage()
+
     async def ping(self) -> None:
         self._check()
 
@@ -108,6 +116,7 @@ def make_cache(
         ttl=ttl or TtlPolicy(default_s=3600, max_s=86400),
         max_payload_bytes=MAX_PAYLOAD,
         max_chunks=LimitsConfig().max_chunks,
+        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
         clock_ms=clock,
     )
 
@@ -149,6 +158,44 @@ async def test_store_then_lookup_is_a_hot_hit(cache: ResultCache, clock: Clock) 
     assert hit.entry.cost == ComputeCost(900, 10, 5)
     assert hit.digest == k.digest
     assert cache.stats.total("lookups", outcome="hit", tier="hot") == 1
+
+
+async def test_observers_see_each_lookup_call_once_with_its_final_results(
+    warm: FlakyWarmTier, clock: Clock
+) -> None:
+    """Every observer gets one call per lookup_many, after the counters, with the
+    queries and the results as answered (a MISS already carrying its lease)."""
+    log = LookupLog()
+    stats = CacheStats()
+    seen_counts: list[int] = []
+
+    class CountsFirst:
+        def observe(self, queries: Sequence[LookupQuery], results: Sequence[LookupResult]) -> None:
+            seen_counts.append(stats.total("lookups"))
+
+    cache = ResultCache(
+        HotTier(10**7, 1000),
+        warm,
+        ttl=TtlPolicy(default_s=3600, max_s=86400),
+        max_payload_bytes=MAX_PAYLOAD,
+        max_chunks=LimitsConfig().max_chunks,
+        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
+        stats=stats,
+        observers=(log, CountsFirst()),
+        clock_ms=clock,
+    )
+    stored, fresh = key("stored"), key("fresh")
+    await store(cache, stored)
+    batch = [LookupQuery(stored), LookupQuery(fresh)]
+    results = await cache.lookup_many(batch)
+    assert len(log.calls) == 2  # store()'s own lookup, then the batch
+    queries, observed = log.calls[-1]
+    assert list(queries) == batch
+    assert list(observed) == results
+    assert [r.outcome for r in observed] == [Outcome.HIT, Outcome.MISS]
+    assert observed[1].lease
+    assert log.outcomes() == [Outcome.MISS, Outcome.HIT, Outcome.MISS]
+    assert seen_counts == [1, 3]
 
 
 async def test_hot_hit_does_not_touch_the_warm_tier(

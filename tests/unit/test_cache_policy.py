@@ -8,6 +8,9 @@ import pytest
 
 from sidecar.config import LimitsConfig
 from sidecar.errors import InvalidArgument
+from sidecar.invalidation.embedded_store import EmbeddedControlStore
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import CacheKey, InputKind, KeyRequest, Sampling, build_key
 from sidecar.policy.cacheability import (
     BypassReason,
@@ -50,6 +53,7 @@ def cache(warm: FlakyWarmTier, clock: Clock, holder: PolicyHolder) -> ResultCach
         ttl=TtlPolicy(3600, 86400),
         max_payload_bytes=MAX_PAYLOAD,
         max_chunks=LimitsConfig().max_chunks,
+        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
         policy=holder,
         clock_ms=clock,
     )

@@ -218,6 +218,10 @@ class RedisWarmTier:
             size: int = await self.client.dbsize()
         return size
 
+    def usage(self) -> None:
+        """Unknown without a round trip (approx_entries asks Redis)."""
+        return None
+
     async def ping(self) -> None:
         """PING within the read deadline."""
         async with self._guard(max(self._read_timeout, 0.2)):

@@ -1,0 +1,155 @@
+"""Single flight: the lease a MISS hands out, the hold that makes one caller compute a
+key while others wait for its result, and the release when the result is in (or will
+never come).
+
+A lease is signed by LeaseSigner and stamped with the invalidation epoch applied here
+when it is issued: a Store brings it back, and a result computed before a later
+invalidation is refused. The hold is a key in the control store with the lease's TTL:
+a holder that disappears stops blocking waiters when it expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+import structlog
+
+from sidecar.config import LeaseConfig
+from sidecar.errors import FailedPrecondition, InvalidArgument, TierUnavailable
+from sidecar.invalidation.rules import RuleSet
+from sidecar.invalidation.store import ControlStore
+from sidecar.keys import CacheKey, KeyDigest
+from sidecar.observability.stats import CacheStats
+from sidecar.results.lease_tokens import Lease, LeaseSigner
+from sidecar.results.types import LookupQuery, LookupResult, Outcome
+
+log = structlog.get_logger("infercache.cache")
+
+Find = Callable[[Sequence[LookupQuery]], Awaitable[list[LookupResult]]]
+"""Hot then warm, without leases: how a waiter looks again for the holder's result."""
+
+
+class SingleFlight:
+    """Issues, holds, waits on and releases the leases of one ResultCache."""
+
+    def __init__(
+        self,
+        control: ControlStore,
+        rules: RuleSet,
+        signer: LeaseSigner,
+        policy: LeaseConfig,
+        stats: CacheStats,
+        clock_ms: Callable[[], int],
+        find: Find,
+    ) -> None:
+        self.control = control
+        self.rules = rules
+        self.signer = signer
+        self.policy = policy
+        self._stats = stats
+        self._clock_ms = clock_ms
+        self._find = find
+
+    def _issue(self, digest: KeyDigest) -> tuple[Lease, bytes]:
+        expires = self._clock_ms() + self.policy.ttl_s * 1000
+        # The epoch applied locally when the computation starts: if this sidecar
+        # is behind, the lease is older than the truth, which only errs to MISS.
+        return self.signer.issue(digest, self.rules.epoch, expires)
+
+    async def _try_hold(self, lease: Lease) -> bool:
+        try:
+            return await self.control.acquire_holder(
+                lease.digest, lease.lease_id, self.policy.ttl_s * 1000
+            )
+        except TierUnavailable as exc:
+            log.warning("lease_holder_unavailable", error=str(exc))
+            return False
+
+    async def lease(self, q: LookupQuery, miss: LookupResult) -> LookupResult:
+        """Attach a lease to a MISS; with wait_ms, wait for another holder's result first."""
+        lease, token = self._issue(q.key.digest)
+        mv = q.key.model_version
+        self._stats.count_lease(mv, "issued")
+        if miss.degraded:
+            # The store just failed us; don't pay a second deadline for the holder key.
+            return _with_lease(miss, token, holder=False)
+        if await self._try_hold(lease):
+            if q.wait_ms > 0:
+                return await self._as_holder(q, lease, token)
+            return _with_lease(miss, token, holder=True)
+        if q.wait_ms <= 0:
+            return _with_lease(miss, token, holder=False)
+        self._stats.count_lease(mv, "waited")
+        deadline = time.monotonic() + min(q.wait_ms, self.policy.max_wait_ms) / 1000
+        pause = 0.005
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.05)
+            found = (await self._find([q]))[0]
+            if found.outcome is Outcome.HIT:
+                self._stats.count_lease(mv, "wait_hit")
+                return found
+            lease, token = self._issue(q.key.digest)
+            if await self._try_hold(lease):
+                return await self._as_holder(q, lease, token)
+        self._stats.count_lease(mv, "wait_timeout")
+        return _with_lease(miss, token, holder=False)
+
+    async def _as_holder(self, q: LookupQuery, lease: Lease, token: bytes) -> LookupResult:
+        """We hold the key: answer MISS (compute it) unless a result landed meanwhile.
+
+        A holder stores before it releases, so a result written between our read
+        and our hold is visible now; a waiter then gets it instead of recomputing.
+        """
+        found = (await self._find([q]))[0]
+        if found.outcome is Outcome.HIT:
+            await self.release(lease)
+            return found
+        return _with_lease(found, token, holder=True)
+
+    def check(self, key: CacheKey, lease_token: bytes, at_ms: int) -> tuple[Lease | None, int]:
+        """The verified lease (None when unleased stores are allowed and none came) and
+        the epoch to stamp the entry with, judged at `at_ms`.
+
+        InvalidArgument for a forged or foreign token, FailedPrecondition for an
+        expired one or a missing one where unleased stores are refused.
+        """
+        if lease_token:
+            lease = self.signer.verify(lease_token, key.digest, at_ms)
+            return lease, lease.epoch
+        if self.policy.allow_unleased_store:
+            return None, self.rules.epoch_at(at_ms - self.policy.unleased_window_s * 1000)
+        raise FailedPrecondition(
+            "Store needs the lease returned by the Lookup MISS "
+            "(or INFERCACHE_ALLOW_UNLEASED_STORE=true)"
+        )
+
+    async def release(self, lease: Lease | None) -> None:
+        """Give up a lease's hold (its result is stored, or will not come); errors are logged."""
+        if lease is None:
+            return
+        try:
+            await self.control.release_holder(lease.digest, lease.lease_id)
+        except TierUnavailable as exc:
+            # Waiters fall back to the holder key's expiry.
+            log.warning("lease_release_failed", error=str(exc))
+
+    async def release_token(self, token: bytes, digest: KeyDigest) -> None:
+        """Release the lease of a store that will not happen, if the token is a valid one.
+
+        Waiters on the key then stop waiting at once; an invalid token changes nothing
+        (the caller's answer does not depend on it).
+        """
+        if not token:
+            return
+        try:
+            lease = self.signer.verify(token, digest, self._clock_ms())
+        except (InvalidArgument, FailedPrecondition):
+            return
+        await self.release(lease)
+
+
+def _with_lease(r: LookupResult, token: bytes, *, holder: bool) -> LookupResult:
+    return LookupResult(r.outcome, r.digest, degraded=r.degraded, lease=token, lease_holder=holder)

@@ -255,8 +255,13 @@ async def build_app(
     started = time.monotonic() if started is None else started
     stores = build_stores(config)
     rules = RuleSet() if rules is None else rules
+    # Rules must outlive every entry they can kill: its TTL plus the lease windows.
+    retention_s = config.ttl.max_ttl_s + config.lease.ttl_s + config.lease.unleased_window_s + 60
     freshness = Freshness(
-        stores.control, rules, bound_s=config.invalidation.freshness_bound_ms / 1000
+        stores.control,
+        rules,
+        bound_s=config.invalidation.freshness_bound_ms / 1000,
+        retention_ms=retention_s * 1000,
     )
     try:
         await freshness.refresh()
@@ -290,9 +295,7 @@ async def build_app(
         rules,
         cache.stats,
         keys_per_s=config.invalidation.reclaim_keys_per_s,
-        rule_retention_s=(
-            config.ttl.max_ttl_s + config.lease.ttl_s + config.lease.unleased_window_s + 60
-        ),
+        rule_retention_s=retention_s,
     )
     return App(
         config=config,

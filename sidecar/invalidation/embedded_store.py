@@ -31,6 +31,7 @@ class EmbeddedControlStore:
     def __init__(self, clock_ms: Callable[[], int] = _wall_ms) -> None:
         self._clock_ms = clock_ms
         self._epoch = 0
+        self._retention_ms = 0
         self._rules: list[Rule] = []
         self._audit: deque[AuditRecord] = deque(maxlen=_AUDIT_MAX)
         self._holders: dict[KeyDigest, tuple[bytes, int]] = {}
@@ -71,11 +72,12 @@ class EmbeddedControlStore:
         """Rules newer than epoch."""
         return [r for r in self._rules if r.epoch > epoch]
 
-    async def prune_rules(self, older_than_ms: int) -> int:
-        """Drop old rules."""
+    async def prune_rules(self, retention_ms: int) -> tuple[int, int]:
+        """Drop rules older than the retention (this process's clock is the store's)."""
+        cutoff = self._clock_ms() - max(retention_ms, self._retention_ms)
         before = len(self._rules)
-        self._rules = [r for r in self._rules if r.time_ms >= older_than_ms]
-        return before - len(self._rules)
+        self._rules = [r for r in self._rules if r.time_ms >= cutoff]
+        return cutoff, before - len(self._rules)
 
     async def audit_page(self, before: str | None, limit: int) -> tuple[list[AuditRecord], str]:
         """Newest first, strictly older than `before`."""
@@ -87,8 +89,11 @@ class EmbeddedControlStore:
         more = len(records) > limit
         return page, (page[-1].id if more and page else "")
 
-    async def heartbeat(self, member_id: str, acked_epoch: int, ttl_ms: int) -> None:
-        """Nothing to do: there are no other members."""
+    async def heartbeat(
+        self, member_id: str, acked_epoch: int, ttl_ms: int, retention_ms: int = 0
+    ) -> None:
+        """Only the retention matters: there are no other members."""
+        self._retention_ms = max(self._retention_ms, retention_ms)
 
     async def leave(self, member_id: str) -> None:
         """Nothing to do."""

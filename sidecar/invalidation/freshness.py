@@ -37,10 +37,14 @@ class Freshness:
         bound_s: float = 1.0,
         member_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        retention_ms: int = 0,
     ) -> None:
+        """`retention_ms`: how long rules must outlive their commit for the entries this
+        sidecar writes (published with every heartbeat; see ControlStore.prune_rules)."""
         self.control = control
         self.rules = rules
         self.bound_s = bound_s
+        self.retention_ms = retention_ms
         self.member_id = member_id or uuid.uuid4().hex
         self._clock = clock
         self._confirmed_until = 0.0 if control.shared else float("inf")
@@ -66,7 +70,9 @@ class Freshness:
         started = self._clock()
         epoch = await self.control.current_epoch()
         await self.sync_to(epoch)
-        await self.control.heartbeat(self.member_id, self.rules.epoch, int(self.bound_s * 1000))
+        await self.control.heartbeat(
+            self.member_id, self.rules.epoch, int(self.bound_s * 1000), self.retention_ms
+        )
         if self.control.shared:
             # Measured from before the round trips: the store's deadline for us
             # starts later, so we stop serving before it stops counting on us.

@@ -108,8 +108,9 @@ class Reclaimer:
                     n = await self.run_pass()
                     log.info("reclaimed", entries=n, epoch=self._done_epoch)
                 if time.monotonic() - last_prune > 600:
-                    cutoff = int(time.time() * 1000) - self.rule_retention_s * 1000
-                    await self.control.prune_rules(cutoff)
+                    # The store picks the cutoff (its clock, the fleet's retention);
+                    # local rules are pruned at the same cutoff, never by our clock.
+                    cutoff, _ = await self.control.prune_rules(self.rule_retention_s * 1000)
                     self.rules.prune(cutoff)
                     last_prune = time.monotonic()
             except TierUnavailable as exc:

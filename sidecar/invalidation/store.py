@@ -48,18 +48,28 @@ class ControlStore(Protocol):
         """Rules with an epoch greater than `epoch`, oldest first."""
         ...
 
-    async def prune_rules(self, older_than_ms: int) -> int:
-        """Delete rules committed before older_than_ms; returns how many."""
+    async def prune_rules(self, retention_ms: int) -> tuple[int, int]:
+        """Delete rules committed longer ago than the fleet's retention, on the store's clock.
+
+        The retention is the largest of `retention_ms` and every retention a member
+        published with its heartbeat, so no member's clock or settings can prune a
+        rule another member's entries still need. Returns (cutoff_ms, deleted): rules
+        committed before cutoff_ms (store clock) are gone.
+        """
         ...
 
     async def audit_page(self, before: str | None, limit: int) -> tuple[list[AuditRecord], str]:
         """Up to `limit` records older than id `before` (newest first) and the next cursor."""
         ...
 
-    async def heartbeat(self, member_id: str, acked_epoch: int, ttl_ms: int) -> None:
+    async def heartbeat(
+        self, member_id: str, acked_epoch: int, ttl_ms: int, retention_ms: int = 0
+    ) -> None:
         """Mark a sidecar live for ttl_ms (store clock) and current up to acked_epoch.
 
         Afterwards current_epoch() >= acked_epoch, even if the store had lost its epoch.
+        `retention_ms`: how long the rules must be kept for the entries this member
+        may write (its longest TTL plus lease windows); the store keeps the largest seen.
         """
         ...
 

@@ -8,7 +8,8 @@ Layout (all under the `{meta}` hash tag, see RedisKeys):
     acks      hash, sidecar id -> newest epoch it has applied
     secret    the deployment's lease secret (SET NX)
     store     hash: born = Redis-clock ms of the first heartbeat on this data (set
-              again after Redis lost it), max_ttl = longest member ttl seen since
+              again after Redis lost it), max_ttl = longest member ttl seen since,
+              retention = longest rule retention any member published since
 An invalidation is one Lua script (epoch, rule, audit record, PUBLISH), so it
 is all-or-nothing. Time comes from Redis's clock so that members' liveness
 deadlines are compared on one clock.
@@ -62,7 +63,29 @@ redis.call('HSETNX', KEYS[4], 'born', now)
 if tonumber(ARGV[3]) > tonumber(redis.call('HGET', KEYS[4], 'max_ttl') or '0') then
   redis.call('HSET', KEYS[4], 'max_ttl', ARGV[3])
 end
+if tonumber(ARGV[4]) > tonumber(redis.call('HGET', KEYS[4], 'retention') or '0') then
+  redis.call('HSET', KEYS[4], 'retention', ARGV[4])
+end
 return now
+"""
+
+# Pruning on the store's clock with the fleet's retention: a sidecar whose clock runs
+# ahead, or whose TTL settings are shorter, cannot delete rules others still need.
+_PRUNE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fleet = tonumber(redis.call('HGET', KEYS[2], 'retention') or '0')
+local keep = math.max(tonumber(ARGV[1]), fleet)
+local cutoff = now - keep
+local old = {}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local at = tonumber(string.match(m, '^%d+|(%d+)|'))
+  if at ~= nil and at < cutoff then table.insert(old, m) end
+end
+for i = 1, #old, 500 do
+  redis.call('ZREM', KEYS[1], unpack(old, i, math.min(i + 499, #old)))
+end
+return {cutoff, #old}
 """
 
 _UNCONFIRMED = """
@@ -100,9 +123,13 @@ return 0
 """
 
 
-def _parse_rule(member: bytes) -> Rule:
-    epoch, time_ms, selector = member.decode().split("|", 2)
-    return Rule(int(epoch), Selector.from_json(selector), int(time_ms))
+def _parse_rule(member: bytes) -> Rule | None:
+    """The rule a `rules` member holds; None for a member no sidecar wrote."""
+    try:
+        epoch, time_ms, selector = member.decode().split("|", 2)
+        return Rule(int(epoch), Selector.from_json(selector), int(time_ms))
+    except (ValueError, TypeError, AttributeError):  # JSON, UTF-8 and int errors are ValueErrors
+        return None
 
 
 def _parse_audit(entry_id: bytes, fields: dict[bytes, bytes]) -> AuditRecord:
@@ -148,9 +175,12 @@ class RedisControlStore:
         self._commit = self.client.register_script(_COMMIT)
         self._heartbeat = self.client.register_script(_HEARTBEAT)
         self._unconfirmed = self.client.register_script(_UNCONFIRMED)
+        self._prune = self.client.register_script(_PRUNE)
         self._release = self.client.register_script(_RELEASE)
         self._lock = self.client.register_script(_LOCK)
         self._url = url
+        self.foreign_rules = 0
+        """Members of the rules sorted set that are not rules (skipped when read)."""
 
     def _k(self, name: str) -> str:
         return self.keys.meta(name)
@@ -194,16 +224,21 @@ class RedisControlStore:
                 list[bytes],
                 await self.client.zrangebyscore(self._k("rules"), f"({epoch}", "+inf"),
             )
-        return [_parse_rule(m) for m in members]
+        rules = [r for m in members if (r := _parse_rule(m)) is not None]
+        if len(rules) < len(members):
+            # Someone else's member in our sorted set: skipped, never fatal to a refresh.
+            self.foreign_rules += len(members) - len(rules)
+            log.warning("foreign_rules_skipped", members=len(members) - len(rules))
+        return rules
 
-    async def prune_rules(self, older_than_ms: int) -> int:
-        """Remove rules whose commit time is older than the bound."""
+    async def prune_rules(self, retention_ms: int) -> tuple[int, int]:
+        """One script: cutoff = Redis TIME - max(retention_ms, the fleet's retention);
+        ZREM the rules committed before it."""
         async with self._guard(self._timeout):
-            members = cast(list[bytes], await self.client.zrange(self._k("rules"), 0, -1))
-            old = [m for m in members if _parse_rule(m).time_ms < older_than_ms]
-            if old:
-                await self.client.zrem(self._k("rules"), *old)
-        return len(old)
+            cutoff, removed = await self._prune(
+                keys=[self._k("rules"), self._k("store")], args=[retention_ms]
+            )
+        return int(cutoff), int(removed)
 
     async def audit_page(self, before: str | None, limit: int) -> tuple[list[AuditRecord], str]:
         """XREVRANGE, exclusive of `before`."""
@@ -216,13 +251,16 @@ class RedisControlStore:
         records = [_parse_audit(i, f) for i, f in rows[:limit]]
         return records, (records[-1].id if len(rows) > limit and records else "")
 
-    async def heartbeat(self, member_id: str, acked_epoch: int, ttl_ms: int) -> None:
+    async def heartbeat(
+        self, member_id: str, acked_epoch: int, ttl_ms: int, retention_ms: int = 0
+    ) -> None:
         """Extend liveness and raise the acknowledged epoch (never lowers it); raise the
-        store's epoch to acked_epoch if the store lost it."""
+        store's epoch to acked_epoch if the store lost it; raise the fleet's rule
+        retention to retention_ms."""
         async with self._guard(self._timeout):
             await self._heartbeat(
                 keys=[self._k("members"), self._k("acks"), self._k("epoch"), self._k("store")],
-                args=[member_id, acked_epoch, ttl_ms],
+                args=[member_id, acked_epoch, ttl_ms, retention_ms],
             )
 
     async def leave(self, member_id: str) -> None:

@@ -9,7 +9,9 @@ GEN_DIR := clients/python
 PROTOS := $(wildcard protos/infercache/v1/*.proto)
 # torch is pinned to the build the KV tests are run with; installed on its own, before
 # the kv extra, so pip resolves this exact release (a CPU build where the index offers one).
+# TORCH_PIP_ARGS picks the index, e.g. --index-url https://download.pytorch.org/whl/cpu.
 TORCH ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
 IMAGE ?= localhost/infercache:dev
 TS := clients/typescript
 BASE ?=
@@ -26,7 +28,7 @@ $(VENV)/.installed-serve: $(BIN)/python pyproject.toml clients/python/pyproject.
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.installed-serve
-	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet $(TORCH_PIP_ARGS) $(TORCH)
 	$(BIN)/pip install --quiet -e './clients/python[kv]' -e '.[dev,kv]'
 	touch $@
 

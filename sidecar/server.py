@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
+import socket
 import time
 from dataclasses import dataclass
 
@@ -125,9 +127,39 @@ def _grpc_server(max_message: int) -> grpc.aio.Server:
     )
 
 
+def _check_bindable(addr: str) -> None:
+    """OSError naming `addr` when a TCP HOST:PORT cannot be bound (port in use, no such
+    address), before gRPC tries: gRPC would also print its own C-core error line."""
+    host, _, port = addr.rpartition(":")
+    if addr.startswith("unix:") or not port.isdigit() or int(port) == 0:
+        return  # Unix sockets and kernel-picked ports: nothing to check
+    try:
+        infos = socket.getaddrinfo(
+            host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {addr}: {exc.strerror}") from exc
+    failures: list[OSError] = []
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            # As gRPC binds: SO_REUSEADDR, so a port in TIME_WAIT is not reported as taken.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                failures.append(exc)
+    # gRPC listens if any resolved address binds (e.g. localhost without IPv6), but a
+    # port someone else holds is an error on any of them.
+    in_use = [e for e in failures if e.errno == errno.EADDRINUSE]
+    if in_use or (failures and len(failures) == len(infos)):
+        first = (in_use or failures)[0]
+        raise OSError(f"cannot listen on {addr}: {first.strerror}") from first
+
+
 def _listen(server: grpc.aio.Server, addresses: tuple[str, ...]) -> list[int]:
     ports = []
     for addr in addresses:
+        _check_bindable(addr)
         try:
             ports.append(server.add_insecure_port(addr))
         except RuntimeError as exc:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import grpc
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from infercache.v1 import admin_pb2 as PB2
 from infercache.v1 import admin_pb2_grpc
@@ -47,14 +48,50 @@ _SERVICE_CONFIG = json.dumps(
 )
 
 
+DEFAULT_ADMIN = "127.0.0.1:50052"
+
+
+def admin_target(text: str) -> str:
+    """--admin's value as a gRPC target: HOST:PORT, [IPv6]:PORT or unix:PATH.
+
+    An http:// prefix is dropped (the admin plane is plaintext gRPC); a missing port is
+    an error, not gRPC's silent default of 443.
+    """
+    target = text.strip()
+    if target.startswith("unix:"):
+        return target
+    scheme, sep, rest = target.partition("://")
+    if sep:
+        if scheme not in ("http", "grpc"):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: the admin plane is plaintext gRPC; give HOST:PORT "
+                f"(default listener {DEFAULT_ADMIN})"
+            )
+        target = rest.rstrip("/")
+    host, colon, port = target.rpartition(":")
+    if not colon or not host or not port.isdigit() or host.endswith(":"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give HOST:PORT (the admin listener, INFERCACHE_ADMIN_LISTEN, "
+            f"is {DEFAULT_ADMIN} by default)"
+        )
+    return target
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
     """--admin, --token-env and --timeout, shared by every admin subcommand."""
-    p.add_argument("--admin", required=True, metavar="HOST:PORT", help="admin listener address")
+    p.add_argument(
+        "--admin",
+        required=True,
+        type=admin_target,
+        metavar="HOST:PORT",
+        help=f"admin listener address (INFERCACHE_ADMIN_LISTEN, default {DEFAULT_ADMIN})",
+    )
     p.add_argument(
         "--token-env",
         default="INFERCACHE_ADMIN_TOKEN",
         metavar="VAR",
-        help="environment variable holding the bearer token (default INFERCACHE_ADMIN_TOKEN)",
+        help="environment variable holding the bearer token: the TOKEN alone, not the "
+        "server's NAME=TOKEN pair (default INFERCACHE_ADMIN_TOKEN)",
     )
     p.add_argument("--timeout", type=float, default=30.0, help="overall deadline in seconds")
 
@@ -67,8 +104,13 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         description="Invalidate every entry matching all given dimensions, or --all.",
     )
     add_common(inv)
-    inv.add_argument("--tenant")
-    inv.add_argument("--model-version")
+    inv.add_argument("--tenant", help="entries of this tenant")
+    inv.add_argument(
+        "--model-version",
+        metavar="FINGERPRINT",
+        help="entries of this model version: the exact string stored in keys (the whole "
+        "fingerprint, e.g. fp1-<64 hex>; `infercache stats` lists the versions seen)",
+    )
     inv.add_argument(
         "--adapter",
         dest="adapter_version",
@@ -76,8 +118,8 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         help="adapter name or fingerprint; the sidecar resolves a name as keys do and "
         "refuses one its pod does not serve",
     )
-    inv.add_argument("--prompt-version")
-    inv.add_argument("--all", action="store_true", help="invalidate everything")
+    inv.add_argument("--prompt-version", help="entries made with this prompt template version")
+    inv.add_argument("--all", action="store_true", help="invalidate everything (no other selector)")
     inv.add_argument("--reason", required=True, help="recorded in the audit log")
     inv.add_argument("--json", action="store_true", help="print the audit record as JSON")
     inv.set_defaults(func=run_invalidate)
@@ -122,12 +164,35 @@ def connect_admin(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]
     return admin_pb2_grpc.AdminServiceStub(channel), [("authorization", f"Bearer {token}")]
 
 
-def fail(what: str, exc: grpc.RpcError) -> int:
-    """Print a failed RPC's status and return EXIT_FAILED."""
-    code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
+def fail(what: str, exc: grpc.RpcError, args: argparse.Namespace | None = None) -> int:
+    """Print a failed RPC's status (and, with `args`, a hint at the likely cause) and
+    return EXIT_FAILED."""
+    code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    print(f"infercache: {what} failed: {code}: {details}", file=sys.stderr)
+    print(
+        f"infercache: {what} failed: {code.name if code else 'UNKNOWN'}: {details}", file=sys.stderr
+    )
+    hint = _hint(code, args) if args is not None else None
+    if hint:
+        print(f"infercache: hint: {hint}", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _hint(code: grpc.StatusCode | None, args: argparse.Namespace) -> str | None:
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return (
+            f"{args.admin} does not serve the admin plane; is it the data-plane port? "
+            f"The admin listener is INFERCACHE_ADMIN_LISTEN (default {DEFAULT_ADMIN})"
+        )
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        name, eq, token = os.environ.get(args.token_env, "").partition("=")
+        # Server tokens are >= 16 characters; a base64 token ending in "=" is no pair.
+        if eq and len(token) >= 16 and name.replace("-", "").replace("_", "").isalnum():
+            return (
+                f"{args.token_env} looks like the server's NAME=TOKEN pair; "
+                f"the CLI takes the token alone: export {args.token_env}=<the part after '='>"
+            )
+    return None
 
 
 def run_invalidate(args: argparse.Namespace) -> int:
@@ -155,12 +220,19 @@ def run_invalidate(args: argparse.Namespace) -> int:
             timeout=args.timeout,
         )
     except grpc.RpcError as exc:
-        return fail("invalidate", exc)
+        return fail("invalidate", exc, args)
     r = resp.record
     if args.json:
         print(json.dumps(_record_dict(r)))
     else:
         print(f"invalidated epoch={r.epoch} id={r.id} ~{r.estimated_entries} entries")
+    if r.estimated_entries == 0:
+        # Confirmed all the same (a rule also covers entries stored later by stale leases).
+        print(
+            "infercache: note: no stored entry matched; selector values must equal the "
+            "keys' exactly (the whole fingerprint for --model-version)",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -168,8 +240,16 @@ def _record_dict(r: PB2.InvalidationRecord) -> dict[str, Any]:
     d = MessageToDict(
         r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
+    # 64-bit integers come out of MessageToDict as strings (JSON's number range); print
+    # them as numbers, as `stats --json` does.
+    for field in r.DESCRIPTOR.fields:
+        if field.cpp_type in _INT64_TYPES:
+            d[field.name] = int(getattr(r, field.name))
     d["time"] = datetime.fromtimestamp(r.time_ms / 1000, UTC).isoformat()
     return d
+
+
+_INT64_TYPES = (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64)
 
 
 def _selector_text(s: PB2.Selector) -> str:
@@ -209,7 +289,7 @@ def run_audit(args: argparse.Namespace) -> int:
             if not token:
                 break
     except grpc.RpcError as exc:
-        return fail("audit", exc)
+        return fail("audit", exc, args)
     if args.json:
         for r in records:
             print(json.dumps(_record_dict(r)))
@@ -270,6 +350,6 @@ def run_stats(args: argparse.Namespace) -> int:
                 time.sleep(args.watch)
                 live.update(stats_table(fetch(), args.admin), refresh=True)
     except grpc.RpcError as exc:
-        return fail("stats", exc)
+        return fail("stats", exc, args)
     except KeyboardInterrupt:
         return EXIT_OK

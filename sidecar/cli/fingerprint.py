@@ -1,7 +1,8 @@
 """`infercache fingerprint`: print or compare model fingerprints.
 
     infercache fingerprint PATH [--mode fast|full] [--json] [--cache-file F | --no-cache]
-    infercache fingerprint --diff A B [--mode fast|full] [--json]
+        [--threads N]
+    infercache fingerprint --diff A B [--mode fast|full] [--json] [--threads N]
 
 PATH may be a model directory or a LoRA adapter directory (adapter_config.json
 and no config.json). Exit status: 0 on success (whether or not --diff found a
@@ -36,8 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="print the fingerprint of a model or adapter directory",
         description="Fingerprint a model (or LoRA adapter) directory, or compare two.",
         usage=(
-            "%(prog)s PATH [--mode fast|full] [--json] [--cache-file F]\n"
-            "       %(prog)s --diff A B [--mode fast|full] [--json]"
+            "%(prog)s PATH [--mode fast|full] [--json] [--cache-file F | --no-cache] "
+            "[--threads N]\n"
+            "       %(prog)s --diff A B [--mode fast|full] [--json] [--threads N]"
         ),
     )
     parser.add_argument("path", nargs="?", metavar="PATH", help="model or adapter directory")

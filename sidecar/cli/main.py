@@ -24,6 +24,26 @@ def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Run the sidecar. Every flag can also be set as an INFERCACHE_* variable.",
     )
     for s in SETTINGS:
+        if s.is_switch:
+            # `--uvloop` / `--no-uvloop`; an explicit value (`--uvloop false`, as the
+            # variable takes it) is still accepted for scripts written that way.
+            p.add_argument(
+                s.flag,
+                dest=s.name,
+                nargs="?",
+                const="true",
+                default=None,
+                metavar="true|false",
+                help=f"{s.help} (--no-{s.flag[2:]} to turn off; env {s.env}, default {s.default})",
+            )
+            p.add_argument(
+                f"--no-{s.flag[2:]}",
+                dest=s.name,
+                action="store_const",
+                const="false",
+                help=argparse.SUPPRESS,
+            )
+            continue
         p.add_argument(
             s.flag,
             dest=s.name,

@@ -155,7 +155,7 @@ def run_prewarm(args: argparse.Namespace) -> int:
         print("infercache: interrupted; the prewarm run was cancelled", file=sys.stderr)
         return EXIT_INTERRUPTED
     except grpc.RpcError as exc:
-        return fail("prewarm", exc)
+        return fail("prewarm", exc, args)
     if last is None or last.state == PB2.PREWARM_STATE_RUNNING:
         print("infercache: prewarm: the stream ended without a summary", file=sys.stderr)
         return EXIT_FAILED

@@ -9,9 +9,12 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 from infercache.v1 import admin_pb2 as PB2
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+from sidecar.observability.stats import NO_VERSION, OTHER_VERSION
 
 
 def stats_dict(resp: PB2.GetStatsResponse) -> dict[str, Any]:
@@ -57,16 +60,29 @@ def _size(n: int) -> str:
     return str(n)  # pragma: no cover
 
 
+# A fingerprint is 68 characters ("fp1-" + 64 hex): in a table it is shown as its first
+# 8 hex digits (unique enough to tell versions apart), and spelt out once below the tables.
+_SHORT_HEX = 8
+
+
+def short_version(version: str) -> str:
+    """`fp1-ddd86342…` for a full fingerprint; other labels unchanged."""
+    if version.startswith("fp1-") and len(version) > 4 + _SHORT_HEX + 1:
+        return version[: 4 + _SHORT_HEX] + "…"
+    return version
+
+
 def version_rows(resp: PB2.GetStatsResponse) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """Per model version: (reads row, writes row) in the column orders of READ_COLUMNS and
-    WRITE_COLUMNS."""
+    WRITE_COLUMNS (versions as short_version shows them)."""
     rows: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     for v in resp.versions:
         lk = v.lookups
         total = sum(lk.values())
         hits_hot, hits_warm = lk.get("hit.hot", 0), lk.get("hit.warm", 0)
+        label = short_version(v.model_version)
         reads = (
-            v.model_version,
+            label,
             str(total),
             _pct(hits_hot + hits_warm, total),
             str(hits_hot),
@@ -78,7 +94,7 @@ def version_rows(resp: PB2.GetStatsResponse) -> list[tuple[tuple[str, ...], tupl
             str(v.saved_prompt_tokens + v.saved_completion_tokens),
         )
         writes = (
-            v.model_version,
+            label,
             str(v.stores.get("stored", 0)),
             str(_sum_prefix(v.stores, "refused")),
             str(_sum_prefix(v.stores, "failed")),
@@ -91,8 +107,10 @@ def version_rows(resp: PB2.GetStatsResponse) -> list[tuple[tuple[str, ...], tupl
     return rows
 
 
+# Multi-word headers break between words only (each word on its own line), never inside
+# one; the widest header word sets a column's width, so both tables fit 80 columns.
 READ_COLUMNS = (
-    "model version",
+    "model\nversion",
     "lookups",
     "hit %",
     "hot",
@@ -100,26 +118,51 @@ READ_COLUMNS = (
     "miss",
     "bypass",
     "degraded",
-    "saved s",
-    "saved tok",
+    "saved\ns",
+    "saved\ntok",
 )
 WRITE_COLUMNS = (
-    "model version",
+    "model\nversion",
     "stored",
     "refused",
     "failed",
     "rejected",
     "dead",
-    "downstream rej",
-    "invalidations",
+    "downstream\nrejected",
+    "invali-\ndations",
 )
+
+LABEL_NOTES = {
+    NO_VERSION: "_none: events of no model version (a key without one on a pod without "
+    "--model-path, a rule for the whole store)",
+    OTHER_VERSION: "_other: versions past INFERCACHE_METRICS_MAX_MODEL_VERSIONS, summed",
+}
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for i, name in enumerate(columns):
-        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
+        # no_wrap: a number or a version label is never split across lines.
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
     return table
+
+
+def version_notes(resp: PB2.GetStatsResponse) -> list[str]:
+    """Lines below the tables: each shortened fingerprint in full, and what _none and
+    _other stand for when they appear."""
+    notes = []
+    for v in resp.versions:
+        if short_version(v.model_version) != v.model_version:
+            notes.append(f"{short_version(v.model_version)} = {v.model_version}")
+        elif v.model_version in LABEL_NOTES:
+            notes.append(LABEL_NOTES[v.model_version])
+    return notes
 
 
 def stats_table(resp: PB2.GetStatsResponse, source: str) -> Group:
@@ -138,7 +181,7 @@ def stats_table(resp: PB2.GetStatsResponse, source: str) -> Group:
     for read_row, write_row in version_rows(resp):
         reads.add_row(*read_row)
         writes.add_row(*write_row)
-    reasons = _table("reasons", ("model version", "what", "reason", "count"))
+    reasons = _table("reasons", ("model\nversion", "what", "reason", "count"))
     for v in resp.versions:
         for what, counts in (
             ("bypass", v.bypasses),
@@ -150,7 +193,7 @@ def stats_table(resp: PB2.GetStatsResponse, source: str) -> Group:
             for reason, n in sorted(counts.items()):
                 if what == "store" and reason == "stored":
                     continue
-                reasons.add_row(v.model_version, what, reason, str(n))
+                reasons.add_row(short_version(v.model_version), what, reason, str(n))
     g = resp.global_counters
     footer = Text(
         f"warm tier failures: read {g.get('warm_read_failures', 0)}, "
@@ -160,4 +203,6 @@ def stats_table(resp: PB2.GetStatsResponse, source: str) -> Group:
     if reasons.row_count:
         parts.append(reasons)
     parts.append(footer)
+    # Plain lines, folded only at the terminal's edge (a fingerprint is 68 characters).
+    parts += [Text(line, overflow="fold") for line in version_notes(resp)]
     return Group(*parts)

@@ -101,6 +101,11 @@ class Setting:
         """The CLI flag that sets it."""
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def is_switch(self) -> bool:
+        """A boolean setting: `--flag` / `--no-flag` on the command line."""
+        return self.parse is parse_bool
+
 
 def section_settings(section_name: str, section: type[Any]) -> Iterator[Setting]:
     """The settings declared by one section class, in field order."""

@@ -308,7 +308,11 @@ def test_each_row_flag_and_variable_come_from_the_declaration() -> None:
     setting() declaration: its name (section PREFIX plus field, or name=), default and help."""
     parser: Any = build_parser()
     (subcommands,) = (a for a in parser._actions if a.dest == "command")
-    helps = {a.dest: a.help for a in subcommands.choices["serve"]._actions}
+    helps = {
+        a.option_strings[0]: a.help
+        for a in subcommands.choices["serve"]._actions
+        if a.option_strings
+    }
     for name, section in SECTIONS:
         prefix = section.PREFIX
         declared = {f.name: f for f in dataclasses.fields(section)}
@@ -323,7 +327,14 @@ def test_each_row_flag_and_variable_come_from_the_declaration() -> None:
                 assert s.parse(s.default) == default, f"{s.env}: default does not round-trip"
             shown = f"`{s.default}`" if s.default else "(empty)"
             assert row(s) == f"| `{s.env}` | `{s.flag}` | {shown} | {s.help} |\n"
-            assert helps[s.name] == f"{s.help} (env {s.env}, default {s.default!r})"
+            if s.is_switch:  # --flag / --no-flag
+                off = f"--no-{s.flag[2:]}"
+                assert helps[s.flag] == (
+                    f"{s.help} ({off} to turn off; env {s.env}, default {s.default})"
+                )
+                assert off in helps
+            else:
+                assert helps[s.flag] == f"{s.help} (env {s.env}, default {s.default!r})"
 
 
 HISTORICAL_VARIABLES = [

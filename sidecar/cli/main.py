@@ -67,7 +67,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name) is not None
     }
     if args.adapter_list:
-        given = [overrides.get("adapters") or os.environ.get("INFERCACHE_ADAPTERS", "")]
+        (adapters,) = (s for s in SETTINGS if s.name == "adapters")
+        given = [overrides.get("adapters") or os.environ.get(adapters.env, "")]
         overrides["adapters"] = ",".join(x for x in given + args.adapter_list if x)
     try:
         config = load_config(os.environ, overrides)

@@ -20,11 +20,12 @@ class ConfigError(ValueError):
 
 
 def _sections() -> tuple[tuple[str, type[Any]], ...]:
-    out = []
+    out: list[tuple[str, type[Any]]] = []
     for f in dataclasses.fields(Config):
-        if f.name != "otel_env":
-            out.append((f.name, f.default_factory))
-    return tuple(out)  # type: ignore[arg-type]
+        factory = f.default_factory
+        if isinstance(factory, type) and dataclasses.is_dataclass(factory):
+            out.append((f.name, factory))
+    return tuple(out)
 
 
 SECTIONS: tuple[tuple[str, type[Any]], ...] = _sections()

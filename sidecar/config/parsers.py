@@ -30,9 +30,17 @@ def format_bytes(value: int) -> str:
     return str(value)
 
 
+def _int(text: str, expected: str) -> int:
+    # int()'s own message ("invalid literal for int() with base 10") says nothing useful.
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected {expected}, got {text!r}") from None
+
+
 def positive_int(text: str) -> int:
     """An integer > 0."""
-    value = int(text)
+    value = _int(text, "a positive integer")
     if value <= 0:
         raise ValueError(f"expected a positive integer, got {text!r}")
     return value
@@ -40,7 +48,7 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     """An integer >= 0."""
-    value = int(text)
+    value = _int(text, "an integer >= 0")
     if value < 0:
         raise ValueError(f"expected an integer >= 0, got {text!r}")
     return value
@@ -206,7 +214,10 @@ def model_name(text: str) -> str:
 
 def fraction(text: str) -> float:
     """A number in [0, 1]."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number in [0, 1], got {text!r}") from None
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"expected a number in [0, 1], got {text!r}")
     return value

@@ -233,6 +233,25 @@ def test_every_setting_rejects_garbage_naming_its_variable() -> None:
             load_config({s.env: garbage})
 
 
+@pytest.mark.parametrize(
+    ("env", "value", "message"),
+    [
+        ("INFERCACHE_LOOKUP_TIMEOUT_MS", "fast", "expected a positive integer, got 'fast'"),
+        ("INFERCACHE_HOT_MAX_ENTRIES", "-1", "expected an integer >= 0, got '-1'"),
+        ("INFERCACHE_HIT_SAMPLE_RATE", "often", "expected a number in [0, 1], got 'often'"),
+        ("INFERCACHE_KV_DEVICE", "gpu", "expected cpu, cuda or cuda:N, got 'gpu'"),
+        ("INFERCACHE_HOT_MAX_BYTES", "1TB", "expected a size such as 268435456 or 256MiB"),
+        ("INFERCACHE_REDIS_URL", "http://r:6379", "expected redis://, rediss:// or unix://"),
+        ("INFERCACHE_LEASE_SECRET", "short", "must be at least 16 characters"),
+    ],
+)
+def test_bad_value_message_says_what_was_expected(env: str, value: str, message: str) -> None:
+    """The error is `VARIABLE: what was expected, got what`, never a bare parser message."""
+    with pytest.raises(ConfigError) as err:
+        load_config({env: value})
+    assert str(err.value).startswith(f"{env}: {message}")
+
+
 def test_bad_flag_value_names_the_flag() -> None:
     """An invalid override names the flag it came from."""
     with pytest.raises(ConfigError, match="--max-batch"):

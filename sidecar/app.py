@@ -23,7 +23,7 @@ from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
 from sidecar.fingerprint import fingerprint_async
-from sidecar.identity import PodIdentity
+from sidecar.identity import KeyResolver, PodIdentity
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Invalidator
@@ -124,6 +124,7 @@ def build_cache(
     signer: LeaseSigner,
     policy: PolicyHolder | None = None,
     observers: Sequence[LookupObserver] = (),
+    pod: PodIdentity | None = None,
 ) -> ResultCache:
     """The result cache with the configured budgets, TTL, lease and cacheability policies;
     `observers` see every lookup call after its counters (e.g. the prewarm HitRecorder)."""
@@ -139,6 +140,7 @@ def build_cache(
         stats=CacheStats(config.telemetry.metrics_max_model_versions),
         policy=policy,
         observers=observers,
+        pod=pod,
     )
 
 
@@ -158,7 +160,7 @@ def build_hit_store(config: Config, stores: Stores) -> HitStore:
 
 
 def build_prewarmer(
-    config: Config, cache: ResultCache, pod: PodIdentity, limits: KeyLimits, hits: HitStore
+    config: Config, cache: ResultCache, keys: KeyResolver, hits: HitStore
 ) -> Prewarmer:
     """The prewarm runner for this pod, talking to the configured model server."""
 
@@ -173,7 +175,7 @@ def build_prewarmer(
         )
 
     settings = PrewarmSettings.from_config(config.prewarm)
-    return Prewarmer(cache, pod, limits, settings, model_server, hits)
+    return Prewarmer(cache, keys, settings, model_server, hits)
 
 
 def build_kv(config: Config, stores: Stores) -> KvHotTier:
@@ -212,6 +214,8 @@ class App:
     """Samples the cache's hits into `hits` for prewarm (None when INFERCACHE_HIT_SAMPLE_RATE=0)."""
     usage: TierUsageMonitor
     limits: KeyLimits
+    keys: KeyResolver
+    """The pod's key resolver: every entry point builds its keys with it."""
     kv: KvHotTier | None
     invalidator: Invalidator
     prewarmer: Prewarmer
@@ -281,10 +285,12 @@ async def build_app(
         await lease_signer(config, stores.control),
         policy.holder,
         observers=() if recorder is None else (recorder,),
+        pod=pod,
     )
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
     limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
+    keys = KeyResolver(pod, limits)
     kv = build_kv(config, stores) if config.kv.enabled else None
     if kv is not None:
         register_kv_metrics(telemetry.meter, kv.stats)
@@ -310,9 +316,10 @@ async def build_app(
         recorder=recorder,
         usage=usage,
         limits=limits,
+        keys=keys,
         kv=kv,
         invalidator=Invalidator(stores.control, freshness, stores.warm, cache.stats, pod),
-        prewarmer=build_prewarmer(config, cache, pod, limits, hits),
+        prewarmer=build_prewarmer(config, cache, keys, hits),
         reclaimer=reclaimer,
         started=started,
     )

@@ -212,9 +212,8 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     server = _grpc_server(config.limits.max_payload_bytes + MESSAGE_HEADROOM)
     servicer = CacheServicer(
         cache,
-        limits=app.limits,
         max_batch=config.limits.max_batch,
-        pod=app.pod,
+        keys=app.keys,
         observer=RpcObserver(cache_api.SERVICE, telemetry, app.rpc_stats),
         streams=StreamSettings.from_config(config),
     )

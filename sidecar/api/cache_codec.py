@@ -8,6 +8,7 @@ from infercache.v1 import cache_pb2 as PB2
 
 from sidecar.entries import ComputeCost
 from sidecar.errors import InvalidArgument
+from sidecar.identity import KeyResolver, ResolvedKey
 from sidecar.keys import (
     ChatMessage,
     FormatType,
@@ -17,7 +18,14 @@ from sidecar.keys import (
     Sampling,
 )
 from sidecar.policy.cacheability import NO_TRAITS, Bypass, BypassReason, RequestTraits
-from sidecar.results.cache import LookupResult, Outcome, StoreResult, StoreStatus, TierName
+from sidecar.results.types import (
+    LookupQuery,
+    LookupResult,
+    Outcome,
+    StoreResult,
+    StoreStatus,
+    TierName,
+)
 
 _OPTIONAL_SAMPLING = (
     "temperature",
@@ -107,6 +115,29 @@ def key_request_from_pb(k: PB2.CacheKey) -> KeyRequest:
         extra=dict(k.extra),
         input=value,
         input_kind=kind,
+    )
+
+
+def key_from_pb(k: PB2.CacheKey, keys: KeyResolver) -> ResolvedKey:
+    """The validated key of a CacheKey message and the request it was built from.
+
+    Memoised by the message's serialisation. The plain serialisation is about half
+    the cost of the deterministic one; it can only order map entries differently for
+    equal messages, which costs a memo miss, never a wrong key.
+    """
+    raw = k.SerializeToString()
+    built = keys.known(raw)
+    if built is None:
+        built = keys.remember(raw, key_request_from_pb(k))
+    return built
+
+
+def query_from_pb(request: PB2.LookupRequest, keys: KeyResolver) -> LookupQuery:
+    """The domain query of a LookupRequest (LookupStream's embedded one too): key,
+    freshness bound, wait, the request the key came from and the declared traits."""
+    key, source = key_from_pb(request.key, keys)
+    return LookupQuery(
+        key, request.max_age_seconds, request.wait_ms, source, traits_from_pb(request)
     )
 
 

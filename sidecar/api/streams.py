@@ -1,25 +1,24 @@
-"""The streaming data-plane RPCs (LookupStream, StoreStream) and ReportOutcome.
+"""The streaming data-plane RPCs (LookupStream, StoreStream) of CacheService.
 
-A part of CacheService kept apart from servicer.py for size: the servicer's
-methods delegate here. Like the servicer it only translates: lookups go through
-ResultCache.lookup, streamed stores through stream_store (which commits with
-ResultCache.store), verdicts through DownstreamFeedback.
+Kept apart from cache_servicer.py for size: the servicer's methods delegate here.
+Like the servicer it only translates: lookups go through ResultCache.lookup,
+streamed stores through stream_store (which commits with ResultCache.store). Keys
+come from the pod's KeyResolver; domain errors become statuses in RpcObserver.run.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 import structlog
 from infercache.v1 import cache_pb2 as PB2
 
-from sidecar.api.cache_codec import cost_from_pb, traits_from_pb
+from sidecar.api.cache_codec import cost_from_pb, key_from_pb, query_from_pb, traits_from_pb
 from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
-from sidecar.api.status import abort_for
+from sidecar.api.rpc import rpc
 from sidecar.api.stream_codec import (
     chunk_to_pb,
     header_to_pb,
@@ -27,16 +26,14 @@ from sidecar.api.stream_codec import (
     stream_chunk_from_pb,
     stream_finish_from_pb,
     stream_result_to_pb,
-    verdict_from_pb,
 )
 from sidecar.config import Config
 from sidecar.entries import Entry
 from sidecar.errors import InfercacheError, InvalidArgument
-from sidecar.identity import PodIdentity
-from sidecar.keys import CacheKey, KeyRequest
+from sidecar.identity import KeyResolver
+from sidecar.keys import CacheKey
 from sidecar.observability.logs import REQUEST_KEY
-from sidecar.results.cache import LookupQuery, ResultCache
-from sidecar.results.feedback import DownstreamFeedback
+from sidecar.results.cache import ResultCache
 from sidecar.results.pacing import replay
 from sidecar.results.stream_store import (
     BufferBudget,
@@ -85,27 +82,22 @@ class _Head:
 
 
 class StreamRpcs:
-    """Handlers of LookupStream, StoreStream and ReportOutcome for one CacheServicer."""
+    """Handlers of LookupStream and StoreStream for one CacheServicer."""
 
     def __init__(
         self,
         cache: ResultCache,
-        key_and_source: Callable[[PB2.CacheKey], tuple[CacheKey, KeyRequest]],
-        query: Callable[[PB2.LookupRequest], LookupQuery],
-        pod: PodIdentity,
-        observe: RpcObserver,
-        describe: CacheDescriber,
+        keys: KeyResolver,
+        observer: RpcObserver,
+        describer: CacheDescriber,
         settings: StreamSettings,
     ) -> None:
         self._cache = cache
-        self._key_and_source = key_and_source
-        self._query = query
-        self._pod = pod
-        self._observe = observe
-        self._describe = describe
+        self._keys = keys
+        self.observer = observer
+        self._describer = describer
         self._settings = settings
         self._budget = BufferBudget(settings.buffer_max_bytes)
-        self._feedback = DownstreamFeedback(cache, evict_rejected=settings.evict_rejected)
 
     # ---------------------------------------------------------------- LookupStream
 
@@ -117,7 +109,7 @@ class StreamRpcs:
         The RPC's duration and span cover the lookup; the replay's length is the
         caller's pacing choice, so it is counted (streams family), not timed.
         """
-        head = await self._observe.run(
+        head = await self.observer.run(
             "LookupStream", request, context, self._lookup_head, self._describe_head
         )
         yield head.header
@@ -141,44 +133,32 @@ class StreamRpcs:
     async def _lookup_head(
         self, request: PB2.LookupStreamRequest, context: grpc.aio.ServicerContext
     ) -> _Head:
+        pacing_from_pb(request.pacing)
+        if not request.HasField("lookup"):
+            raise InvalidArgument("lookup", "is required")
         try:
-            pacing_from_pb(request.pacing)
-            if not request.HasField("lookup"):
-                raise InvalidArgument("lookup", "is required")
-            try:
-                query = self._query(request.lookup)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"lookup.{exc.field}", exc.problem) from exc
-            key = query.key
-            REQUEST_KEY.set(key)
-            result = await self._cache.lookup(query)
-        except InfercacheError as exc:
-            await abort_for(context, "LookupStream", exc)
+            query = query_from_pb(request.lookup, self._keys)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"lookup.{exc.field}", exc.problem) from exc
+        key = query.key
+        REQUEST_KEY.set(key)
+        result = await self._cache.lookup(query)
         await context.send_initial_metadata(((CACHE_MARKER, result.outcome.value),))
         entry = result.entry if result.tier is not None else None
         return _Head(header_to_pb(result, key.model_version), entry, key.model_version)
 
     def _describe_head(self, request: PB2.LookupStreamRequest, head: _Head | None) -> Attributes:
-        return self._describe.lookup(request.lookup, head.header.header.lookup if head else None)
+        return self._describer.lookup(request.lookup, head.header.header.lookup if head else None)
 
     # ---------------------------------------------------------------- StoreStream
 
-    async def store_stream(
+    @rpc()
+    async def StoreStream(
         self,
         requests: AsyncIterator[PB2.StoreStreamRequest],
         context: grpc.aio.ServicerContext,
     ) -> PB2.StoreStreamResponse:
         """Buffer the stream; commit through ResultCache.store when it finishes."""
-        response: PB2.StoreStreamResponse = await self._observe.run(
-            "StoreStream", requests, context, self._store_stream
-        )
-        return response
-
-    async def _store_stream(
-        self,
-        requests: AsyncIterator[PB2.StoreStreamRequest],
-        context: grpc.aio.ServicerContext,
-    ) -> PB2.StoreStreamResponse:
         stats = self._cache.stats
         opened: list[CacheKey] = []  # the key, once the opening message was accepted
         events = self._events(requests, opened)
@@ -187,7 +167,7 @@ class StreamRpcs:
         except InfercacheError as exc:
             stats.count_stream(_version(opened), "store.failed")
             log.info("store_stream_not_committed", error=str(exc))
-            await abort_for(context, "StoreStream", exc)
+            raise
         except asyncio.CancelledError:
             # The client cancelled, went away, or the server is stopping.
             stats.count_stream(_version(opened), "store.cancelled")
@@ -220,50 +200,17 @@ class StreamRpcs:
                 "open.payload", "must be empty: a StoreStream's result comes as chunks"
             )
         try:
-            key, _ = self._key_and_source(req.key)
+            key, _ = key_from_pb(req.key, self._keys)
         except InvalidArgument as exc:
             raise InvalidArgument(f"open.{exc.field}", exc.problem) from exc
         REQUEST_KEY.set(key)
-        self._pod.check_store(key.model_version)
+        # Checked at the opening message (ResultCache.store checks again at commit),
+        # so a foreign result is refused before any of it is buffered.
+        self._keys.check_store(key)
         return StreamOpen(
             key, req.ttl_seconds, cost_from_pb(req.cost), req.lease, traits_from_pb(req)
         )
 
-    # ---------------------------------------------------------------- ReportOutcome
-
-    async def report_outcome(
-        self, request: PB2.ReportOutcomeRequest, context: grpc.aio.ServicerContext
-    ) -> PB2.ReportOutcomeResponse:
-        """Count a downstream verdict on the entry named by its key digest."""
-        response: PB2.ReportOutcomeResponse = await self._observe.run(
-            "ReportOutcome", request, context, self._report_outcome, _describe_report
-        )
-        return response
-
-    async def _report_outcome(
-        self, request: PB2.ReportOutcomeRequest, context: grpc.aio.ServicerContext
-    ) -> PB2.ReportOutcomeResponse:
-        try:
-            result = await self._feedback.report(
-                request.key_digest, verdict_from_pb(request.verdict), request.reason
-            )
-        except InfercacheError as exc:
-            await abort_for(context, "ReportOutcome", exc)
-        return PB2.ReportOutcomeResponse(evicted=result.evicted, model_version=result.model_version)
-
 
 def _version(opened: list[CacheKey]) -> str:
     return opened[0].model_version if opened else ""
-
-
-def _describe_report(request: PB2.ReportOutcomeRequest, response: Any) -> Attributes:
-    attrs: Attributes = {
-        "infercache.key_digest": request.key_digest[:8].hex(),
-        "infercache.verdict": PB2.ReportOutcomeVerdict.Name(request.verdict).lower()
-        if request.verdict in PB2.ReportOutcomeVerdict.values()
-        else "unknown",
-    }
-    if isinstance(response, PB2.ReportOutcomeResponse):
-        attrs["infercache.model_version"] = response.model_version
-        attrs["infercache.evicted"] = response.evicted
-    return attrs

@@ -16,7 +16,6 @@ One run at a time per sidecar.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,8 +27,8 @@ import structlog
 from sidecar.config import PrewarmConfig
 from sidecar.entries import ComputeCost
 from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
-from sidecar.identity import PodIdentity
-from sidecar.keys import CacheKey, KeyLimits, KeyRequest, build_key
+from sidecar.identity import KeyResolver
+from sidecar.keys import CacheKey, KeyRequest
 from sidecar.prewarm import records
 from sidecar.prewarm.hits import HitStore
 from sidecar.prewarm.openai import (
@@ -97,15 +96,14 @@ class Prewarmer:
     def __init__(
         self,
         cache: ResultCache,
-        pod: PodIdentity,
-        limits: KeyLimits,
+        keys: KeyResolver,
         settings: PrewarmSettings,
         server_factory: Callable[[int], ModelServer],
         hits: HitStore | None = None,
     ) -> None:
         self.cache = cache
-        self.pod = pod
-        self.limits = limits
+        self.keys = keys
+        self.pod = keys.pod
         self.settings = settings
         self._server_factory = server_factory
         self._hits = hits
@@ -366,7 +364,7 @@ class PrewarmRun:
             answer.completion_tokens,
         )
         try:
-            owner.pod.check_store(key.model_version)
+            # ResultCache.store refuses a key of weights this pod does not run.
             for pause in (*_RETRY_PAUSES_S, None):
                 stored = await owner.cache.store(
                     key, answer.payload, self._options.ttl_s, cost, lease_token=found.lease
@@ -410,25 +408,14 @@ class PrewarmRun:
                 f"names {req.model_version[:80]!r}, the pod runs {pod.model_version}",
             )
         model = self._owner.settings.model
-        keyed = req
         if req.adapter_version:
-            name = _adapter_name(pod, req.adapter_version)
+            name = pod.adapter_name(req.adapter_version)
             if name is None or name not in self._served:
                 return _skip(index, "adapter_not_served", f"adapter {req.adapter_version[:80]!r}")
             model = name
-            keyed = dataclasses.replace(req, adapter_version=pod.resolve_adapter(name))
         try:
-            key = build_key(keyed, self._owner.limits, pod.model_version)
+            # The resolver keys a named adapter (by name or fingerprint) by its fingerprint.
+            key = self._owner.keys.resolve(req)
         except InvalidArgument as exc:
             return _fail(index, "invalid_request", str(exc))
         return key, req, model
-
-
-def _adapter_name(pod: PodIdentity, adapter_version: str) -> str | None:
-    """The configured adapter a request names (by name or by fingerprint), if any."""
-    if adapter_version in pod.adapter_versions:
-        return adapter_version
-    for name, fp in pod.adapter_versions.items():
-        if fp == adapter_version:
-            return name
-    return None

@@ -24,6 +24,7 @@ from sidecar import entries
 from sidecar.config import LeaseConfig
 from sidecar.entries import ChunkMeta, ComputeCost, Entry, EntryRejected
 from sidecar.errors import InvalidArgument, TierUnavailable
+from sidecar.identity import PodIdentity
 from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import CacheKey, KeyDigest
 from sidecar.observability.stats import CacheStats
@@ -88,6 +89,7 @@ class ResultCache:
         stats: CacheStats | None = None,
         policy: PolicyHolder | None = None,
         observers: Sequence[LookupObserver] = (),
+        pod: PodIdentity | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         """`freshness` holds the rule set and the control store (leases, holds) this cache
@@ -102,6 +104,8 @@ class ResultCache:
         self.rules = freshness.rules
         self.stats = stats or CacheStats()
         self.policy = policy or PolicyHolder()
+        self.pod = pod or PodIdentity()
+        """Whose results may be stored: `store` refuses keys of weights the pod does not run."""
         self._clock_ms = clock_ms
         self._flight = SingleFlight(
             freshness.control,
@@ -291,7 +295,10 @@ class ResultCache:
         boundaries (for LookupStream replay). `started_at_ms`: when delivery of the
         result began (a StoreStream's opening message); the lease must have been valid
         then, so a long stream does not outlive a lease that was good when it started.
+        FailedPrecondition for a key of weights this pod does not run (every entry
+        point stores through here, so none can forget it).
         """
+        self.pod.check_store(key.model_version)
         if len(payload) > self.max_payload_bytes:
             raise InvalidArgument(
                 "payload",

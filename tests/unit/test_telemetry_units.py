@@ -12,7 +12,7 @@ import pytest
 import structlog
 from rich.console import Console
 
-from sidecar.api.admin_servicer import stats_to_pb
+from sidecar.api.admin_codec import stats_to_pb
 from sidecar.api.observe import TenantLabel
 from sidecar.cli.stats_view import stats_dict, stats_table
 from sidecar.config import ConfigError

@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from sidecar.api.admin_servicer import stats_to_pb
+from sidecar.api.admin_codec import stats_to_pb
 from sidecar.cli.stats_view import READ_COLUMNS, WRITE_COLUMNS, short_version, stats_table
 from sidecar.observability.stats import CacheStats
 

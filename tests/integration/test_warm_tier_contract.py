@@ -243,7 +243,17 @@ async def test_redis_late_reply_after_a_timeout_is_never_taken_for_the_next_read
             await tier.get_many_with_epoch([digest(1)])
         assert await script == 1
         await asyncio.sleep(0.1)  # past the circuit's first pause (50 ms)
-        assert (await tier.get_many_with_epoch([digest(2)]))[0] == [b"two"]
+        # On a loaded machine the reconnect after the dropped connection can itself take
+        # longer than the 50 ms deadline: a read may time out again (a MISS, never wrong),
+        # but the first read that answers must carry its own value, never the late "one".
+        answered: list[bytes | None] | None = None
+        for _ in range(40):
+            try:
+                answered = (await tier.get_many_with_epoch([digest(2)]))[0]
+                break
+            except TierUnavailable:
+                await asyncio.sleep(0.1)  # past the circuit's pause again
+        assert answered == [b"two"]
     finally:
         await other.aclose()
         await tier.close()

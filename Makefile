@@ -16,8 +16,8 @@ IMAGE ?= localhost/infercache:dev
 TS := clients/typescript
 BASE ?=
 
-.PHONY: install install-serve run test lint protos protos-check config-table bench image \
-	image-smoke k8s-check ts-test clean
+.PHONY: install install-serve run test lint protos protos-check config-table bench bench-smoke \
+	image image-smoke k8s-check ts-test clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -77,7 +77,12 @@ config-table: install
 	$(BIN)/python scripts/gen_config_table.py
 
 bench: install
-	$(BIN)/python bench/lookup.py --quick
+	$(BIN)/python -m bench.lookup --quick
+
+# Every benchmark's --smoke mode (seconds each); fails when one breaks or prints no summary.
+bench-smoke: install
+	bash scripts/ensure_redis.sh
+	$(BIN)/python -m bench.smoke
 
 # Container image (podman or buildah; see docs/deploy.md). BASE=... overrides the base image.
 image:

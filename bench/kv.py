@@ -1,6 +1,7 @@
 """KV hot tier benchmark: LookupPrefix latency, demotion and promotion vs raw redis-py.
 
-    python bench/kv.py [--quick]
+    python -m bench.kv [--quick]
+    python -m bench.kv --smoke    # a few seconds
 
 One process tree: a throwaway redis-server child, and in this process the
 sidecar's KV hot tier (KvHotTier over the real shared-memory pool and the Redis
@@ -30,17 +31,19 @@ import contextlib
 import os
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
-import common
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from infercache.v1 import kv_pb2 as pb
 
+from bench.harness.procs import interrupt_on, redis_server, start_all
+from bench.harness.report import print_summary
+from bench.harness.stats import percentile
+from bench.harness.usage import load_average
 from sidecar.api.kv_codec import prefix_to_pb
 from sidecar.backends.redis.client import connect
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
@@ -64,11 +67,6 @@ def kv_bytes(msg: Message) -> int:
             items = value if field.is_repeated else [value]
             total += sum(kv_bytes(m) for m in items)
     return total
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def bench_lookup(rounds: int) -> tuple[dict[str, float], int]:
@@ -112,7 +110,7 @@ async def bench_lookup(rounds: int) -> tuple[dict[str, float], int]:
             if i >= 20:  # warm-up rounds are not counted
                 times.append((t1 - t0) / 1000)
         out[f"lookup_{chain}_p50_us"] = statistics.median(times)
-        out[f"lookup_{chain}_p99_us"] = pct(times, 0.99)
+        out[f"lookup_{chain}_p99_us"] = percentile(times, 0.99)
     await tier.close()
     os.rmdir(shm)
     return out, leaked
@@ -217,10 +215,8 @@ async def run(args: argparse.Namespace, redis_url: str) -> int:
         print(f"  {chain:5d} blocks  p50 {p50:8.1f} us  p99 {p99:8.1f} us")
     moved = await bench_movement(redis_url, args.blocks, args.layers, args.repeats)
     fields = {**lookup, **moved, "kv_bytes_over_grpc": leaked}
-    print(f"load average: {common.load_average()}")
-    print(
-        " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in fields.items())
-    )
+    print(f"load average: {load_average()}")
+    print_summary(fields)
     return 0
 
 
@@ -231,15 +227,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=256, help="blocks demoted and promoted")
     parser.add_argument("--layers", type=int, default=4, help="layers per block (size)")
     parser.add_argument("--repeats", type=int, default=3, help="demote/promote repeats")
+    parser.add_argument("--smoke", action="store_true", help="a few seconds: tiny rounds")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.blocks, args.repeats = 100, 64, 1
-    common.interrupt_on(signal.SIGTERM)
+    if args.smoke:
+        args.rounds, args.blocks, args.layers, args.repeats = 20, 8, 1, 1
+    interrupt_on(signal.SIGTERM)
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as data:
-        redis = common.redis_server(common.free_port(), data, "redis")
-        common.start_all(stack, [redis])
+        redis = redis_server(data, "redis")
+        start_all(stack, [redis])
         return asyncio.run(run(args, f"redis://127.0.0.1:{redis.port}/0"))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

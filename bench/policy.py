@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
-"""What the cacheability policy costs a hot hit (issue 7).
+"""What the cacheability policy costs a hot hit, in process.
 
-In one process, one ResultCache over the embedded stores holds 256 stored results;
-the timed work is `lookup_many` of a batch of 32 of them. Configurations, run in
-alternating slices of 0.2 s (so background load falls on all alike):
+One ResultCache over the embedded stores holds 256 stored results; the timed work is
+`lookup_many` of a batch of 32 of them. Configurations, run in alternating slices of
+0.2 s (so background load falls on all alike):
 
     unchecked      the policy step skipped (ResultCache._screen replaced by a no-op):
                    the lookup path as it was before the policy (baseline)
@@ -17,7 +16,9 @@ Reported: CPU microseconds per looked-up key (median over slices) and each
 configuration's ratio to `unchecked` from adjacent slices (`unchecked_control`, a
 second `unchecked`, shows the noise floor).
 
-    .venv/bin/python bench/policy.py --quick
+    .venv/bin/python -m bench.policy --quick
+    .venv/bin/python -m bench.policy --smoke    # a few seconds
+
 The last line holds machine-readable key=value pairs.
 """
 
@@ -25,23 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
-import statistics
 import time
+from collections.abc import Sequence
 from types import MappingProxyType
 
-from sidecar.config import LimitsConfig, TtlConfig
-from sidecar.invalidation.embedded_store import EmbeddedControlStore
-from sidecar.invalidation.freshness import Freshness
-from sidecar.invalidation.rules import RuleSet
-from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
+from bench.harness.micro import Batches, alternate, report, stored_cache
 from sidecar.policy.cacheability import Policy, PolicyHolder, RequestTraits, TenantPolicy
-from sidecar.results.cache import LookupQuery, LookupResult, ResultCache, TtlPolicy
-from sidecar.tiers.embedded import EmbeddedWarmTier
-from sidecar.tiers.hot import HotTier
+from sidecar.results.cache import LookupResult, ResultCache
 
-BATCH = 32
-KEYS = 256
 STRICT = TenantPolicy(deterministic_only=True, bypass_tools=True, max_entry_bytes=1 << 20)
 FILE_1K = Policy(
     STRICT, MappingProxyType({f"tenant-{i}": STRICT for i in range(1000)} | {"acme": STRICT})
@@ -51,35 +43,7 @@ CLOSED = Policy(TenantPolicy(cacheable=False))
 HARMLESS = RequestTraits(side_effects=False, private_data=False, real_time=False, tools=False)
 
 
-async def _prepare(holder: PolicyHolder) -> tuple[ResultCache, list[list[LookupQuery]]]:
-    cache = ResultCache(
-        HotTier(64 * 1024 * 1024, 100_000),
-        EmbeddedWarmTier(256 * 1024 * 1024, 100_000),
-        ttl=TtlPolicy.from_config(TtlConfig()),
-        max_payload_bytes=1024 * 1024,
-        max_chunks=LimitsConfig().max_chunks,
-        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
-        policy=holder,
-    )
-    queries = []
-    for i in range(KEYS):
-        req = KeyRequest(
-            tenant="acme",
-            model_version="fp1-bench",
-            prompt_version="p1",
-            input=f"How do I reset my password? variant {i}",
-            input_kind=InputKind.TEXT,
-            sampling=Sampling(temperature=0.0, max_tokens=256),
-        )
-        key = build_key(req)
-        miss = await cache.lookup(LookupQuery(key))
-        await cache.store(key, bytes(1024), lease_token=miss.lease)
-        queries.append(LookupQuery(key, source=req))
-    batches = [queries[i : i + BATCH] for i in range(0, KEYS, BATCH)]
-    return cache, batches
-
-
-async def _slice(cache: ResultCache, batches: list[list[LookupQuery]], seconds: float) -> float:
+async def _slice(cache: ResultCache, batches: Batches, seconds: float) -> float:
     """CPU microseconds per key over one slice (process CPU: less noise on a shared box)."""
     keys = 0
     cpu_started = time.process_time()
@@ -95,9 +59,10 @@ def _unchecked(queries: object) -> list[LookupResult | None] | None:
     return None
 
 
-async def main(rounds: int, seconds: float) -> None:
+async def run(rounds: int, seconds: float) -> None:
+    """Every configuration in alternating slices; prints the table and the summary line."""
     holder = PolicyHolder()
-    cache, batches = await _prepare(holder)
+    cache, batches = await stored_cache(holder)
     with_traits = [[q._replace(traits=HARMLESS) for q in b] for b in batches]
     screen = cache._screen
     # name -> (policy, batches, skip the policy step)
@@ -109,34 +74,36 @@ async def main(rounds: int, seconds: float) -> None:
         "traits": (FILE_1K, with_traits, False),
         "bypass_all": (CLOSED, batches, False),
     }
-    for name, (policy, work, skip) in configs.items():
+
+    def use(name: str) -> Batches:
+        policy, work, skip = configs[name]
         holder.current = policy
         cache._screen = _unchecked if skip else screen  # type: ignore[method-assign]
-        outcomes = {r.outcome.value for r in await cache.lookup_many(work[0])}
+        return work
+
+    for name in configs:
+        outcomes = {r.outcome.value for r in await cache.lookup_many(use(name)[0])}
         assert outcomes == ({"bypass"} if name == "bypass_all" else {"hit"}), (name, outcomes)
-    per_key: dict[str, list[float]] = {name: [] for name in configs}
-    for r in range(rounds):
-        order = list(configs) if r % 2 == 0 else list(reversed(configs))
-        for name in order:
-            policy, work, skip = configs[name]
-            holder.current = policy
-            cache._screen = _unchecked if skip else screen  # type: ignore[method-assign]
-            gc.collect()  # no slice pays for the garbage of the one before
-            per_key[name].append(await _slice(cache, work, seconds))
-    pairs = {}
-    print(f"# {rounds} rounds x {seconds:g} s slices, batches of {BATCH} hot hits")
-    print(f"{'config':<18} {'us/key':>8} {'ratio':>7}")
-    for name, times in per_key.items():
-        ratio = statistics.median(t / b for t, b in zip(times, per_key["unchecked"], strict=True))
-        print(f"{name:<18} {statistics.median(times):>8.2f} {ratio:>7.3f}")
-        pairs[f"{name}_us"] = f"{statistics.median(times):.2f}"
-        pairs[f"{name}_vs_unchecked"] = f"{ratio:.3f}"
-    print(" ".join(f"{k}={v}" for k, v in pairs.items()), flush=True)
+
+    async def one(name: str) -> float:
+        return await _slice(cache, use(name), seconds)
+
+    report(await alternate(list(configs), rounds, one), "unchecked", rounds, seconds)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: --quick (10 rounds), --smoke (2 rounds of 0.05 s), --seconds."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10 rounds instead of 40")
+    parser.add_argument("--smoke", action="store_true", help="2 rounds of 0.05 s slices")
+    parser.add_argument("--seconds", type=float, default=0.2, help="length of one slice")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        asyncio.run(run(2, 0.05))
+    else:
+        asyncio.run(run(10 if args.quick else 40, args.seconds))
+    return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="10 rounds instead of 40")
-    parser.add_argument("--seconds", type=float, default=0.2, help="length of one slice")
-    args = parser.parse_args()
-    asyncio.run(main(10 if args.quick else 40, args.seconds))
+    raise SystemExit(main())

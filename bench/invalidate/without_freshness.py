@@ -18,7 +18,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sidecar.app import build_app, identify_pod, policy_watcher
 from sidecar.cli.main import build_parser
@@ -37,13 +37,11 @@ class NeverDead(RuleSet):
         return False
 
 
-def config_from(argv: Sequence[str]) -> Config:
+def config_from(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Config:
     """The Config `infercache serve ARGV` would run with (flags over INFERCACHE_*)."""
     args = build_parser().parse_args(["serve", *argv])
-    overrides = {
-        s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name) is not None
-    }
-    return load_config(os.environ, overrides)
+    given = {s.name: getattr(args, s.name) for s in SETTINGS}
+    return load_config(environ, {k: v for k, v in given.items() if v is not None})
 
 
 async def serve(config: Config) -> None:

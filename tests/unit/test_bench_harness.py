@@ -71,8 +71,9 @@ def test_bench_sidecars_never_listen_on_a_default_address() -> None:
     for spec in specs:
         argv = spec.proc().argv
         config = config_from(argv[argv.index("serve") + 1 :], environ={})
-        addresses = [*config.listen, *config.admin_listen]
-        addresses += [config.metrics_listen] if config.metrics_listen else []
+        addresses = [*config.server.listen, *config.admin.listen]
+        metrics = config.telemetry.metrics_listen
+        addresses += [metrics] if metrics else []
         assert addresses, spec.name
         for addr in addresses:
             assert addr.startswith("127.0.0.1:"), (spec.name, addr)

@@ -11,6 +11,7 @@ from sidecar.config.fields import ENV_PREFIX, Setting, setting
 from sidecar.config.load import SECTIONS, SETTINGS, ConfigError, check_consistency, load_config
 from sidecar.config.parsers import format_bytes, parse_bytes
 from sidecar.config.sections import (
+    DEFAULTS,
     AdminConfig,
     Config,
     HitsConfig,
@@ -30,6 +31,7 @@ from sidecar.config.sections import (
 )
 
 __all__ = [
+    "DEFAULTS",
     "ENV_PREFIX",
     "SECTIONS",
     "SETTINGS",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from sidecar.config import parsers as p
+import sidecar.config.parsers as p
 from sidecar.config.fields import setting
 from sidecar.kv.types import KvSettings
 
@@ -381,3 +381,8 @@ class Config:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     otel_env: Mapping[str, str] = field(default_factory=dict)
     """The standard OTEL_* variables (not settings of ours; see observability/telemetry.py)."""
+
+
+DEFAULTS = Config()
+"""The declared defaults: a component's keyword default names one of these rather than
+repeating its value (`bound_s=DEFAULTS.invalidation.freshness_bound_ms / 1000`)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import structlog
 
+from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import RuleSet
 from sidecar.invalidation.store import ControlStore
@@ -34,7 +35,7 @@ class Freshness:
         control: ControlStore,
         rules: RuleSet,
         *,
-        bound_s: float = 1.0,
+        bound_s: float = DEFAULTS.invalidation.freshness_bound_ms / 1000,
         member_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         retention_ms: int = 0,

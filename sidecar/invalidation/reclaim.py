@@ -14,6 +14,7 @@ import uuid
 import structlog
 
 from sidecar import entries
+from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import RuleSet
 from sidecar.invalidation.store import ControlStore
@@ -39,7 +40,7 @@ class Reclaimer:
         rules: RuleSet,
         stats: CacheStats,
         *,
-        keys_per_s: int = 2000,
+        keys_per_s: int = DEFAULTS.invalidation.reclaim_keys_per_s,
         rule_retention_s: int = 90_000,
     ) -> None:
         self.warm = warm

@@ -16,12 +16,14 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
+from sidecar.config import DEFAULTS
+
 OTHER_VERSION = "_other"
 """The model_version label of every version seen after the first max_versions."""
 NO_VERSION = "_none"
 """The model_version label of events that belong to no version (e.g. a whole-store rule)."""
 
-DEFAULT_MAX_VERSIONS = 32
+DEFAULT_MAX_VERSIONS = DEFAULTS.telemetry.metrics_max_model_versions
 
 # Seconds; Prometheus-style upper bounds for RPC durations (a hot hit is ~0.2 ms,
 # a warm hit ~1 ms, a single-flight wait up to max_wait_ms).

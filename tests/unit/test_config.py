@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 from sidecar.api.streams import StreamSettings
+from sidecar.backends.redis.client import RedisKeys
+from sidecar.backends.redis.control import RedisControlStore
+from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.cli.main import build_parser
 from sidecar.config import (
     SECTIONS,
@@ -29,6 +32,9 @@ from sidecar.config import (
 from sidecar.config.fields import section_settings
 from sidecar.config.table import markdown_table, row, splice, spliced_block
 from sidecar.fingerprint import default_cache_file
+from sidecar.invalidation.freshness import Freshness
+from sidecar.invalidation.reclaim import Reclaimer
+from sidecar.observability.stats import CacheStats
 from sidecar.policy.file import PolicyBounds
 from sidecar.prewarm.openai import PayloadFormat
 from sidecar.prewarm.runner import PrewarmSettings
@@ -545,3 +551,30 @@ def test_only_config_reads_the_environment() -> None:
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb"):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
+
+
+def test_component_keyword_defaults_are_the_declared_ones() -> None:
+    """Components built without the composition root (tests, benches, embedders) default to
+    the declared settings, not to a second copy of their values."""
+    d = Config()
+    redis_timeouts = (d.redis.lookup_timeout_ms / 1000, d.redis.write_timeout_ms / 1000)
+    warm = _keyword_defaults(RedisWarmTier.__init__)
+    assert (warm["read_timeout_s"], warm["write_timeout_s"]) == redis_timeouts
+    control = _keyword_defaults(RedisControlStore.__init__)
+    assert (control["lookup_timeout_s"], control["timeout_s"]) == redis_timeouts
+    assert warm["key_prefix"] == control["key_prefix"] == d.redis.key_prefix
+    assert RedisKeys().prefix == d.redis.key_prefix
+    freshness_bound_s = _keyword_defaults(Freshness.__init__)["bound_s"]
+    assert freshness_bound_s == d.invalidation.freshness_bound_ms / 1000
+    keys_per_s = _keyword_defaults(Reclaimer.__init__)["keys_per_s"]
+    assert keys_per_s == d.invalidation.reclaim_keys_per_s
+    max_versions = _keyword_defaults(CacheStats.__init__)["max_versions"]
+    assert max_versions == d.telemetry.metrics_max_model_versions
+
+
+def _keyword_defaults(fn: Any) -> dict[str, Any]:
+    return {
+        n: p.default
+        for n, p in inspect.signature(fn).parameters.items()
+        if p.default is not p.empty
+    }

@@ -19,6 +19,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from sidecar.config import DEFAULTS
 from sidecar.errors import TierTimeout, TierUnavailable
 from sidecar.keys import KeyDigest
 
@@ -34,7 +35,7 @@ class RedisKeys:
     several of them stay in one slot under Redis Cluster.
     """
 
-    prefix: str = "ic:v1:"
+    prefix: str = DEFAULTS.redis.key_prefix
 
     def entry(self, digest: KeyDigest) -> bytes:
         """Where a result entry lives."""

@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from sidecar.backends.redis.client import RedisGuard, RedisKeys, connect
+from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import Rule, Selector
 from sidecar.invalidation.store import AuditRecord
@@ -155,9 +156,9 @@ class RedisControlStore:
         self,
         url: str,
         *,
-        key_prefix: str = "ic:v1:",
-        timeout_s: float = 0.5,
-        lookup_timeout_s: float = 0.05,
+        key_prefix: str = DEFAULTS.redis.key_prefix,
+        timeout_s: float = DEFAULTS.redis.write_timeout_ms / 1000,
+        lookup_timeout_s: float = DEFAULTS.redis.lookup_timeout_ms / 1000,
         client: aioredis.Redis | None = None,
     ) -> None:
         self.keys = RedisKeys(key_prefix)

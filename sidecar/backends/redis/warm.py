@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from sidecar import entries
 from sidecar.backends.redis.client import RedisGuard, RedisKeys, connect
+from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
 from sidecar.tiers.base import WarmItem
@@ -42,9 +43,9 @@ class RedisWarmTier:
         self,
         url: str,
         *,
-        key_prefix: str = "ic:v1:",
-        read_timeout_s: float = 0.05,
-        write_timeout_s: float = 0.5,
+        key_prefix: str = DEFAULTS.redis.key_prefix,
+        read_timeout_s: float = DEFAULTS.redis.lookup_timeout_ms / 1000,
+        write_timeout_s: float = DEFAULTS.redis.write_timeout_ms / 1000,
         client: aioredis.Redis | None = None,
     ) -> None:
         self.keys = RedisKeys(key_prefix)

@@ -1,7 +1,8 @@
 """Typed sync and async clients for the infercache data plane.
 
 Keys are built with make_key() and hashed by the sidecar, so every language
-gets the same digest for the same request.
+gets the same digest for the same request. Both clients build their requests
+with the same pure functions (builders.py); they differ only in how they call.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import grpc
 from infercache.v1 import cache_pb2 as PB2
 from infercache.v1 import cache_pb2_grpc
 
+from infercache_client import builders as build
 from infercache_client.streams import (
     AsyncLookupStream,
     AsyncStoreStream,
@@ -93,25 +95,14 @@ def make_traits(
     )
 
 
-def _report(key_digest: bytes, accepted: bool, reason: str) -> PB2.ReportOutcomeRequest:
-    verdict = (
-        PB2.REPORT_OUTCOME_VERDICT_ACCEPTED if accepted else PB2.REPORT_OUTCOME_VERDICT_REJECTED
-    )
-    return PB2.ReportOutcomeRequest(key_digest=key_digest, verdict=verdict, reason=reason)
-
-
-def _channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    return [
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-    ]
-
-
 class CacheClient:
     """Blocking client. `target` is "host:port" or "unix:/path/to.sock"."""
 
-    def __init__(self, target: str, *, max_message_bytes: int = 64 * 1024 * 1024) -> None:
-        self._channel = grpc.insecure_channel(target, options=_channel_options(max_message_bytes))
+    def __init__(
+        self, target: str, *, max_message_bytes: int = build.DEFAULT_MESSAGE_BYTES
+    ) -> None:
+        options = build.channel_options(max_message_bytes)
+        self._channel = grpc.insecure_channel(target, options=options)
         self._stub = cache_pb2_grpc.CacheServiceStub(self._channel)
 
     def lookup(
@@ -129,11 +120,12 @@ class CacheClient:
         wait_ms > 0: if another caller is computing this key, wait that long for its result.
         traits: what the request declares (make_traits); the sidecar's policy decides.
         """
-        req = PB2.LookupRequest(
-            key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
+        req = build.lookup_request(
+            key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
         )
-        timeout = timeout if timeout is not None else 1.0 + wait_ms / 1000
-        resp: PB2.LookupResponse = self._stub.Lookup(req, timeout=timeout)
+        resp: PB2.LookupResponse = self._stub.Lookup(
+            req, timeout=build.lookup_timeout(timeout, wait_ms)
+        )
         return resp
 
     def lookup_batch(
@@ -147,9 +139,7 @@ class CacheClient:
 
         `traits` are declared for every key.
         """
-        req = PB2.LookupBatchRequest(
-            requests=[PB2.LookupRequest(key=k, traits=traits) for k in keys]
-        )
+        req = build.lookup_batch_request(keys, traits=traits)
         resp: PB2.LookupBatchResponse = self._stub.LookupBatch(req, timeout=timeout)
         return list(resp.responses)
 
@@ -170,9 +160,9 @@ class CacheClient:
         traits: the same declarations as the lookup's; the policy is applied again here.
         `chunks` (see join_chunks) keeps the stream boundaries for lookup_stream replays.
         """
-        req = PB2.StoreRequest(
-            key=key,
-            payload=payload,
+        req = build.store_request(
+            key,
+            payload,
             lease=lease,
             ttl_seconds=ttl_seconds,
             cost=cost,
@@ -196,11 +186,8 @@ class CacheClient:
 
         pacing: see make_pacing (default: as fast as possible). timeout: whole-call deadline.
         """
-        req = PB2.LookupStreamRequest(
-            lookup=PB2.LookupRequest(
-                key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
-            ),
-            pacing=pacing,
+        req = build.lookup_stream_request(
+            key, pacing=pacing, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
         )
         return LookupStream(self._stub.LookupStream(req, timeout=timeout))
 
@@ -219,8 +206,8 @@ class CacheClient:
         Committed when the block ends normally; an exception in the block stores nothing.
         A request the policy bypasses is answered BYPASSED in `.response`.
         """
-        open_req = PB2.StoreRequest(
-            key=key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
+        open_req = build.store_request(
+            key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
         )
         stub = self._stub
         return StoreStream(lambda it: stub.StoreStream.future(it, timeout=timeout), open_req)
@@ -238,15 +225,14 @@ class CacheClient:
         A rejected answer is evicted (by default), so the next lookup misses; NOT_FOUND
         when no live entry has the digest.
         """
-        resp: PB2.ReportOutcomeResponse = self._stub.ReportOutcome(
-            _report(key_digest, accepted, reason), timeout=timeout
-        )
+        req = build.report_request(key_digest, accepted=accepted, reason=reason)
+        resp: PB2.ReportOutcomeResponse = self._stub.ReportOutcome(req, timeout=timeout)
         return resp
 
     def server_info(self, *, timeout: float | None = 1.0) -> PB2.GetServerInfoResponse:
         """The sidecar's version, key schema and pod model fingerprint."""
         resp: PB2.GetServerInfoResponse = self._stub.GetServerInfo(
-            PB2.GetServerInfoRequest(), timeout=timeout
+            build.server_info_request(), timeout=timeout
         )
         return resp
 
@@ -262,12 +248,14 @@ class CacheClient:
 
 
 class AsyncCacheClient:
-    """asyncio client (grpc.aio); same methods as CacheClient, awaitable."""
+    """asyncio client (grpc.aio): CacheClient's methods, awaitable, with the same
+    arguments, defaults and answers (the requests come from the same builders)."""
 
-    def __init__(self, target: str, *, max_message_bytes: int = 64 * 1024 * 1024) -> None:
-        self._channel = grpc.aio.insecure_channel(
-            target, options=_channel_options(max_message_bytes)
-        )
+    def __init__(
+        self, target: str, *, max_message_bytes: int = build.DEFAULT_MESSAGE_BYTES
+    ) -> None:
+        options = build.channel_options(max_message_bytes)
+        self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub = cache_pb2_grpc.CacheServiceStub(self._channel)
 
     async def lookup(
@@ -279,17 +267,13 @@ class AsyncCacheClient:
         traits: PB2.RequestTraits | None = None,
         timeout: float | None = None,
     ) -> PB2.LookupResponse:
-        """Look a key up; outcome is HIT, MISS (with `.lease` for Store) or BYPASS
-        (`.bypass_code` says why; do not Store).
-
-        wait_ms > 0: if another caller is computing this key, wait that long for its result.
-        traits: what the request declares (make_traits); the sidecar's policy decides.
-        """
-        req = PB2.LookupRequest(
-            key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
+        """Look a key up: HIT, MISS (with `.lease`) or BYPASS (see CacheClient.lookup)."""
+        req = build.lookup_request(
+            key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
         )
-        timeout = timeout if timeout is not None else 1.0 + wait_ms / 1000
-        resp: PB2.LookupResponse = await self._stub.Lookup(req, timeout=timeout)
+        resp: PB2.LookupResponse = await self._stub.Lookup(
+            req, timeout=build.lookup_timeout(timeout, wait_ms)
+        )
         return resp
 
     async def lookup_batch(
@@ -299,13 +283,8 @@ class AsyncCacheClient:
         traits: PB2.RequestTraits | None = None,
         timeout: float | None = 5.0,
     ) -> list[PB2.LookupResponse]:
-        """Look many keys up in one RPC; results keep the order of `keys`.
-
-        `traits` are declared for every key.
-        """
-        req = PB2.LookupBatchRequest(
-            requests=[PB2.LookupRequest(key=k, traits=traits) for k in keys]
-        )
+        """Look many keys up in one RPC; results keep the order of `keys`."""
+        req = build.lookup_batch_request(keys, traits=traits)
         resp: PB2.LookupBatchResponse = await self._stub.LookupBatch(req, timeout=timeout)
         return list(resp.responses)
 
@@ -321,14 +300,10 @@ class AsyncCacheClient:
         chunks: Sequence[PB2.ChunkBoundary] = (),
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
-        """Store a result with the lease from the MISS; `.outcome` says STORED or why not.
-
-        traits: the same declarations as the lookup's; the policy is applied again here.
-        `chunks` (see join_chunks) keeps the stream boundaries for lookup_stream replays.
-        """
-        req = PB2.StoreRequest(
-            key=key,
-            payload=payload,
+        """Store a result with the lease from the MISS (see CacheClient.store)."""
+        req = build.store_request(
+            key,
+            payload,
             lease=lease,
             ttl_seconds=ttl_seconds,
             cost=cost,
@@ -352,11 +327,8 @@ class AsyncCacheClient:
 
         pacing: see make_pacing (default: as fast as possible). timeout: whole-call deadline.
         """
-        req = PB2.LookupStreamRequest(
-            lookup=PB2.LookupRequest(
-                key=key, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
-            ),
-            pacing=pacing,
+        req = build.lookup_stream_request(
+            key, pacing=pacing, max_age_seconds=max_age_seconds, wait_ms=wait_ms, traits=traits
         )
         return AsyncLookupStream(self._stub.LookupStream(req, timeout=timeout))
 
@@ -375,8 +347,8 @@ class AsyncCacheClient:
         Committed when the block ends normally; an exception in the block stores nothing.
         A request the policy bypasses is answered BYPASSED in `.response`.
         """
-        open_req = PB2.StoreRequest(
-            key=key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
+        open_req = build.store_request(
+            key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
         )
         stub = self._stub
         return AsyncStoreStream(lambda: stub.StoreStream(timeout=timeout), open_req)
@@ -389,20 +361,15 @@ class AsyncCacheClient:
         reason: str = "",
         timeout: float | None = 5.0,
     ) -> PB2.ReportOutcomeResponse:
-        """Report a downstream check's verdict on the cached answer with this key digest.
-
-        A rejected answer is evicted (by default), so the next lookup misses; NOT_FOUND
-        when no live entry has the digest.
-        """
-        resp: PB2.ReportOutcomeResponse = await self._stub.ReportOutcome(
-            _report(key_digest, accepted, reason), timeout=timeout
-        )
+        """Report a downstream verdict on a cached answer (see CacheClient.report_outcome)."""
+        req = build.report_request(key_digest, accepted=accepted, reason=reason)
+        resp: PB2.ReportOutcomeResponse = await self._stub.ReportOutcome(req, timeout=timeout)
         return resp
 
     async def server_info(self, *, timeout: float | None = 1.0) -> PB2.GetServerInfoResponse:
         """The sidecar's version, key schema and pod model fingerprint."""
         resp: PB2.GetServerInfoResponse = await self._stub.GetServerInfo(
-            PB2.GetServerInfoRequest(), timeout=timeout
+            build.server_info_request(), timeout=timeout
         )
         return resp
 

@@ -26,6 +26,8 @@ from typing import Any
 import grpc
 from infercache.v1 import cache_pb2 as PB2
 
+from infercache_client.builders import chunk_message, finish_message
+
 CACHE_MARKER = "x-infercache-cache"
 """Initial-metadata key LookupStream sets to hit, miss or bypass."""
 
@@ -64,15 +66,6 @@ def _marker(metadata: Any) -> str:
         if k == CACHE_MARKER:
             return str(v)
     return ""
-
-
-def _chunk_message(data: str | bytes, tokens: int, offset_ms: int) -> PB2.StoreStreamRequest:
-    raw = data.encode() if isinstance(data, str) else data
-    return PB2.StoreStreamRequest(chunk=PB2.Chunk(data=raw, tokens=tokens, offset_ms=offset_ms))
-
-
-def _finish_message(reason: str, cost: PB2.ComputeCost | None) -> PB2.StoreStreamRequest:
-    return PB2.StoreStreamRequest(finish=PB2.StoreStreamFinish(finish_reason=reason, cost=cost))
 
 
 # How long a writer whose block raised waits for the sidecar to acknowledge the abandon.
@@ -143,11 +136,11 @@ class AsyncStoreStream:
         """Send the next chunk (offset_ms 0: the sidecar notes when it arrived)."""
         if self._finish is not None:
             raise RuntimeError("send() after finish()")
-        await self._write(_chunk_message(data, tokens, offset_ms))
+        await self._write(chunk_message(data, tokens, offset_ms))
 
     def finish(self, reason: str = "stop", *, cost: PB2.ComputeCost | None = None) -> None:
         """Name the finish reason (and cost) to commit with when the block ends."""
-        self._finish = _finish_message(reason, cost)
+        self._finish = finish_message(reason, cost)
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         if isinstance(exc, Exception):
@@ -156,7 +149,7 @@ class AsyncStoreStream:
         if exc_type is not None:
             self._call.cancel()  # cancelled or interrupted: nothing is stored
             return
-        await self._write(self._finish or _finish_message("stop", None))
+        await self._write(self._finish or finish_message("stop", None))
         if self.response is None:
             await self._call.done_writing()
             self.response = await self._call
@@ -242,11 +235,11 @@ class StoreStream:
         """Queue the next chunk (offset_ms 0: the sidecar notes when it arrived)."""
         if self._finish is not None:
             raise RuntimeError("send() after finish()")
-        self._queue.put(_chunk_message(data, tokens, offset_ms))
+        self._queue.put(chunk_message(data, tokens, offset_ms))
 
     def finish(self, reason: str = "stop", *, cost: PB2.ComputeCost | None = None) -> None:
         """Name the finish reason (and cost) to commit with when the block ends."""
-        self._finish = _finish_message(reason, cost)
+        self._finish = finish_message(reason, cost)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if isinstance(exc, Exception):
@@ -263,6 +256,6 @@ class StoreStream:
             self._future.cancel()  # interrupted: nothing is stored
             self._queue.put(_END)
             return
-        self._queue.put(self._finish or _finish_message("stop", None))
+        self._queue.put(self._finish or finish_message("stop", None))
         self._queue.put(_END)
         self.response = self._future.result()

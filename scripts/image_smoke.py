@@ -6,7 +6,8 @@ No daemon is needed (nor usable here: `podman run` cannot set up cgroups on thes
 machines): `buildah from` makes a working container of IMAGE and `buildah run
 --isolation=chroot --network host --user 65534:65534` runs the image's ENTRYPOINT as
 an unprivileged user that is not the image's own, on free loopback ports. Checked:
-gRPC health SERVING, GetServerInfo, Lookup MISS -> Store -> Lookup HIT, an admin call
+gRPC health SERVING (data plane and the health-only port), GetServerInfo, Lookup MISS ->
+Store -> Lookup HIT, an admin call
 with the token given through the environment, /metrics, the process's uid, and exit
 status 0 within the grace period after SIGTERM sent to the entrypoint's process (as a
 container runtime sends it to PID 1). Exit status 0 when every check passed.
@@ -161,7 +162,7 @@ def smoke(image: str) -> None:
     say(f"entrypoint {argv}")
     ctr = f"infercache-smoke-{secrets.token_hex(4)}"
     subprocess.run(["buildah", "from", "--pull-never", "--name", ctr, image], check=True)
-    data, admin, metrics = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    data, admin, metrics, health = (f"127.0.0.1:{free_port()}" for _ in range(4))
     token = secrets.token_hex(16)
     cmd = [
         "buildah",
@@ -185,6 +186,8 @@ def smoke(image: str) -> None:
         admin,
         "--metrics-listen",
         metrics,
+        "--health-listen",
+        health,
     ]
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "serve.log"
@@ -195,6 +198,8 @@ def smoke(image: str) -> None:
             started = time.monotonic()
             wait_serving(data, runner, log)
             say(f"health SERVING on {data} after {time.monotonic() - started:.1f} s")
+            wait_serving(health, runner, log)
+            say(f"health SERVING on the health-only port {health}")
             pid = server_pid(runner)
             assert uid_of(pid) == 65534, f"server runs as uid {uid_of(pid)}"
             say(f"server pid {pid} runs as uid 65534")

@@ -1,6 +1,6 @@
 """The release checklist as one deploy-pipeline step, on top of the `infercache` CLI.
 
-    release_step.py --pod data=HOST:PORT,admin=HOST:PORT [--pod ...]
+    release_step.py --pod HOST:PORT [--pod ...]
         [--invalidate-tenant T] [--invalidate-prompt-version P] [--invalidate-adapter A]
         [--invalidate-all] [--reason TEXT]
         [--expect-version FP] [--wait-timeout SECONDS]
@@ -12,7 +12,8 @@ pipeline can gate on it and say what went wrong:
 1. invalidate what changed that the fingerprint does not capture (a template, a tool
    schema: the --invalidate-* selector), once: an Invalidate is fleet-wide and returns
    only when every sidecar sharing the store confirmed it          -> 3 on failure
-2. wait until every new pod reports the new model fingerprint in GetServerInfo:
+2. wait until every new pod reports the new model fingerprint (GetServerInfo's answer,
+   as GetStats carries it on the admin plane: `infercache stats --json`'s "server"):
    --expect-version, or else any fingerprint other than --from-version -> 4 on timeout
 3. prewarm each new pod (a file of representative requests and/or the old version's
    --top-k most-hit requests), gated on `infercache prewarm`'s exit status
@@ -20,8 +21,9 @@ pipeline can gate on it and say what went wrong:
 4. print the per-version hit distribution summed over the pods
    (`infercache stats --json` on each)                               -> 6 if unreadable
 
-Exit status 0 when every step passed; 2 on bad usage. `--pod HOST` is short for
-data=HOST:50051,admin=HOST:50052. The admin token is read by the CLI from the variable
+Exit status 0 when every step passed; 2 on bad usage. Every step talks to the pods'
+admin plane only (`--pod HOST:PORT`, or `--pod HOST` for port 50052), so the data plane
+can stay on the pod's loopback. The admin token is read by the CLI from the variable
 named by --token-env (default INFERCACHE_ADMIN_TOKEN); it never appears on a command line.
 """
 
@@ -38,21 +40,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
-from infercache_client import CacheClient
-
 EXIT_OK, EXIT_USAGE = 0, 2
 EXIT_INVALIDATE, EXIT_FINGERPRINT, EXIT_PREWARM, EXIT_STATS = 3, 4, 5, 6
-DATA_PORT, ADMIN_PORT = 50051, 50052
+ADMIN_PORT = 50052
 POLL_S = 1.0
 HIT_KEYS = ("hit.hot", "hit.warm", "miss", "bypass")  # GetStats lookup counters, in columns
 
 
 @dataclass(frozen=True, slots=True)
 class Pod:
-    """One new pod's sidecar: its data-plane and admin-plane addresses."""
+    """One new pod's sidecar: its admin-plane address."""
 
-    data: str
     admin: str
 
 
@@ -61,13 +59,13 @@ class UsageError(ValueError):
 
 
 def parse_pod(text: str) -> Pod:
-    """`data=H:P,admin=H:P`, or a bare host with the default ports."""
-    if "=" not in text:
-        return Pod(f"{text}:{DATA_PORT}", f"{text}:{ADMIN_PORT}")
-    parts = dict(p.split("=", 1) for p in text.split(",") if "=" in p)
-    if set(parts) != {"data", "admin"} or not all(parts.values()):
-        raise UsageError(f"--pod {text!r}: expected data=HOST:PORT,admin=HOST:PORT or HOST")
-    return Pod(parts["data"], parts["admin"])
+    """`HOST:PORT` of the admin listener, or a bare host for port 50052."""
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        return Pod(f"{text}:{ADMIN_PORT}")
+    if not host or not port.isdigit():
+        raise UsageError(f"--pod {text!r}: expected the admin listener's HOST:PORT, or HOST")
+    return Pod(text)
 
 
 def say(msg: str) -> None:
@@ -84,9 +82,15 @@ def infercache_cli() -> str:
     return found
 
 
-def run_cli(cli: str, *args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run `infercache ARGS`; its stderr passes through; stdout is echoed unless captured."""
-    done = subprocess.run([cli, *args], stdout=subprocess.PIPE, text=True, check=False)
+def run_cli(
+    cli: str, *args: str, capture: bool = False, quiet: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run `infercache ARGS`; stdout is echoed unless captured; stderr passes through
+    unless quiet (polling a pod that is not up yet would repeat the same error)."""
+    stderr = subprocess.PIPE if quiet else None
+    done = subprocess.run(
+        [cli, *args], stdout=subprocess.PIPE, stderr=stderr, text=True, check=False
+    )
     if not capture and done.stdout:
         print(done.stdout, end="", flush=True)
     return done
@@ -114,16 +118,19 @@ def invalidate(cli: str, args: argparse.Namespace, pod: Pod) -> bool:
     return done.returncode == 0
 
 
-def server_fingerprint(pod: Pod) -> str | None:
-    """The pod's model fingerprint from GetServerInfo; None while it does not answer."""
-    try:
-        with CacheClient(pod.data) as client:
-            return client.server_info(timeout=2).model_version
-    except grpc.RpcError:
+def pod_stats(
+    cli: str, args: argparse.Namespace, pod: Pod, timeout_s: float, *, quiet: bool = False
+) -> dict[str, Any] | None:
+    """`infercache stats --json` of one pod (counters and GetServerInfo's answer), or None."""
+    common = ["--admin", pod.admin, "--token-env", args.token_env, "--timeout", f"{timeout_s:g}"]
+    done = run_cli(cli, "stats", *common, "--json", capture=True, quiet=quiet)
+    if done.returncode != 0:
         return None
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
 
 
-def wait_fingerprint(args: argparse.Namespace, pods: list[Pod]) -> str | None:
+def wait_fingerprint(cli: str, args: argparse.Namespace, pods: list[Pod]) -> str | None:
     """Step 2: poll every pod until all report the new fingerprint; it, or None on timeout."""
     wanted = args.expect_version
     what = wanted or f"a fingerprint other than {args.from_version or '(none)'}"
@@ -131,7 +138,10 @@ def wait_fingerprint(args: argparse.Namespace, pods: list[Pod]) -> str | None:
     deadline = time.monotonic() + args.wait_timeout
     seen: dict[Pod, str | None] = {}
     while True:
-        seen = {pod: server_fingerprint(pod) for pod in pods}
+        seen = {}
+        for pod in pods:
+            doc = pod_stats(cli, args, pod, timeout_s=5, quiet=True)
+            seen[pod] = None if doc is None else str(doc["server"]["model_version"])
         good = {
             pod: fp
             for pod, fp in seen.items()
@@ -144,7 +154,7 @@ def wait_fingerprint(args: argparse.Namespace, pods: list[Pod]) -> str | None:
         if time.monotonic() >= deadline:
             for pod, fp in seen.items():
                 state = "no answer" if fp is None else (fp or "no model fingerprint")
-                say(f"2/4 {pod.data}: {state}{'' if pod in good else '  <- not ready'}")
+                say(f"2/4 {pod.admin}: {state}{'' if pod in good else '  <- not ready'}")
             return None
         time.sleep(POLL_S)
 
@@ -183,12 +193,10 @@ def hit_distribution(cli: str, args: argparse.Namespace, pods: list[Pod]) -> boo
     """Step 4: lookups per model version summed over the pods, printed as a table."""
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for pod in pods:
-        common = ["--admin", pod.admin, "--token-env", args.token_env, "--timeout", "20"]
-        done = run_cli(cli, "stats", *common, "--json", capture=True)
-        if done.returncode != 0:
-            say(f"4/4 stats from {pod.admin} failed (exit {done.returncode})")
+        doc = pod_stats(cli, args, pod, timeout_s=20)
+        if doc is None:
+            say(f"4/4 stats from {pod.admin} failed")
             return False
-        doc: dict[str, Any] = json.loads(done.stdout)
         for version, stats in doc["versions"].items():
             for outcome, n in stats["lookups"].items():
                 totals[version][outcome] += int(n)
@@ -214,7 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--pod", action="append", default=[], metavar="data=H:P,admin=H:P|HOST")
+    p.add_argument(
+        "--pod",
+        action="append",
+        default=[],
+        metavar="HOST:PORT|HOST",
+        help="a new pod's admin address",
+    )
     p.add_argument("--token-env", default="INFERCACHE_ADMIN_TOKEN", metavar="VAR")
     inv = p.add_argument_group("1. invalidate (what the fingerprint does not capture)")
     inv.add_argument("--invalidate-tenant", metavar="TENANT")
@@ -253,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     if not invalidate(cli, args, pods[0]):
         say("FAILED at 1/4 invalidate: the invalidation was not confirmed")
         return EXIT_INVALIDATE
-    if wait_fingerprint(args, pods) is None:
+    if wait_fingerprint(cli, args, pods) is None:
         say("FAILED at 2/4: the new fingerprint was not served by every pod in time")
         return EXIT_FINGERPRINT
     if not prewarm(cli, args, pods):

@@ -7,7 +7,7 @@ import errno
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import structlog
@@ -20,7 +20,7 @@ from sidecar.api import cache_servicer as cache_api
 from sidecar.api import kv_servicer as kv_api
 from sidecar.api.admin_servicer import AdminServicer
 from sidecar.api.auth import AdminAuth
-from sidecar.api.cache_servicer import CacheServicer
+from sidecar.api.cache_servicer import CacheServicer, server_info_pb
 from sidecar.api.kv_servicer import KvServicer
 from sidecar.api.observe import RpcObserver
 from sidecar.api.streams import StreamSettings
@@ -56,6 +56,9 @@ class RunningServer:
     admin_ports: list[int]
     telemetry: TelemetrySetup | None = None
     """Set when start_server configured telemetry itself (then stop shuts it down)."""
+    health_server: grpc.aio.Server | None = None
+    """The health-only listener (INFERCACHE_HEALTH_LISTEN), when configured."""
+    health_ports: list[int] = field(default_factory=list)
 
     @property
     def cache(self) -> ResultCache:
@@ -100,8 +103,9 @@ class RunningServer:
         except TierUnavailable as exc:
             log.warning("leave_failed", error=str(exc))
         stops = [self.server.stop(grace_s)]
-        if self.admin_server is not None:
-            stops.append(self.admin_server.stop(grace_s))
+        for extra in (self.admin_server, self.health_server):
+            if extra is not None:
+                stops.append(extra.stop(grace_s))
         await asyncio.gather(*stops)
         # Cancel until done: a cancellation can be lost inside a Redis call (Python
         # 3.11's asyncio.wait_for, which redis-py uses, drops it when the awaited I/O
@@ -246,6 +250,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
             tiers=app.usage.current,
             observer=RpcObserver(admin_api.SERVICE, telemetry, app.rpc_stats),
             started=app.started,
+            server_info=lambda: server_info_pb(app.pod, app.stores.warm.name),
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(admin_servicer, admin_server)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, admin_server)
@@ -254,6 +259,15 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         )
         admin_ports = _listen(admin_server, config.admin.listen)
         await admin_server.start()
+    health_server: grpc.aio.Server | None = None
+    health_ports: list[int] = []
+    if config.server.health_listen:
+        # Health only, for probes that must reach the pod IP (kubelet's gRPC probes are
+        # plaintext): the data plane can then stay on loopback. Same servicer, same status.
+        health_server = _grpc_server(64 * 1024)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        health_ports = _listen(health_server, config.server.health_listen)
+        await health_server.start()
     await server.start()
 
     tasks = [asyncio.create_task(loop()) for loop in app.background()]
@@ -264,6 +278,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         listen=list(config.server.listen),
         ports=ports,
         admin_ports=admin_ports,
+        health_ports=health_ports,
         metrics_port=setup.metrics_port if setup else None,
         tracing=telemetry.tracing,
         warm_tier=app.stores.warm.name,
@@ -271,7 +286,16 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         model_version=app.pod.model_version or None,
     )
     return RunningServer(
-        app, server, admin_server, health_servicer, tasks, ports, admin_ports, setup
+        app,
+        server,
+        admin_server,
+        health_servicer,
+        tasks,
+        ports,
+        admin_ports,
+        setup,
+        health_server,
+        health_ports,
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import grpc
 import structlog
 from infercache.v1 import admin_pb2 as PB2
-from infercache.v1 import admin_pb2_grpc
+from infercache.v1 import admin_pb2_grpc, cache_pb2
 
 from sidecar.api.admin_codec import record_to_pb, selector_from_pb, stats_to_pb
 from sidecar.api.auth import AdminAuth
@@ -41,7 +41,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         tiers: Callable[[], Sequence[TierUsage]] = list,
         observer: RpcObserver | None = None,
         started: float | None = None,
+        server_info: Callable[[], cache_pb2.GetServerInfoResponse] | None = None,
     ) -> None:
+        """`server_info`: what GetStats reports as `server` (GetServerInfo's answer)."""
         self._invalidator = invalidator
         self._auth = auth
         self._stats = stats
@@ -49,6 +51,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         self._tiers = tiers
         self.observer = observer or RpcObserver(SERVICE, Telemetry(), RpcStats())
         self._started = time.monotonic() if started is None else started
+        self._server_info = server_info
 
     def _describe_invalidate(
         self, request: PB2.InvalidateRequest, response: PB2.InvalidateResponse | None
@@ -96,6 +99,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         resp.confirmed = freshness.confirmed()
         resp.member_id = freshness.member_id
         resp.uptime_seconds = time.monotonic() - self._started
+        if self._server_info is not None:
+            resp.server.CopyFrom(self._server_info())
         return resp
 
     @rpc()

@@ -39,6 +39,17 @@ __all__ = ["CACHE_MARKER", "CacheServicer"]
 SERVICE = PB2.DESCRIPTOR.services_by_name["CacheService"].full_name
 
 
+def server_info_pb(pod: PodIdentity, warm_tier: str) -> PB2.GetServerInfoResponse:
+    """GetServerInfo's answer (also carried by the admin plane's GetStats)."""
+    return PB2.GetServerInfoResponse(
+        server_version=__version__,
+        key_schema_version=KEY_SCHEMA_VERSION,
+        model_version=pod.model_version,
+        adapter_versions=dict(pod.adapter_versions),
+        warm_tier=warm_tier,
+    )
+
+
 class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
     """The data-plane service; all logic lives in ResultCache and keys."""
 
@@ -172,11 +183,4 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self, request: PB2.GetServerInfoRequest, context: grpc.aio.ServicerContext
     ) -> PB2.GetServerInfoResponse:
         """The sidecar's version, key schema, pod fingerprints and warm tier."""
-        pod = self._keys.pod
-        return PB2.GetServerInfoResponse(
-            server_version=__version__,
-            key_schema_version=KEY_SCHEMA_VERSION,
-            model_version=pod.model_version,
-            adapter_versions=dict(pod.adapter_versions),
-            warm_tier=self._cache.warm.name,
-        )
+        return server_info_pb(self._keys.pod, self._cache.warm.name)

@@ -39,6 +39,14 @@ def stats_dict(resp: PB2.GetStatsResponse) -> dict[str, Any]:
         "global_counters": dict(sorted(resp.global_counters.items())),
         "tiers": [{"name": t.name, "bytes": t.bytes, "entries": t.entries} for t in resp.tiers],
         "versions": versions,
+        # GetServerInfo's answer: the pod's model fingerprint ("" without --model-path).
+        "server": {
+            "server_version": resp.server.server_version,
+            "key_schema_version": resp.server.key_schema_version,
+            "model_version": resp.server.model_version,
+            "adapter_versions": dict(sorted(resp.server.adapter_versions.items())),
+            "warm_tier": resp.server.warm_tier,
+        },
     }
 
 
@@ -172,9 +180,11 @@ def stats_table(resp: PB2.GetStatsResponse, source: str) -> Group:
         f"{t.name} {_size(t.bytes)} / {t.entries if t.entries >= 0 else '?'} entries"
         for t in resp.tiers
     )
+    model = resp.server.model_version or "none (no --model-path)"
     header = Text(
         f"{source}  member {resp.member_id[:12]}  epoch {resp.epoch} ({state})  "
-        f"up {resp.uptime_seconds:.0f} s\ntiers: {tiers or '-'}"
+        f"up {resp.uptime_seconds:.0f} s\nmodel: {model}\ntiers: {tiers or '-'}",
+        overflow="fold",
     )
     reads = _table("lookups per model version, since start", READ_COLUMNS)
     writes = _table("stores, rejections, invalidations", WRITE_COLUMNS)

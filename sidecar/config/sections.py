@@ -28,6 +28,12 @@ class ServerConfig:
         "Data-plane addresses, comma-separated: HOST:PORT and/or unix:/path/to.sock",
         p.listen,
     )
+    health_listen: tuple[str, ...] = setting(
+        (),
+        "Health-only addresses (grpc.health.v1 and nothing else, for kubelet probes); "
+        "empty disables it",
+        p.optional_listen,
+    )
     grace_period_s: int = setting(
         10, "On SIGTERM, seconds in-flight RPCs get before the server stops", p.positive_int
     )

@@ -6,6 +6,7 @@ A v1 pod serves traffic first (its hot requests are recorded); then two v2 pods
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -49,10 +50,10 @@ class Fleet:
     tmp: Path
 
     def pod_args(self) -> list[str]:
-        """--pod arguments for every v2 pod."""
+        """--pod arguments (admin addresses) for every v2 pod."""
         args: list[str] = []
         for p in self.pods:
-            args += ["--pod", f"data={p.target},admin={p.admin_target}"]
+            args += ["--pod", p.admin_target]
         return args
 
 
@@ -179,7 +180,7 @@ def test_release_invalidates_waits_prewarms_and_reports(fleet: Fleet) -> None:
 def test_usage_errors_exit_2(fleet: Fleet) -> None:
     """No pods, a malformed --pod, or --top-k without --from-version: exit 2."""
     assert release().returncode == 2
-    assert release("--pod", "data=127.0.0.1:1").returncode == 2
+    assert release("--pod", "127.0.0.1:admin").returncode == 2
     assert release(*fleet.pod_args(), "--top-k", "5").returncode == 2
 
 
@@ -199,6 +200,14 @@ def test_fingerprint_never_seen_exits_4(fleet: Fleet) -> None:
     assert "3/4" not in done.stdout
 
 
+def test_pod_that_does_not_answer_exits_4(fleet: Fleet) -> None:
+    """A pod whose admin plane does not answer never shows the fingerprint: exit 4."""
+    dead = f"127.0.0.1:{free_port()}"
+    done = release(*fleet.pod_args(), "--pod", dead, "--wait-timeout", "1")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"{dead}: no answer  <- not ready" in done.stdout
+
+
 def test_failed_prewarm_exits_5(fleet: Fleet) -> None:
     """A request the model server fails (HTTP 500) fails the prewarm gate."""
     bad = fleet.tmp / "bad.jsonl"
@@ -214,13 +223,28 @@ def test_failed_prewarm_exits_5(fleet: Fleet) -> None:
     assert "4/4" not in done.stdout
 
 
-def test_unreadable_stats_exit_6(fleet: Fleet) -> None:
-    """A pod whose admin plane does not answer: the distribution cannot be read."""
-    pod = fleet.pods[0]
-    dead_admin = f"127.0.0.1:{free_port()}"
-    done = release("--pod", f"data={pod.target},admin={dead_admin}", "--expect-version", fleet.v2)
-    assert done.returncode == 6, done.stdout + done.stderr
-    assert "UNAVAILABLE" in done.stderr
+def test_unreadable_stats_exit_6(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 4 on a pod that stopped answering after the wait (it left between the steps):
+    the distribution is not printed and main's status for it is 6."""
+    step = load_step()
+    monkeypatch.setenv("RELEASE_TEST_TOKEN", TOKENS["deployer"])
+    args = step.build_parser().parse_args(["--pod", "x", "--token-env", "RELEASE_TEST_TOKEN"])
+    dead = step.Pod(f"127.0.0.1:{free_port()}")
+    live = step.Pod(fleet.pods[0].admin_target)
+    assert step.hit_distribution(step.infercache_cli(), args, [live]) is True
+    assert step.hit_distribution(step.infercache_cli(), args, [live, dead]) is False
+    assert step.EXIT_STATS == 6
+
+
+def load_step() -> Any:
+    """scripts/release_step.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("release_step", STEP)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["release_step"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_action(fleet: Fleet, **inputs: str) -> subprocess.CompletedProcess[str]:
@@ -258,7 +282,7 @@ def run_action(fleet: Fleet, **inputs: str) -> subprocess.CompletedProcess[str]:
 def test_composite_action_runs_the_step(fleet: Fleet) -> None:
     """The action passes its inputs through: a good release exits 0 and prints the
     distribution; an unreachable fingerprint fails it with the step's status 4."""
-    pods = "\n".join(f"data={p.target},admin={p.admin_target}" for p in fleet.pods)
+    pods = "\n".join(p.admin_target for p in fleet.pods)
     ok = run_action(fleet, pods=pods, **{"expect-version": fleet.v2})
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "4/4 hit distribution over 2 pod(s)" in ok.stdout

@@ -110,16 +110,20 @@ def test_the_validator_rejects_an_unknown_field_and_a_wrong_type(tmp_path: Path)
 
 
 def test_sidecar_is_native_with_grpc_probes(rendering: tuple[str, str]) -> None:
-    """infercache is an initContainer with restartPolicy Always, probed over gRPC on the
-    port its data plane listens on, and runs as the image's non-root user."""
+    """infercache is an initContainer with restartPolicy Always, probed over gRPC on its
+    health-only port (on the pod IP), with the data plane on loopback only, and runs as
+    the image's non-root user."""
     _, text = rendering
     sidecar = sidecar_of(objects(text))
     assert sidecar["restartPolicy"] == "Always"
     env = env_of(sidecar)
-    listen_port = int(env["INFERCACHE_LISTEN"].rsplit(":", 1)[1])
-    assert env["INFERCACHE_LISTEN"].startswith("0.0.0.0:"), "kubelet probes the pod IP"
+    assert env["INFERCACHE_LISTEN"].startswith("127.0.0.1:"), "the data plane stays in the pod"
+    health = env["INFERCACHE_HEALTH_LISTEN"]
+    assert health.startswith("0.0.0.0:"), "kubelet probes the pod IP"
+    health_port = int(health.rsplit(":", 1)[1])
+    assert {"name": "health", "containerPort": health_port} in sidecar["ports"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert sidecar[probe]["grpc"]["port"] == listen_port, probe
+        assert sidecar[probe]["grpc"]["port"] == health_port, probe
     security = sidecar["securityContext"]
     assert security["runAsNonRoot"] is True
     assert security["runAsUser"] == 10001  # the Dockerfile's USER
@@ -190,6 +194,8 @@ def test_admin_port_is_open_only_to_the_pipeline_namespace(rendering: tuple[str,
         assert len(rules) == 1, port
         [source] = rules[0]["from"]
         assert set(source) == {"namespaceSelector"}, port
+    opened = {p["port"] for r in policy["ingress"] for p in r.get("ports", [])}
+    assert not opened & {"grpc", "health", 50051, 8081}, opened
 
 
 def test_service_monitor_scrapes_the_metrics_port(rendering: tuple[str, str]) -> None:

@@ -427,6 +427,8 @@ HISTORICAL_VARIABLES = [
     "METRICS_MAX_MODEL_VERSIONS",
     "TELEMETRY_TENANTS_IN_CLEAR",
     "UVLOOP",
+    # Added since the sections refactor (new settings, not renames):
+    "HEALTH_LISTEN",
 ]
 
 

@@ -99,7 +99,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("counters", "epoch", "confirmed", "member_id", "versions", "tiers", "uptime_seconds", "global_counters")
+    __slots__ = ("counters", "epoch", "confirmed", "member_id", "versions", "tiers", "uptime_seconds", "global_counters", "server")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class GetStatsResponse(_message.Message):
     TIERS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
     counters: _containers.ScalarMap[str, int]
     epoch: int
     confirmed: bool
@@ -130,7 +131,8 @@ class GetStatsResponse(_message.Message):
     tiers: _containers.RepeatedCompositeFieldContainer[TierUsage]
     uptime_seconds: float
     global_counters: _containers.ScalarMap[str, int]
-    def __init__(self, counters: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ..., confirmed: _Optional[bool] = ..., member_id: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[VersionStats, _Mapping]]] = ..., tiers: _Optional[_Iterable[_Union[TierUsage, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., global_counters: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    server: _cache_pb2.GetServerInfoResponse
+    def __init__(self, counters: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ..., confirmed: _Optional[bool] = ..., member_id: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[VersionStats, _Mapping]]] = ..., tiers: _Optional[_Iterable[_Union[TierUsage, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., global_counters: _Optional[_Mapping[str, int]] = ..., server: _Optional[_Union[_cache_pb2.GetServerInfoResponse, _Mapping]] = ...) -> None: ...
 
 class VersionStats(_message.Message):
     __slots__ = ("model_version", "lookups", "stores", "rejected", "bypasses", "leases", "downstream", "degraded", "dead", "invalidations", "saved_latency_ms", "saved_prompt_tokens", "saved_completion_tokens")

@@ -53,11 +53,13 @@ def setting(
     parse: Callable[[str], T] | None = None,
     *,
     name: str | None = None,
+    secret: bool = False,
 ) -> T:
     """Declare a section field as a setting: its default, one-line help and parser.
 
     `parse` may be left out for str (taken as is) and bool (true/false) defaults.
     `name`: the flat setting name when it is not the section's PREFIX plus the field.
+    `secret`: keep the value out of the section's repr (a logged Config shows no token).
     """
     parser: Callable[[str], Any]
     if parse is not None:
@@ -72,8 +74,10 @@ def setting(
     meta = {_META: _Declared(parser, help, name, show)}
     if isinstance(default, dict):
         # A fresh mapping per instance (dataclasses refuse a shared mutable default).
-        return dataclasses.field(default_factory=default.copy, metadata=meta)  # type: ignore[return-value]
-    return dataclasses.field(default=default, metadata=meta)
+        return dataclasses.field(  # type: ignore[return-value]
+            default_factory=default.copy, metadata=meta, repr=not secret
+        )
+    return dataclasses.field(default=default, metadata=meta, repr=not secret)
 
 
 @dataclass(frozen=True, slots=True)

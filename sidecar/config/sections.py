@@ -148,6 +148,7 @@ class AdminConfig:
         {},
         "Admin bearer tokens as NAME=TOKEN pairs, comma-separated (tokens >= 16 chars)",
         p.token_map,
+        secret=True,
     )
     tokens_file: str | None = setting(
         None,
@@ -165,6 +166,7 @@ class LeaseConfig:
         "",
         "Lease signing secret (>= 16 chars); empty = generated once and shared via the store",
         p.lease_secret,
+        secret=True,
     )
     ttl_s: int = setting(60, "How long a MISS's lease stays valid for Store", p.positive_int)
     allow_unleased_store: bool = setting(

@@ -580,3 +580,16 @@ def _keyword_defaults(fn: Any) -> dict[str, Any]:
         for n, p in inspect.signature(fn).parameters.items()
         if p.default is not p.empty
     }
+
+
+def test_secrets_stay_out_of_the_repr() -> None:
+    """A Config that ends up in a log or a traceback shows no admin token or lease secret."""
+    token, secret = "tok-" + "x" * 20, "lease-" + "y" * 20
+    config = load_config(
+        {"INFERCACHE_ADMIN_TOKENS": f"deploy={token}", "INFERCACHE_LEASE_SECRET": secret}
+    )
+    assert config.admin.tokens == {"deploy": token}
+    assert config.lease.secret == secret
+    assert token not in repr(config)
+    assert secret not in repr(config)
+    assert "ttl_s=60" in repr(config.lease)

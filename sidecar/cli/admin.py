@@ -26,27 +26,9 @@ import grpc
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from infercache.v1 import admin_pb2 as PB2
-from infercache.v1 import admin_pb2_grpc
+from infercache_client.admin import AdminClient, selector
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-_SERVICE_CONFIG = json.dumps(
-    {
-        "methodConfig": [
-            {
-                "name": [{"service": "infercache.v1.AdminService"}],
-                "retryPolicy": {
-                    "maxAttempts": 5,
-                    "initialBackoff": "0.2s",
-                    "maxBackoff": "5s",
-                    "backoffMultiplier": 2,
-                    "retryableStatusCodes": ["UNAVAILABLE"],
-                },
-            }
-        ]
-    }
-)
-
 
 DEFAULT_ADMIN = "127.0.0.1:50052"
 
@@ -151,17 +133,14 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     stats.set_defaults(func=run_stats)
 
 
-def connect_admin(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]] | None:
-    """An AdminService stub and the bearer metadata, or None (message printed) without a token."""
+def connect_admin(args: argparse.Namespace) -> AdminClient | None:
+    """An admin client with the token from --token-env's variable, or None (message
+    printed) without one."""
     token = os.environ.get(args.token_env, "")
     if not token:
         print(f"infercache: set {args.token_env} to an admin token", file=sys.stderr)
         return None
-    channel = grpc.insecure_channel(
-        args.admin,
-        options=[("grpc.enable_retries", 1), ("grpc.service_config", _SERVICE_CONFIG)],
-    )
-    return admin_pb2_grpc.AdminServiceStub(channel), [("authorization", f"Bearer {token}")]
+    return AdminClient(args.admin, token)
 
 
 def fail(what: str, exc: grpc.RpcError, args: argparse.Namespace | None = None) -> int:
@@ -197,11 +176,11 @@ def _hint(code: grpc.StatusCode | None, args: argparse.Namespace) -> str | None:
 
 def run_invalidate(args: argparse.Namespace) -> int:
     """Invalidate; prints the audit record. Exit 0 only if the sidecar confirmed it."""
-    selector = PB2.Selector(
-        tenant=args.tenant or "",
-        model_version=args.model_version or "",
-        adapter_version=args.adapter_version or "",
-        prompt_version=args.prompt_version or "",
+    match = selector(
+        tenant=args.tenant,
+        model_version=args.model_version,
+        adapter_version=args.adapter_version,
+        prompt_version=args.prompt_version,
         all=args.all,
     )
     if not args.all and not any(
@@ -209,19 +188,14 @@ def run_invalidate(args: argparse.Namespace) -> int:
     ):
         print("infercache: name at least one dimension, or --all", file=sys.stderr)
         return EXIT_USAGE
-    conn = connect_admin(args)
-    if conn is None:
+    admin = connect_admin(args)
+    if admin is None:
         return EXIT_USAGE
-    stub, metadata = conn
     try:
-        resp = stub.Invalidate(
-            PB2.InvalidateRequest(selector=selector, reason=args.reason),
-            metadata=metadata,
-            timeout=args.timeout,
-        )
+        with admin:
+            r = admin.invalidate(match, args.reason, timeout=args.timeout)
     except grpc.RpcError as exc:
         return fail("invalidate", exc, args)
-    r = resp.record
     if args.json:
         print(json.dumps(_record_dict(r)))
     else:
@@ -269,25 +243,12 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.limit < 1:
         print("infercache: --limit must be >= 1", file=sys.stderr)
         return EXIT_USAGE
-    conn = connect_admin(args)
-    if conn is None:
+    admin = connect_admin(args)
+    if admin is None:
         return EXIT_USAGE
-    stub, metadata = conn
-    records: list[PB2.InvalidationRecord] = []
-    token = ""
     try:
-        while len(records) < args.limit:
-            page = stub.ListInvalidations(
-                PB2.ListInvalidationsRequest(
-                    page_size=min(1000, args.limit - len(records)), page_token=token
-                ),
-                metadata=metadata,
-                timeout=args.timeout,
-            )
-            records.extend(page.records)
-            token = page.next_page_token
-            if not token:
-                break
+        with admin:
+            records = admin.invalidations(args.limit, timeout=args.timeout)
     except grpc.RpcError as exc:
         return fail("audit", exc, args)
     if args.json:
@@ -322,16 +283,12 @@ def run_stats(args: argparse.Namespace) -> int:
     if args.watch is not None and args.watch <= 0:
         print("infercache: --watch needs a positive number of seconds", file=sys.stderr)
         return EXIT_USAGE
-    conn = connect_admin(args)
-    if conn is None:
+    admin = connect_admin(args)
+    if admin is None:
         return EXIT_USAGE
-    stub, metadata = conn
 
     def fetch() -> PB2.GetStatsResponse:
-        resp: PB2.GetStatsResponse = stub.GetStats(
-            PB2.GetStatsRequest(), metadata=metadata, timeout=args.timeout
-        )
-        return resp
+        return admin.stats(timeout=args.timeout)
 
     console = Console()
     try:
@@ -353,3 +310,5 @@ def run_stats(args: argparse.Namespace) -> int:
         return fail("stats", exc, args)
     except KeyboardInterrupt:
         return EXIT_OK
+    finally:
+        admin.close()

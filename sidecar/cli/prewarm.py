@@ -23,12 +23,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from infercache.v1 import admin_pb2 as PB2
 from infercache.v1 import cache_pb2
+from infercache_client.admin import AdminClient, prewarm_request
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -97,25 +97,26 @@ def _request(args: argparse.Namespace) -> PB2.PrewarmRequest | None:
     if args.max_failures < 0 or args.ttl < 0 or args.concurrency < 0:
         print("infercache: --max-failures, --ttl and --concurrency must be >= 0", file=sys.stderr)
         return None
-    options: dict[str, Any] = {
-        "ttl_seconds": args.ttl,
-        "concurrency": args.concurrency,
-        "max_failures": args.max_failures,
-    }
+    ttl, concurrency, max_failures = args.ttl, args.concurrency, args.max_failures
     if args.from_version is not None:
         if args.top_k < 1:
             print("infercache: --from-version needs --top-k K (K >= 1)", file=sys.stderr)
             return None
-        return PB2.PrewarmRequest(
-            from_version=PB2.PrewarmFromVersion(model_version=args.from_version, top_k=args.top_k),
-            **options,
+        return prewarm_request(
+            from_version=args.from_version,
+            top_k=args.top_k,
+            ttl_seconds=ttl,
+            concurrency=concurrency,
+            max_failures=max_failures,
         )
     try:
         keys = read_requests(args.file)
     except FileError as exc:
         print(f"infercache: {exc}", file=sys.stderr)
         return None
-    return PB2.PrewarmRequest(requests=PB2.PrewarmRequestList(keys=keys), **options)
+    return prewarm_request(
+        keys=keys, ttl_seconds=ttl, concurrency=concurrency, max_failures=max_failures
+    )
 
 
 def run_prewarm(args: argparse.Namespace) -> int:
@@ -123,14 +124,18 @@ def run_prewarm(args: argparse.Namespace) -> int:
     request = _request(args)
     if request is None:
         return EXIT_USAGE
-    conn = connect_admin(args)
-    if conn is None:
+    admin = connect_admin(args)
+    if admin is None:
         return EXIT_USAGE
-    admin, metadata = conn
+    with admin:
+        return _follow(admin, request, args)
+
+
+def _follow(admin: AdminClient, request: PB2.PrewarmRequest, args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     last: PB2.PrewarmResponse | None = None
     items: list[PB2.PrewarmItemResult] = []
-    call = admin.Prewarm(request, metadata=metadata, timeout=args.timeout)
+    call = admin.prewarm(request, timeout=args.timeout)
     try:
         with Progress(
             TextColumn("prewarm"),

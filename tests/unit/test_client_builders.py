@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient, CacheClient, make_key, make_pacing, make_traits
 from infercache_client import builders as build
@@ -111,3 +112,29 @@ def test_report_and_stream_message_builders() -> None:
         ("grpc.max_receive_message_length", 1024),
         ("grpc.max_send_message_length", 1024),
     ]
+
+
+def test_admin_builders() -> None:
+    """An invalidation selector leaves unnamed dimensions empty (any); a prewarm names
+    exactly one source, and an empty key list is still the `requests` source."""
+    from infercache_client.admin import prewarm_request, selector
+
+    s = selector(tenant="acme", adapter_version="support")
+    assert (s.tenant, s.model_version, s.adapter_version, s.prompt_version, s.all) == (
+        "acme",
+        "",
+        "support",
+        "",
+        False,
+    )
+    assert selector(all=True).all
+    empty = prewarm_request(keys=[], ttl_seconds=60, concurrency=2, max_failures=1)
+    assert empty.WhichOneof("source") == "requests"
+    assert (empty.ttl_seconds, empty.concurrency, empty.max_failures) == (60, 2, 1)
+    top = prewarm_request(from_version="fp1-a", top_k=5)
+    assert top.WhichOneof("source") == "from_version"
+    assert (top.from_version.model_version, top.from_version.top_k) == ("fp1-a", 5)
+    with pytest.raises(ValueError, match="not both"):
+        prewarm_request(keys=[KEY], from_version="fp1-a", top_k=1)
+    with pytest.raises(ValueError, match="not both"):
+        prewarm_request()

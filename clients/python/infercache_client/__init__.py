@@ -1,5 +1,6 @@
 """Light client for the infercache sidecar (grpcio + protobuf only)."""
 
+from infercache_client.admin import AdminClient
 from infercache_client.client import AsyncCacheClient, CacheClient, make_key, make_traits
 from infercache_client.streams import (
     CACHE_MARKER,
@@ -13,6 +14,7 @@ from infercache_client.streams import (
 
 __all__ = [
     "CACHE_MARKER",
+    "AdminClient",
     "AsyncCacheClient",
     "AsyncLookupStream",
     "AsyncStoreStream",

@@ -26,7 +26,7 @@ from sidecar.fingerprint import fingerprint_async
 from sidecar.identity import KeyResolver, PodIdentity
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
-from sidecar.invalidation.invalidator import Invalidator
+from sidecar.invalidation.invalidator import Durability, Invalidator
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.invalidation.store import ControlStore
@@ -318,7 +318,18 @@ async def build_app(
         limits=limits,
         keys=keys,
         kv=kv,
-        invalidator=Invalidator(stores.control, freshness, stores.warm, cache.stats, pod),
+        invalidator=Invalidator(
+            stores.control,
+            freshness,
+            stores.warm,
+            cache.stats,
+            pod,
+            Durability(
+                config.invalidation.invalidate_wait_replicas,
+                config.invalidation.invalidate_wait_aof,
+                config.invalidation.invalidate_wait_timeout_ms,
+            ),
+        ),
         prewarmer=build_prewarmer(config, cache, keys, hits),
         reclaimer=reclaimer,
         started=started,

@@ -200,6 +200,20 @@ class InvalidationConfig:
     reclaim_keys_per_s: int = setting(
         2000, "Background reclaim scan rate for dead entries", p.positive_int
     )
+    invalidate_wait_replicas: int = setting(
+        0,
+        "Invalidate answers OK only once this many Redis replicas hold the rule (WAIT); "
+        "0 = once the primary holds it",
+        p.non_negative_int,
+    )
+    invalidate_wait_aof: bool = setting(
+        False,
+        "Invalidate answers OK only once the rule is in the primary's AOF on disk (and "
+        "the replicas' above) (WAITAOF: Redis >= 7.2 with appendonly yes)",
+    )
+    invalidate_wait_timeout_ms: int = setting(
+        1000, "How long Invalidate waits for that durability before UNAVAILABLE", p.positive_int
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from sidecar.invalidation.rules import Rule, Selector
-from sidecar.invalidation.store import AuditRecord
+from sidecar.invalidation.store import AuditRecord, StoreState
 from sidecar.keys import KeyDigest
 
 _AUDIT_MAX = 100_000
@@ -67,6 +67,17 @@ class EmbeddedControlStore:
         for q in self._subscribers:
             q.put_nowait(self._epoch)
         return record
+
+    async def state(self, proposed_dataset: str) -> StoreState:
+        """Never changes identity: the data lives and dies with this process."""
+        return StoreState("embedded", "embedded", self._epoch, 0, self._clock_ms())
+
+    async def republish(self, rules: Sequence[Rule], epoch: int) -> int:
+        """Nothing is ever missing: the process that holds the rules is the store."""
+        return 0
+
+    async def wait_durable(self, replicas: int, local_aof: bool, timeout_ms: int) -> None:
+        """Nothing outlives this process: there is nothing to wait for."""
 
     async def rules_after(self, epoch: int) -> list[Rule]:
         """Rules newer than epoch."""

@@ -8,6 +8,15 @@ refresh, which is never later than the moment the store stops counting it as
 live. Invalidate returns only when every live member has acknowledged the new
 epoch, so after it returns no member can serve an entry the new rule kills:
 each has either applied the rule or has stopped serving hits.
+
+Store faults (see docs/architecture.md, "When Redis loses its data"): every refresh
+first reads the store's identity. After a restart (new run id, or an epoch below the
+one applied here) the sidecar re-publishes the rules it holds that the store may
+have lost; a sidecar that was not continuously confirmed across it serves no hits
+until the store has settled (every member live at the restart re-published) and it
+has re-read every rule. After a data-set loss (new data set id) its entries and open
+leases were stamped in a numbering it can no longer compare: a local `all` rule
+above every stamp it issued kills them (its hot tier is dropped) before it serves.
 """
 
 from __future__ import annotations
@@ -21,8 +30,8 @@ import structlog
 
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
-from sidecar.invalidation.rules import RuleSet
-from sidecar.invalidation.store import ControlStore
+from sidecar.invalidation.rules import Rule, RuleSet, Selector
+from sidecar.invalidation.store import ControlStore, StoreState
 
 log = structlog.get_logger("infercache.freshness")
 
@@ -52,6 +61,12 @@ class Freshness:
         self._wake = asyncio.Event()
         self._sync_lock = asyncio.Lock()
         self.refresh_failures = 0
+        self._dataset_proposal = uuid.uuid4().hex
+        self._state: StoreState | None = None
+        """The store as last trusted (None before the first refresh)."""
+        self.settling = False
+        """True while waiting for a restarted store to settle: no hits are served."""
+        self.store_changes = 0
 
     def confirmed(self) -> bool:
         """True while this sidecar is known to hold every committed rule."""
@@ -67,10 +82,32 @@ class Freshness:
             self.rules.advance(epoch)
 
     async def refresh(self) -> None:
-        """Catch up with the store, acknowledge, and extend the confirmation."""
+        """Check the store is the one trusted, catch up, acknowledge, extend the confirmation."""
         started = self._clock()
-        epoch = await self.control.current_epoch()
-        await self.sync_to(epoch)
+        # Confirmed without a gap up to now: then this sidecar holds every rule the
+        # fleet confirmed, and it can vouch for its entries across a store fault.
+        continuous = started < self._confirmed_until
+        state = await self.control.state(self._dataset_proposal)
+        changed = self._state is not None and (
+            state.dataset != self._state.dataset
+            or state.run != self._state.run
+            or state.epoch < self.rules.epoch
+        )
+        if changed:
+            await self._recover(state)
+        if state.settling_ms > 0 and not continuous:
+            self.settling = True
+            try:
+                await asyncio.sleep(state.settling_ms / 1000)
+                state = await self.control.state(self._dataset_proposal)
+            finally:
+                self.settling = False
+            changed = True
+        self._state = state
+        if changed:
+            await self._resync()
+        else:
+            await self.sync_to(state.epoch)
         await self.control.heartbeat(
             self.member_id, self.rules.epoch, int(self.bound_s * 1000), self.retention_ms
         )
@@ -78,6 +115,36 @@ class Freshness:
             # Measured from before the round trips: the store's deadline for us
             # starts later, so we stop serving before it stops counting on us.
             self._confirmed_until = max(self._confirmed_until, started + self.bound_s)
+
+    async def _recover(self, state: StoreState) -> None:
+        """The store restarted or lost data: make sure no entry is judged by less."""
+        assert self._state is not None
+        self.store_changes += 1
+        if state.dataset != self._state.dataset:
+            # New numbering: a new rule may carry a lower epoch than the stamps held
+            # here. Kill every entry and open lease stamped before now, for us.
+            epoch = max(self.rules.epoch, state.epoch) + 1
+            self.rules.add(Rule(epoch, Selector(all=True), state.now_ms, local=True))
+            self.rules.advance(epoch)
+            log.warning("store_data_set_lost", dropped_before_epoch=epoch)
+        held = [r for r in self.rules.rules() if not r.local]
+        # Also raises the store's epoch above every stamp held here before the re-read
+        # that follows: a rule committed after it is numbered above them and found by
+        # the next sync, one committed before it is found by the re-read.
+        missing = await self.control.republish(held, self.rules.epoch)
+        log.warning(
+            "store_changed_rules_republished",
+            republished=missing,
+            held=len(held),
+            epoch=state.epoch,
+            applied_epoch=self.rules.epoch,
+        )
+
+    async def _resync(self) -> None:
+        """Re-read every rule (after a store change epochs may repeat or regress)."""
+        async with self._sync_lock:
+            for rule in await self.control.rules_after(0):
+                self.rules.add(rule)
 
     def poke(self) -> None:
         """Ask the refresh loop to run now (a new epoch was announced)."""

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import re
 import time
+from dataclasses import dataclass
 
 import structlog
 
@@ -26,6 +27,22 @@ _SAMPLE = 128
 _SAMPLE_PAGES = 8
 
 
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """What Invalidate waits for before OK, beyond the primary holding the rule."""
+
+    replicas: int = 0
+    """Replicas that must hold the rule (WAIT)."""
+    local_aof: bool = False
+    """The rule must be fsynced to the AOF of the primary and those replicas (WAITAOF)."""
+    timeout_ms: int = 1000
+
+    @property
+    def required(self) -> bool:
+        """False for the default: the primary's memory is enough."""
+        return self.replicas > 0 or self.local_aof
+
+
 class Invalidator:
     """Admin-side invalidation: O(1) in the number of entries (one script + a barrier)."""
 
@@ -36,10 +53,12 @@ class Invalidator:
         warm: WarmTier,
         stats: CacheStats | None = None,
         pod: PodIdentity | None = None,
+        durability: Durability = Durability(),
     ) -> None:
         self.control = control
         # Selectors name adapters as keys do; the pod resolves both the same way.
         self.pod = pod or PodIdentity()
+        self.durability = durability
         self.freshness = freshness
         self.warm = warm
         self.stats = stats or CacheStats()
@@ -80,6 +99,14 @@ class Invalidator:
             selector=selector.describe(),
             estimated_entries=estimate,
         )
+        try:
+            if self.durability.required:
+                d = self.durability
+                await self.control.wait_durable(d.replicas, d.local_aof, d.timeout_ms)
+        except TierUnavailable as exc:
+            raise Unavailable(
+                f"invalidation committed at epoch {record.epoch} but not known to be durable: {exc}"
+            ) from exc
         try:
             await self.freshness.refresh()
             await self._barrier(record.epoch)

@@ -81,11 +81,22 @@ class Selector:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A committed invalidation: entries stamped before `epoch` that match are dead."""
+    """A committed invalidation: entries stamped before `epoch` that match are dead.
+
+    A rule is the whole triple, not its epoch: after a store lost its data, two
+    different rules can carry the same epoch number, and both must be applied.
+    """
 
     epoch: int
     selector: Selector
     time_ms: int
+    local: bool = False
+    """Made by this sidecar for itself (see Freshness: a store that lost data); never
+    published to the store."""
+
+    def member(self) -> str:
+        """The rule as the store's sorted set holds it: "epoch|time_ms|selector-json"."""
+        return f"{self.epoch}|{self.time_ms}|{self.selector.to_json()}"
 
 
 _Shape = tuple[bool, bool, bool, bool]
@@ -122,18 +133,19 @@ class RuleSet:
     def __init__(self) -> None:
         self._index: dict[_Shape, dict[tuple[str, ...], int]] = {}
         self._memo: dict[Dims, int] = {}
-        self._rules: dict[int, Rule] = {}
+        self._rules: set[Rule] = set()
         self.epoch = 0
 
     def __len__(self) -> int:
         return len(self._rules)
 
     def add(self, rule: Rule) -> None:
-        """Apply a rule (idempotent). Does not move `epoch`: holding rule e says
+        """Apply a rule (idempotent: the same rule twice is one rule; another rule with
+        the same epoch is another rule). Does not move `epoch`: holding rule e says
         nothing about the rules below e (another sidecar may have committed one)."""
-        if rule.epoch in self._rules:
+        if rule in self._rules:
             return
-        self._rules[rule.epoch] = rule
+        self._rules.add(rule)
         self._index_rule(rule)
 
     def advance(self, epoch: int) -> None:
@@ -180,24 +192,23 @@ class RuleSet:
 
     def epoch_at(self, time_ms: int) -> int:
         """The newest epoch whose rule was committed at or before time_ms (0 if none)."""
-        return max((r.epoch for r in self._rules.values() if r.time_ms <= time_ms), default=0)
+        return max((r.epoch for r in self._rules if r.time_ms <= time_ms), default=0)
 
     def prune(self, older_than_ms: int) -> int:
         """Forget rules committed before older_than_ms (no entry they could kill survives).
 
         Returns how many were dropped.
         """
-        old = [e for e, r in self._rules.items() if r.time_ms < older_than_ms]
+        old = {r for r in self._rules if r.time_ms < older_than_ms}
         if not old:
             return 0
-        for e in old:
-            del self._rules[e]
+        self._rules -= old
         self._index.clear()
         self._memo.clear()
-        for r in self._rules.values():
+        for r in self._rules:
             self._index_rule(r)
         return len(old)
 
     def rules(self) -> Iterable[Rule]:
-        """Known rules, oldest first."""
-        return (self._rules[e] for e in sorted(self._rules))
+        """Known rules, oldest first (by epoch, then commit time)."""
+        return iter(sorted(self._rules, key=lambda r: (r.epoch, r.time_ms, r.member())))

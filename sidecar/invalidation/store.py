@@ -6,7 +6,7 @@ Every method raises TierUnavailable when the backend fails, and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,6 +27,24 @@ class AuditRecord:
     estimated_entries: int
 
 
+@dataclass(frozen=True, slots=True)
+class StoreState:
+    """What a refresh learns about the store before trusting what it holds."""
+
+    dataset: str
+    """Id of the data set: a new one means the store lost everything it held."""
+    run: str
+    """Id of the store's process: a new one means it restarted (maybe from a snapshot
+    that lacks the latest rules)."""
+    epoch: int
+    """The newest committed epoch (0 before any)."""
+    settling_ms: int
+    """> 0 for that long after a restart: rules that only members still hold may be
+    missing until every member live at the restart has re-published its own."""
+    now_ms: int
+    """The store's clock."""
+
+
 class ControlStore(Protocol):
     """Shared coordination state for invalidation and single-flight."""
 
@@ -42,6 +60,22 @@ class ControlStore(Protocol):
         self, selector: Selector, reason: str, caller: str, estimated_entries: int
     ) -> AuditRecord:
         """Atomically: new epoch, rule, audit record, notification. Returns the record."""
+        ...
+
+    async def state(self, proposed_dataset: str) -> StoreState:
+        """The store's identity and epoch; names the data set `proposed_dataset` if it
+        has no id yet (a new or emptied store)."""
+        ...
+
+    async def republish(self, rules: Sequence[Rule], epoch: int) -> int:
+        """Add the rules the store lacks (a restart lost them) and raise its epoch to at
+        least `epoch` and their newest; returns how many were missing."""
+        ...
+
+    async def wait_durable(self, replicas: int, local_aof: bool, timeout_ms: int) -> None:
+        """Return once every write made so far is on `replicas` replicas (and, with
+        `local_aof`, fsynced to the AOF of the primary and those replicas); within
+        timeout_ms, else TierUnavailable saying how far it got."""
         ...
 
     async def rules_after(self, epoch: int) -> list[Rule]:

@@ -230,6 +230,9 @@ class ResultCache:
             )
             if store_epoch > self.rules.epoch:
                 await self.freshness.sync_to(store_epoch)
+            if self.freshness.settling:
+                # A restarted store may lack rules until the fleet re-publishes them.
+                raise TierUnavailable("control store restarted; waiting for rules to settle")
         except TierUnavailable as exc:
             self.stats.warm_read_failures += 1
             log.warning("warm_read_failed", tier=self.warm.name, error=str(exc))

@@ -18,8 +18,8 @@ from infercache_client import CacheClient
 
 from sidecar.backends.redis.control import RedisControlStore
 from sidecar.invalidation.rules import Selector
-from tests.redis_server import RedisServer
 from tests.sidecar_harness import SidecarProcess, bearer, key
+from tests.support.processes import RedisServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]
 

@@ -11,8 +11,8 @@ from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
 from sidecar.fingerprint import fingerprint
-from tests.redis_server import RedisServer
 from tests.sidecar_harness import SidecarProcess, cli_env, key, run_cli
+from tests.support.processes import RedisServer
 from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]

@@ -11,8 +11,8 @@ from infercache.v1 import cache_pb2 as pb
 from infercache_client import make_key
 
 from sidecar.backends.redis.warm import PEEK_BYTES, RedisWarmTier
-from tests.redis_server import RedisServer
 from tests.sidecar_harness import Sidecar, key, sidecar
+from tests.support.processes import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 

@@ -394,6 +394,10 @@ HISTORICAL_VARIABLES = [
     "MAX_WAIT_MS",
     "FRESHNESS_BOUND_MS",
     "RECLAIM_KEYS_PER_S",
+    # Added after the sections (issue 13, durable invalidation): not historical, new.
+    "INVALIDATE_WAIT_REPLICAS",
+    "INVALIDATE_WAIT_AOF",
+    "INVALIDATE_WAIT_TIMEOUT_MS",
     "MODEL_PATH",
     "ADAPTERS",
     "FINGERPRINT_MODE",

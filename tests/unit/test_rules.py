@@ -246,3 +246,15 @@ def test_answers_stay_right_while_rules_arrive(
     held = [r for r in held if r.time_ms >= cutoff]
     for dims in probes:
         assert rs.newest_matching(dims) == _reference_newest(held, dims)
+
+
+def test_a_reused_epoch_number_is_another_rule() -> None:
+    """Two different rules with one epoch number (a store that lost its counter numbers
+    anew) are both applied; the old set kept the first and silently dropped the second."""
+    rules = RuleSet()
+    rules.add(Rule(1, Selector(tenant="old"), time_ms=100))
+    rules.add(Rule(1, Selector(tenant="new"), time_ms=900))
+    rules.add(Rule(1, Selector(tenant="new"), time_ms=900))  # the same rule again: one rule
+    assert len(rules) == 2
+    assert rules.is_dead(("new", "m1", "", "p1"), 0)
+    assert rules.is_dead(("old", "m1", "", "p1"), 0)

@@ -7,9 +7,12 @@ Layout (all under the `{meta}` hash tag, see RedisKeys):
     members   sorted set, score = liveness deadline in Redis-clock ms, member = sidecar id
     acks      hash, sidecar id -> newest epoch it has applied
     secret    the deployment's lease secret (SET NX)
+    dataset   id of this data set (SET NX by the first sidecar that finds none)
     store     hash: born = Redis-clock ms of the first heartbeat on this data (set
               again after Redis lost it), max_ttl = longest member ttl seen since,
-              retention = longest rule retention any member published since
+              retention = longest rule retention any member published since,
+              run = Redis run_id last seen, restarted = when a new run_id was first
+              seen on data that outlived the restart
 An invalidation is one Lua script (epoch, rule, audit record, PUBLISH), so it
 is all-or-nothing. Time comes from Redis's clock so that members' liveness
 deadlines are compared on one clock.
@@ -17,7 +20,7 @@ deadlines are compared on one clock.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -27,7 +30,7 @@ from sidecar.backends.redis.client import RedisGuard, RedisKeys, connect
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import Rule, Selector
-from sidecar.invalidation.store import AuditRecord
+from sidecar.invalidation.store import AuditRecord, StoreState
 from sidecar.keys import KeyDigest
 
 log = structlog.get_logger("infercache.control")
@@ -103,10 +106,55 @@ end
 -- still serve hits until their ttl runs out: wait that long after the store's rebirth.
 local born = tonumber(redis.call('HGET', KEYS[3], 'born') or now)
 local age = now - born
-if age < tonumber(redis.call('HGET', KEYS[3], 'max_ttl') or '0') then
+local max_ttl = tonumber(redis.call('HGET', KEYS[3], 'max_ttl') or '0')
+if age < max_ttl then
   table.insert(out, 'members-from-before-a-store-reset-' .. age .. 'ms-ago')
 end
+-- Likewise after a restart from persisted data: members live before it may not have
+-- heartbeated (and re-published their rules) into the restarted store yet.
+local restarted = tonumber(redis.call('HGET', KEYS[3], 'restarted') or '0')
+if restarted > 0 and now - restarted < max_ttl then
+  table.insert(out, 'members-from-before-a-store-restart-' .. (now - restarted) .. 'ms-ago')
+end
 return out
+"""
+
+# Who the store is: its data set (an id made by the first sidecar to see it empty) and
+# its process (Redis's run_id). Data that outlived a restart (RDB or AOF) may lack the
+# rules committed after its last persisted write; `restarted` marks when a sidecar
+# first saw the new process, and for the longest member ttl after it the store is
+# settling: members re-publish the rules they hold.
+_STATE = """
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+local dataset = redis.call('GET', KEYS[1])
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local seen = redis.call('HGET', KEYS[2], 'run')
+if seen ~= run then
+  redis.call('HSET', KEYS[2], 'run', run)
+  if seen then redis.call('HSET', KEYS[2], 'restarted', now) end
+end
+local settling = 0
+local restarted = tonumber(redis.call('HGET', KEYS[2], 'restarted') or '0')
+if restarted > 0 then
+  local ttl = tonumber(redis.call('HGET', KEYS[2], 'max_ttl') or '0')
+  settling = math.max(0, restarted + ttl - now)
+end
+return {dataset, run, tonumber(redis.call('GET', KEYS[3]) or '0'), settling, now}
+"""
+
+_REPUBLISH = """
+local added = 0
+local newest = tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
+  added = added + redis.call('ZADD', KEYS[1], 'NX', ARGV[i], ARGV[i + 1])
+  newest = math.max(newest, tonumber(ARGV[i]))
+end
+if newest > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], newest)
+end
+return added
 """
 
 _RELEASE = """
@@ -177,6 +225,8 @@ class RedisControlStore:
         self._heartbeat = self.client.register_script(_HEARTBEAT)
         self._unconfirmed = self.client.register_script(_UNCONFIRMED)
         self._prune = self.client.register_script(_PRUNE)
+        self._state = self.client.register_script(_STATE)
+        self._republish = self.client.register_script(_REPUBLISH)
         self._release = self.client.register_script(_RELEASE)
         self._lock = self.client.register_script(_LOCK)
         self._url = url
@@ -217,6 +267,48 @@ class RedisControlStore:
             epoch=int(epoch),
             estimated_entries=estimated_entries,
         )
+
+    async def state(self, proposed_dataset: str) -> StoreState:
+        """One script: data set id (SET NX), Redis run_id, epoch, settling time."""
+        async with self._guard(self._timeout):
+            dataset, run, epoch, settling, now = await self._state(
+                keys=[self._k("dataset"), self._k("store"), self._k("epoch")],
+                args=[proposed_dataset],
+            )
+        return StoreState(dataset.decode(), run.decode(), int(epoch), int(settling), int(now))
+
+    async def republish(self, rules: Sequence[Rule], epoch: int) -> int:
+        """ZADD NX each rule as committed (same member string), raise the epoch."""
+        args: list[str | int] = [epoch]
+        for r in rules:
+            args += [r.epoch, r.member()]
+        async with self._guard(self._timeout):
+            added = await self._republish(keys=[self._k("rules"), self._k("epoch")], args=args)
+        return int(added)
+
+    async def wait_durable(self, replicas: int, local_aof: bool, timeout_ms: int) -> None:
+        """WAIT (or WAITAOF) after a write on the same connection: WAIT covers the
+        writes of its own connection, and this one's write comes after the commit's."""
+        async with self._guard(self._timeout + timeout_ms / 1000):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(self._k("durable-probe"), "1")
+            if local_aof:
+                pipe.execute_command("WAITAOF", 1, replicas, timeout_ms)
+            else:
+                pipe.execute_command("WAIT", replicas, timeout_ms)
+            acked = (await pipe.execute())[1]
+        if local_aof:
+            local, remote = (int(x) for x in acked)
+            if local < 1 or remote < replicas:
+                raise TierUnavailable(
+                    f"redis control store: the rule reached the AOF of {local} of 1 primary "
+                    f"and {remote} of {replicas} replica(s) within {timeout_ms} ms"
+                )
+        elif int(acked) < replicas:
+            raise TierUnavailable(
+                f"redis control store: {int(acked)} of {replicas} replica(s) acknowledged "
+                f"the rule within {timeout_ms} ms"
+            )
 
     async def rules_after(self, epoch: int) -> list[Rule]:
         """ZRANGEBYSCORE (epoch, +inf]."""

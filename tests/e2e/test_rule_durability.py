@@ -1,0 +1,125 @@
+"""A confirmed invalidation survives Redis faults: a crash and restore from a snapshot
+that predates the rule, and a reset to empty while sidecars holding entries were frozen."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+import redis
+from infercache.v1 import admin_pb2 as admin_pb
+from infercache.v1 import admin_pb2_grpc
+from infercache.v1 import cache_pb2 as pb
+from infercache_client import CacheClient
+
+from tests.sidecar_harness import SidecarProcess, bearer, key
+from tests.support.processes import RedisServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def started() -> Iterator[list[SidecarProcess]]:
+    """Sidecar processes a test starts; all stopped afterwards."""
+    procs: list[SidecarProcess] = []
+    yield procs
+    for p in procs:
+        p.stop()
+
+
+def _start(procs: list[SidecarProcess], url: str) -> SidecarProcess:
+    p = SidecarProcess(url)
+    procs.append(p)
+    p.wait_ready()
+    return p
+
+
+def _invalidate(s: SidecarProcess, **selector: Any) -> admin_pb.InvalidateResponse:
+    with grpc.insecure_channel(s.admin_target) as channel:
+        resp: admin_pb.InvalidateResponse = admin_pb2_grpc.AdminServiceStub(channel).Invalidate(
+            admin_pb.InvalidateRequest(selector=admin_pb.Selector(**selector), reason="test"),
+            metadata=bearer(),
+            timeout=15,
+        )
+    return resp
+
+
+def _fill(c: CacheClient, k: pb.CacheKey, payload: bytes) -> None:
+    miss = c.lookup(k)
+    assert miss.outcome == pb.LOOKUP_OUTCOME_MISS
+    assert c.store(k, payload, lease=miss.lease).outcome == pb.STORE_OUTCOME_STORED
+
+
+def _make_hot(c: CacheClient, k: pb.CacheKey) -> None:
+    assert c.lookup(k).outcome == pb.LOOKUP_OUTCOME_HIT
+    assert c.lookup(k).tier == pb.TIER_HOT
+
+
+def test_rule_survives_a_crash_and_restore_from_a_snapshot_without_it(
+    own_redis: RedisServer, started: list[SidecarProcess]
+) -> None:
+    """Store, SAVE, Invalidate (OK), SIGKILL Redis, restart from the dump (entry back,
+    rule gone): a sidecar started afterwards used to serve the invalidated entry. Now
+    the sidecar that holds the rule re-publishes it and the new one waits for the
+    restarted store to settle before serving: both miss."""
+    s = _start(started, own_redis.url)
+    k = key("what is the refund window?")
+    with CacheClient(s.target) as cs:
+        _fill(cs, k, b"30 days (old policy)")
+    r = redis.Redis(port=own_redis.port)
+    [entry] = r.keys("ic:v1:r:*")
+    r.save()
+    _invalidate(s, tenant="acme")
+    # Reclaim (by the sidecar that holds the rule) removes the entry from the running
+    # Redis; the dump still has it.
+    deadline = time.monotonic() + 20
+    while r.exists(entry):
+        assert time.monotonic() < deadline, "reclaim did not remove the dead entry"
+        time.sleep(0.05)
+    r.close()
+    own_redis.kill()
+    own_redis.start()
+    with redis.Redis(port=own_redis.port) as r:
+        assert r.exists(entry), "restored from the dump"
+    n = _start(started, own_redis.url)
+    with CacheClient(n.target) as cn, CacheClient(s.target) as cs:
+        for c in (cn, cs):
+            assert c.lookup(k).outcome == pb.LOOKUP_OUTCOME_MISS
+    with redis.Redis(port=own_redis.port) as r:
+        assert r.zcard("ic:v1:{meta}:rules") == 1, "re-published by the sidecar holding it"
+
+
+def test_frozen_sidecars_serve_no_stale_hit_after_a_redis_reset(
+    own_redis: RedisServer, started: list[SidecarProcess]
+) -> None:
+    """S and S2 hold an entry hot (stamped at epoch 3); both SIGSTOPped; Redis restarted
+    empty; a new sidecar's Invalidate (numbered 1 by the empty store) returns OK; S and
+    S2 resume. They used to serve it ~20 times each (rule 1 < stamp 3, and rule 1 was
+    never fetched); now neither serves it once: the data set changed identity while they
+    were away, so their hot tiers are dropped before they serve again."""
+    s, s2 = _start(started, own_redis.url), _start(started, own_redis.url)
+    for i in range(3):
+        _invalidate(s, tenant=f"earlier-{i}")
+    k = key("which plan am I on?")
+    with CacheClient(s.target) as cs, CacheClient(s2.target) as cs2:
+        _fill(cs, k, b"stale plan")
+        _make_hot(cs, k)
+        _make_hot(cs2, k)
+        s.freeze()
+        s2.freeze()
+        own_redis.kill()
+        own_redis.start()
+        n = _start(started, own_redis.url)
+        assert _invalidate(n, tenant="acme").record.epoch >= 1
+        s.thaw()
+        s2.thaw()
+        stale = 0
+        for _ in range(20):
+            for c in (cs, cs2):
+                found = c.lookup(k)
+                stale += found.outcome == pb.LOOKUP_OUTCOME_HIT
+            time.sleep(0.05)
+        assert stale == 0

@@ -34,11 +34,9 @@ class PodIdentity:
         """
         if not self.adapter_versions:
             return adapter_version
-        fingerprint = self.adapter_versions.get(adapter_version)
-        if fingerprint is not None:
-            return fingerprint
-        if adapter_version in self.adapter_versions.values():
-            return adapter_version
+        name = self.adapter_name(adapter_version)
+        if name is not None:
+            return self.resolve_adapter(name)
         served = ", ".join(sorted(self.adapter_versions))
         raise FailedPrecondition(
             f"selector.adapter_version {adapter_version!r} is not an adapter this pod "

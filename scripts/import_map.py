@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("invalidation",),
     ("observability", "policy"),
     ("identity", "config", "tiers", "testing"),
-    ("kv", "fingerprint", "keys"),
+    ("kv", "fingerprint", "keys", "key_surface", "key_records"),
     ("entries", "errors"),
     ("__init__",),
 )

@@ -1,30 +1,35 @@
-"""Cache keys: canonical, length-prefixed encoding of every output-shaping dimension.
+"""Cache keys: an injective encoding of every output-shaping dimension. When in doubt, different.
 
 A key's *material* is a self-describing byte string: a magic, the schema version
-byte, then tagged, length-prefixed fields in a fixed order. The digest is the
-full SHA-256 of the material. Length prefixes make the encoding injective
-("a:b" + "c" and "a" + "b:c" encode differently), and the fixed order plus the
-canonicalisation below make equivalent requests encode identically:
+byte, the four invalidation dimensions (length-prefixed), the input's kind and
+digest, then one tagged, length-prefixed record per field that is *set*, in
+ascending tag order. The digest is the full SHA-256 of the material. Length
+prefixes make the encoding injective ("a:b" + "c" and "a" + "b:c" differ), and
+the rules below keep two requests apart unless every engine answers them alike:
 
-- floats are compared at float32 precision (what engines sample with), -0.0 is
-  0.0 and NaN/inf are refused;
-- unset sampling fields take their defaults before encoding;
-- sets (stop strings, stop token ids) are sorted and de-duplicated, maps sorted;
-- all text is Unicode NFC; a JSON response schema is re-serialised canonically;
+- every string is its exact UTF-8 bytes: no Unicode normalisation (NFC merges
+  KELVIN SIGN with K, and byte-level tokenizers see them differently), no JSON
+  re-serialisation (key order in a schema orders structured output); a string
+  that is not valid Unicode (a lone surrogate) is refused, naming the field;
+- an unset field has no record, so it differs from every value, the engine's
+  default included (vLLM takes unset parameters from generation_config.json);
+- floats are their exact IEEE-754 doubles, except that -0.0 is 0.0 (engines
+  only compare, add and multiply them); NaN and infinities are refused;
+- the only equivalences kept are orders that no engine reads: map entries
+  (extra, logit_bias) and members of true sets (stop token ids, bad words,
+  allowed token ids). Stop strings keep their order (the first match wins);
 - fields that do not shape output (stream, request ids) never reach this module.
 
-The input itself is reduced to its SHA-256 inside the material, so a stored
-entry can carry its whole key material without carrying prompt text.
+Text-like values (the input, schemas, tools, templates) are reduced to SHA-256
+digests inside the material, so an entry carries its whole key material without
+carrying prompt text, and the material stays small.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import struct
 import sys
-import unicodedata
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,8 +37,53 @@ from enum import IntEnum
 from typing import NewType, cast
 
 from sidecar.errors import InvalidArgument
+from sidecar.key_records import (
+    Encoder,
+    Records,
+    check_count,
+    check_len,
+    finite,
+    json_text,
+    small,
+    utf8,
+)
+from sidecar.key_surface import (
+    ChatMessage,
+    ChatTemplateOptions,
+    ContentPart,
+    FormatType,
+    GuidedDecoding,
+    OutputOptions,
+    PartKind,
+    ResponseFormat,
+    ToolCall,
+)
 
-KEY_SCHEMA_VERSION = 1
+__all__ = [
+    "KEY_SCHEMA_VERSION",
+    "TOOL_EXTRA_KEYS",
+    "CacheKey",
+    "ChatMessage",
+    "ChatTemplateOptions",
+    "ContentPart",
+    "FormatType",
+    "GuidedDecoding",
+    "Input",
+    "InputKind",
+    "KeyDigest",
+    "KeyLimits",
+    "KeyRequest",
+    "OutputOptions",
+    "PartKind",
+    "ResponseFormat",
+    "Sampling",
+    "ToolCall",
+    "build_key",
+    "dims_from_material",
+]
+
+KEY_SCHEMA_VERSION = 2
+"""v2: exact strings, unset distinct from defaults, the OpenAI request surface (v1 entries miss)."""
 _MAGIC = b"ICK"
 
 KeyDigest = NewType("KeyDigest", bytes)
@@ -54,16 +104,6 @@ class InputKind(IntEnum):
     SHA256 = 4
 
 
-class FormatType(IntEnum):
-    """Structured-output modes (values match the proto enum)."""
-
-    TEXT = 1
-    JSON_OBJECT = 2
-    JSON_SCHEMA = 3
-    REGEX = 4
-    GRAMMAR = 5
-
-
 @dataclass(frozen=True, slots=True)
 class KeyLimits:
     """Upper bounds on every part of a key; exceeding one is INVALID_ARGUMENT."""
@@ -79,29 +119,21 @@ class KeyLimits:
     max_extra_value_chars: int = 4096
     max_schema_chars: int = 256 * 1024
     max_logit_bias_entries: int = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ChatMessage:
-    """One chat turn."""
-
-    role: str
-    content: str
-    name: str = ""
-    tool_call_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseFormat:
-    """Structured-output constraint; `schema` is JSON, a regex or a grammar."""
-
-    type: FormatType = FormatType.TEXT
-    schema: str = ""
+    max_tools: int = 128
+    max_tool_chars: int = 64 * 1024
+    max_json_chars: int = 64 * 1024
+    """Each JSON option (tool_choice, chat_template_kwargs, audio, prediction, ...)."""
+    max_parts: int = 256
+    """Content parts per chat message."""
+    max_tool_calls: int = 128
+    """Tool calls per chat message."""
+    max_choices: int = 256
+    max_allowed_token_ids: int = 262_144
 
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """Sampling parameters as sent; None means "not set, use the default"."""
+    """Sampling and decoding parameters as sent; None (or empty) means "not set"."""
 
     temperature: float | None = None
     top_p: float | None = None
@@ -120,6 +152,20 @@ class Sampling:
     ignore_eos: bool | None = None
     response_format: ResponseFormat | None = None
     logit_bias: Mapping[int, float] = field(default_factory=dict)
+    top_logprobs: int | None = None
+    return_logprobs: bool | None = None
+    prompt_logprobs: int | None = None
+    length_penalty: float | None = None
+    bad_words: Sequence[str] = ()
+    allowed_token_ids: Sequence[int] = ()
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    best_of: int | None = None
+    use_beam_search: bool | None = None
+    truncate_prompt_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    guided: GuidedDecoding | None = None
 
 
 Input = str | tuple[ChatMessage, ...] | Sequence[int] | bytes
@@ -128,7 +174,7 @@ Input = str | tuple[ChatMessage, ...] | Sequence[int] | bytes
 
 @dataclass(frozen=True, slots=True)
 class KeyRequest:
-    """Everything a caller sent that may shape the output, before canonicalisation."""
+    """Everything a caller sent that may shape the output, as sent."""
 
     tenant: str
     model_version: str
@@ -138,6 +184,13 @@ class KeyRequest:
     adapter_version: str = ""
     sampling: Sampling = field(default_factory=Sampling)
     extra: Mapping[str, str] = field(default_factory=dict)
+    tools: Sequence[str] = ()
+    """Tool definitions, each the JSON object as sent, in request order."""
+    tool_choice: str | None = None
+    parallel_tool_calls: bool | None = None
+    chat_template: ChatTemplateOptions | None = None
+    endpoint: str = ""
+    output: OutputOptions | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +206,11 @@ class CacheKey:
     # Facts the cacheability policy reads (sidecar.policy.cacheability.KeyFacts); not key dimensions
     # of their own: they are already encoded in the material.
     temperature: float = 1.0
-    """Canonical temperature (unset = the default 1.0)."""
+    """The temperature sent; an unset one reads as 1.0 here (the policy's assumption only)."""
     seeded: bool = False
     """The request carries a sampling seed."""
     tools: bool = False
-    """An `extra` entry names a tool / function schema (see TOOL_EXTRA_KEYS)."""
+    """The request offers tools: `tools`, or an `extra` name in TOOL_EXTRA_KEYS."""
 
     @property
     def dims(self) -> tuple[str, str, str, str]:
@@ -168,37 +221,32 @@ class CacheKey:
 def build_key(
     req: KeyRequest, limits: KeyLimits = KeyLimits(), default_model_version: str = ""
 ) -> CacheKey:
-    """Validate and canonicalise a request into a CacheKey.
+    """Validate and encode a request into a CacheKey.
 
     `default_model_version` stands in for an empty model_version (a pod that knows
     its own model's fingerprint). Raises InvalidArgument naming the field.
     """
-    tenant = _dimension("key.tenant", req.tenant, limits, required=True)
-    model = _dimension(
-        "key.model_version", req.model_version or default_model_version, limits, required=True
-    )
-    adapter = _dimension("key.adapter_version", req.adapter_version, limits, required=False)
-    prompt = _dimension("key.prompt_version", req.prompt_version, limits, required=True)
+    model = req.model_version or default_model_version
+    enc = Encoder()
+    enc.raw(_dimension("key.tenant", req.tenant, limits, required=True))
+    enc.raw(_dimension("key.model_version", model, limits, required=True))
+    enc.raw(_dimension("key.adapter_version", req.adapter_version, limits, required=False))
+    enc.raw(_dimension("key.prompt_version", req.prompt_version, limits, required=True))
     input_kind, input_digest = _input_digest(req, limits)
-
-    enc = _Encoder()
-    enc.text(tenant)
-    enc.text(model)
-    enc.text(adapter)
-    enc.text(prompt)
-    temperature = _encode_sampling(enc, req.sampling, limits)
-    tools = _encode_extra(enc, req.extra, limits)
     enc.u32(int(input_kind))
     enc.raw(input_digest)
-    material = _MAGIC + bytes([KEY_SCHEMA_VERSION]) + enc.finish()
+    rec = Records()
+    temperature = _sampling_records(rec, req.sampling, limits)
+    tools = _request_records(rec, req, limits)
+    material = _MAGIC + bytes([KEY_SCHEMA_VERSION]) + enc.finish() + rec.finish()
     return CacheKey(
         digest=KeyDigest(hashlib.sha256(material).digest()),
         material=material,
-        tenant=tenant,
+        tenant=req.tenant,
         model_version=model,
-        adapter_version=adapter,
-        prompt_version=prompt,
-        temperature=temperature,
+        adapter_version=req.adapter_version,
+        prompt_version=req.prompt_version,
+        temperature=1.0 if temperature is None else temperature,
         seeded=req.sampling.seed is not None,
         tools=tools,
     )
@@ -225,53 +273,11 @@ def dims_from_material(material: bytes) -> tuple[str, str, str, str] | None:
     return out[0], out[1], out[2], out[3]
 
 
-class _Encoder:
-    """Length-prefixed field writer: every field is u32 length + bytes."""
-
-    __slots__ = ("_parts",)
-
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-
-    def raw(self, data: bytes) -> None:
-        self._parts.append(struct.pack(">I", len(data)))
-        self._parts.append(data)
-
-    def text(self, value: str) -> None:
-        self.raw(value.encode("utf-8"))
-
-    def u32(self, value: int) -> None:
-        self.raw(struct.pack(">I", value))
-
-    def i64(self, value: int) -> None:
-        self.raw(struct.pack(">q", value))
-
-    def f32(self, value: float) -> None:
-        self.raw(struct.pack(">f", value))
-
-    def absent(self) -> None:
-        # An empty field is distinct from every present value (those are never empty).
-        self.raw(b"")
-
-    def finish(self) -> bytes:
-        return b"".join(self._parts)
-
-
-def _nfc(value: str) -> str:
-    return unicodedata.normalize("NFC", value)
-
-
-def _check_len(field_name: str, value: str, max_chars: int) -> None:
-    if len(value) > max_chars:
-        raise InvalidArgument(field_name, f"is {len(value)} characters; the limit is {max_chars}")
-
-
-def _dimension(field_name: str, value: str, limits: KeyLimits, *, required: bool) -> str:
-    _check_len(field_name, value, limits.max_dimension_chars)
-    value = _nfc(value)
+def _dimension(field_name: str, value: str, limits: KeyLimits, *, required: bool) -> bytes:
+    check_len(field_name, value, limits.max_dimension_chars)
     if required and not value.strip():
         raise InvalidArgument(field_name, "is required and must not be empty")
-    return value
+    return utf8(field_name, value)
 
 
 def _input_digest(req: KeyRequest, limits: KeyLimits) -> tuple[InputKind, bytes]:
@@ -281,7 +287,7 @@ def _input_digest(req: KeyRequest, limits: KeyLimits) -> tuple[InputKind, bytes]
     h = hashlib.sha256()
     if kind is InputKind.TEXT:
         assert isinstance(value, str)
-        data = _nfc(value).encode("utf-8")
+        data = utf8("key.text", value)
         if len(data) > limits.max_input_bytes:
             raise InvalidArgument(
                 "key.text", f"is {len(data)} bytes; the limit is {limits.max_input_bytes}"
@@ -294,18 +300,9 @@ def _input_digest(req: KeyRequest, limits: KeyLimits) -> tuple[InputKind, bytes]
         # The API passes token ids as a tuple, like chat: the kind decides, not the type.
         assert not isinstance(value, str | bytes)
         value = cast("Sequence[int]", value)
-        if len(value) > limits.max_token_ids:
-            raise InvalidArgument(
-                "key.token_ids", f"has {len(value)} ids; the limit is {limits.max_token_ids}"
-            )
-        try:
-            ids = array("I", value)
-        except OverflowError as exc:
-            raise InvalidArgument("key.token_ids", "ids must be in [0, 2**32)") from exc
-        if sys.byteorder == "little":
-            ids.byteswap()  # hash big-endian so digests agree across platforms
-        h.update(struct.pack(">I", len(ids)))
-        h.update(ids.tobytes())
+        check_count("key.token_ids", len(value), limits.max_token_ids)
+        h.update(struct.pack(">I", len(value)))
+        h.update(_u32_array("key.token_ids", value))
     else:
         assert isinstance(value, bytes)
         if len(value) != 32:
@@ -314,170 +311,274 @@ def _input_digest(req: KeyRequest, limits: KeyLimits) -> tuple[InputKind, bytes]
     return kind, h.digest()
 
 
+def _u32_array(field_name: str, ids: Sequence[int]) -> bytes:
+    try:
+        arr = array("I", ids)
+    except OverflowError as exc:
+        raise InvalidArgument(field_name, "ids must be in [0, 2**32)") from exc
+    if sys.byteorder == "little":
+        arr.byteswap()  # hash big-endian so digests agree across platforms
+    return arr.tobytes()
+
+
+class _Budget:
+    """The chat's running total of text bytes against max_input_bytes."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def take(self, data: bytes, limit: int) -> bytes:
+        self.left -= len(data)
+        if self.left < 0:
+            raise InvalidArgument("key.chat", f"content exceeds the input limit of {limit} bytes")
+        return data
+
+
 def _hash_chat(h: hashlib._Hash, messages: tuple[ChatMessage, ...], limits: KeyLimits) -> None:
     if not messages:
         raise InvalidArgument("key.chat.messages", "must hold at least one message")
-    if len(messages) > limits.max_chat_messages:
-        raise InvalidArgument(
-            "key.chat.messages",
-            f"has {len(messages)} messages; the limit is {limits.max_chat_messages}",
-        )
-    enc = _Encoder()
-    total = 0
-    for i, msg in enumerate(messages):
-        _check_len(f"key.chat.messages[{i}].role", msg.role, limits.max_dimension_chars)
-        _check_len(f"key.chat.messages[{i}].name", msg.name, limits.max_dimension_chars)
-        _check_len(
-            f"key.chat.messages[{i}].tool_call_id", msg.tool_call_id, limits.max_dimension_chars
-        )
-        if not msg.role:
-            raise InvalidArgument(f"key.chat.messages[{i}].role", "is required")
-        content = _nfc(msg.content).encode("utf-8")
-        total += len(content)
-        if total > limits.max_input_bytes:
-            raise InvalidArgument(
-                "key.chat", f"content exceeds the input limit of {limits.max_input_bytes} bytes"
-            )
-        enc.text(_nfc(msg.role))
-        enc.raw(content)
-        enc.text(_nfc(msg.name))
-        enc.text(_nfc(msg.tool_call_id))
+    check_count("key.chat.messages", len(messages), limits.max_chat_messages)
+    budget = _Budget(limits.max_input_bytes)
     h.update(struct.pack(">I", len(messages)))
-    h.update(enc.finish())
+    for i, msg in enumerate(messages):
+        h.update(_message_bytes(f"key.chat.messages[{i}]", msg, limits, budget))
 
 
-def _float(
-    field_name: str,
-    value: float | None,
-    default: float,
-    lo: float,
-    hi: float,
-    *,
-    lo_open: bool = False,
-) -> float:
-    v = default if value is None else float(value)
-    if math.isnan(v) or math.isinf(v):
-        raise InvalidArgument(field_name, "must be a finite number")
-    if v < lo or v > hi or (lo_open and v == lo):
-        bound = "(" if lo_open else "["
-        raise InvalidArgument(field_name, f"is {v}; must be in {bound}{lo}, {hi}]")
-    # float32 is the precision engines sample with; it also folds 0.1+0.2 into 0.3.
-    out: float = struct.unpack(">f", struct.pack(">f", v))[0]
-    return out + 0.0  # -0.0 -> 0.0
+def _message_bytes(p: str, msg: ChatMessage, limits: KeyLimits, budget: _Budget) -> bytes:
+    """One message as a length-prefixed block of tagged records (unset fields have none)."""
+    short, big = limits.max_dimension_chars, limits.max_input_bytes
+    if not msg.role:
+        raise InvalidArgument(p + ".role", "is required")
+    if msg.content is not None and msg.parts:
+        raise InvalidArgument(p + ".parts", "give content or parts, not both")
+    rec = Records()
+    rec.put(1, small(p + ".role", msg.role, short))
+    if msg.content is not None:
+        rec.put(2, budget.take(utf8(p + ".content", msg.content), big))
+    if msg.name is not None:
+        rec.put(3, small(p + ".name", msg.name, short))
+    if msg.tool_call_id is not None:
+        rec.put(4, small(p + ".tool_call_id", msg.tool_call_id, short))
+    if msg.parts:
+        check_count(p + ".parts", len(msg.parts), limits.max_parts)
+        parts = Encoder()
+        for j, part in enumerate(msg.parts):
+            parts.raw(_part_bytes(f"{p}.parts[{j}]", part, limits, budget))
+        rec.put(5, parts.finish())
+    if msg.tool_calls:
+        check_count(p + ".tool_calls", len(msg.tool_calls), limits.max_tool_calls)
+        calls = Encoder()
+        for j, call in enumerate(msg.tool_calls):
+            calls.raw(_call_bytes(f"{p}.tool_calls[{j}]", call, limits, budget))
+        rec.put(6, calls.finish())
+    if msg.reasoning_content is not None:
+        rec.put(7, budget.take(utf8(p + ".reasoning_content", msg.reasoning_content), big))
+    body = rec.finish()
+    return struct.pack(">I", len(body)) + body
 
 
-def _int(field_name: str, value: int | None, default: int, lo: int, hi: int) -> int:
-    v = default if value is None else int(value)
-    if v < lo or v > hi:
-        raise InvalidArgument(field_name, f"is {v}; must be in [{lo}, {hi}]")
-    return v
+def _part_bytes(p: str, part: ContentPart, limits: KeyLimits, budget: _Budget) -> bytes:
+    short = limits.max_dimension_chars
+    rec = Records()
+    rec.put(1, struct.pack(">I", int(part.kind)))
+    if part.kind is PartKind.TEXT:
+        rec.put(2, budget.take(utf8(p + ".text", part.text), limits.max_input_bytes))
+        return rec.finish()
+    if len(part.sha256) != 32:
+        raise InvalidArgument(p + ".sha256", f"must be 32 bytes, got {len(part.sha256)}")
+    rec.put(3, part.sha256)
+    for tag, name, value in ((4, "detail", part.detail), (5, "format", part.format)):
+        if value is not None:
+            rec.put(tag, small(f"{p}.{name}", value, short))
+    if part.filename is not None:
+        rec.put(6, small(p + ".filename", part.filename, limits.max_extra_value_chars))
+    return rec.finish()
+
+
+def _call_bytes(p: str, call: ToolCall, limits: KeyLimits, budget: _Budget) -> bytes:
+    short = limits.max_dimension_chars
+    rec = Records()
+    rec.put(1, small(p + ".id", call.id, short))
+    rec.put(2, small(p + ".type", call.type, short))
+    rec.put(3, small(p + ".name", call.name, short))
+    rec.put(4, budget.take(utf8(p + ".arguments", call.arguments), limits.max_input_bytes))
+    return rec.finish()
 
 
 _I32_MAX = 2**31 - 1
+_I64 = (-(2**63), 2**63 - 1)
 
 
-def _encode_sampling(enc: _Encoder, s: Sampling, limits: KeyLimits) -> float:
-    """Encode the sampling parameters; returns the canonical temperature."""
+def _sampling_records(rec: Records, s: Sampling, lim: KeyLimits) -> float | None:
+    """Records 1..49: the sampling fields that are set; returns the temperature sent."""
     p = "key.sampling."
-    temperature = _float(p + "temperature", s.temperature, 1.0, 0.0, 100.0)
-    enc.f32(temperature)
-    enc.f32(_float(p + "top_p", s.top_p, 1.0, 0.0, 1.0, lo_open=True))
-    top_k = _int(p + "top_k", s.top_k, 0, -1, _I32_MAX)
-    enc.i64(0 if top_k == -1 else top_k)  # -1 and 0 both mean "disabled"
-    enc.i64(_int(p + "max_tokens", s.max_tokens, 0, 0, _I32_MAX))
-    enc.raw(_string_set(p + "stop", s.stop, limits))
-    if s.seed is None:
-        enc.absent()
-    else:
-        enc.i64(_int(p + "seed", s.seed, 0, -(2**63), 2**63 - 1))
-    enc.f32(_float(p + "presence_penalty", s.presence_penalty, 0.0, -2.0, 2.0))
-    enc.f32(_float(p + "frequency_penalty", s.frequency_penalty, 0.0, -2.0, 2.0))
-    enc.f32(_float(p + "repetition_penalty", s.repetition_penalty, 1.0, 0.0, 100.0, lo_open=True))
-    enc.f32(_float(p + "min_p", s.min_p, 0.0, 0.0, 1.0))
-    enc.i64(_int(p + "min_tokens", s.min_tokens, 0, 0, _I32_MAX))
-    if len(s.stop_token_ids) > limits.max_stop_entries:
-        raise InvalidArgument(
-            p + "stop_token_ids",
-            f"has {len(s.stop_token_ids)} entries; the limit is {limits.max_stop_entries}",
-        )
-    stop_ids = sorted(set(s.stop_token_ids))
-    enc.raw(b"".join(struct.pack(">q", i) for i in stop_ids))
-    enc.i64(_int(p + "n", s.n, 1, 1, 1024))
-    if s.logprobs is None:
-        enc.absent()
-    else:
-        enc.i64(_int(p + "logprobs", s.logprobs, 0, 0, 1024))
-    enc.u32(1 if s.ignore_eos else 0)
-    _encode_format(enc, s.response_format, limits)
-    _encode_logit_bias(enc, s.logit_bias, limits)
+    temperature = rec.number(1, p + "temperature", s.temperature, 0.0, 100.0)
+    rec.number(2, p + "top_p", s.top_p, 0.0, 1.0, lo_open=True)
+    rec.integer(3, p + "top_k", s.top_k, -1, _I32_MAX)
+    rec.integer(4, p + "max_tokens", s.max_tokens, 0, _I32_MAX)
+    check_count(p + "stop", len(s.stop), lim.max_stop_entries)
+    rec.strings(5, p + "stop", s.stop, lim.max_stop_chars, as_set=False)
+    rec.integer(6, p + "seed", s.seed, *_I64)
+    rec.number(7, p + "presence_penalty", s.presence_penalty, -2.0, 2.0)
+    rec.number(8, p + "frequency_penalty", s.frequency_penalty, -2.0, 2.0)
+    rec.number(9, p + "repetition_penalty", s.repetition_penalty, 0.0, 100.0, lo_open=True)
+    rec.number(10, p + "min_p", s.min_p, 0.0, 1.0)
+    rec.integer(11, p + "min_tokens", s.min_tokens, 0, _I32_MAX)
+    _token_set(rec, 12, p + "stop_token_ids", s.stop_token_ids, lim.max_stop_entries)
+    rec.integer(13, p + "n", s.n, 1, 1024)
+    rec.integer(14, p + "logprobs", s.logprobs, 0, 1024)
+    rec.flag(15, s.ignore_eos)
+    if s.response_format is not None:
+        rec.digest(16, _format_bytes(s.response_format, lim))
+    _logit_bias(rec, 17, s.logit_bias, lim)
+    rec.integer(18, p + "top_logprobs", s.top_logprobs, 0, 1024)
+    rec.flag(19, s.return_logprobs)
+    rec.integer(20, p + "prompt_logprobs", s.prompt_logprobs, -1, 1024)
+    rec.number(21, p + "length_penalty", s.length_penalty, -100.0, 100.0)
+    check_count(p + "bad_words", len(s.bad_words), lim.max_stop_entries)
+    rec.strings(22, p + "bad_words", s.bad_words, lim.max_stop_chars, as_set=True)
+    _token_set(rec, 23, p + "allowed_token_ids", s.allowed_token_ids, lim.max_allowed_token_ids)
+    rec.flag(24, s.include_stop_str_in_output)
+    rec.flag(25, s.skip_special_tokens)
+    rec.flag(26, s.spaces_between_special_tokens)
+    rec.integer(27, p + "best_of", s.best_of, 1, 1024)
+    rec.flag(28, s.use_beam_search)
+    rec.integer(29, p + "truncate_prompt_tokens", s.truncate_prompt_tokens, -1, _I32_MAX)
+    rec.integer(30, p + "max_completion_tokens", s.max_completion_tokens, 0, _I32_MAX)
+    if s.guided is not None:
+        _guided_records(rec, s.guided, lim)
     return temperature
 
 
-def _string_set(field_name: str, values: Sequence[str], limits: KeyLimits) -> bytes:
-    if len(values) > limits.max_stop_entries:
-        raise InvalidArgument(
-            field_name, f"has {len(values)} entries; the limit is {limits.max_stop_entries}"
-        )
-    for i, v in enumerate(values):
-        _check_len(f"{field_name}[{i}]", v, limits.max_stop_chars)
-    enc = _Encoder()
-    for v in sorted({_nfc(v) for v in values}):
-        enc.text(v)
-    return enc.finish()
+def _token_set(rec: Records, tag: int, field_name: str, ids: Sequence[int], limit: int) -> None:
+    if not ids:
+        return
+    check_count(field_name, len(ids), limit)
+    for i in ids:
+        if not -(2**31) <= i < 2**31:
+            raise InvalidArgument(field_name, f"{i} is not a 32-bit token id")
+    rec.digest(tag, b"".join(struct.pack(">q", i) for i in sorted(set(ids))))
 
 
-def _encode_format(enc: _Encoder, fmt: ResponseFormat | None, limits: KeyLimits) -> None:
-    fmt = fmt or ResponseFormat()
-    field_name = "key.sampling.response_format.schema"
-    _check_len(field_name, fmt.schema, limits.max_schema_chars)
-    schema = _nfc(fmt.schema)
-    if fmt.type in (FormatType.JSON_SCHEMA, FormatType.JSON_OBJECT) and schema.strip():
-        try:
-            parsed = json.loads(schema)
-        except ValueError as exc:
-            raise InvalidArgument(field_name, f"is not valid JSON: {exc}") from exc
-        except RecursionError as exc:  # "[[[[...": fits the length limit, not the parser
-            raise InvalidArgument(field_name, "nests too deeply") from exc
-        # Key order and whitespace do not change what a schema accepts.
-        schema = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _format_bytes(fmt: ResponseFormat, limits: KeyLimits) -> bytes:
+    p = "key.sampling.response_format."
+    rec = Records()
+    rec.put(1, struct.pack(">I", int(fmt.type)))
+    is_json = fmt.type in (
+        FormatType.JSON_SCHEMA,
+        FormatType.JSON_OBJECT,
+        FormatType.STRUCTURAL_TAG,
+    )
+    if is_json and fmt.schema.strip():
+        rec.json_text(2, p + "schema", fmt.schema, limits.max_schema_chars)
     elif fmt.type is FormatType.JSON_SCHEMA:
-        raise InvalidArgument(field_name, "is required for JSON_SCHEMA")
-    enc.u32(int(fmt.type))
-    enc.text(schema if fmt.type is not FormatType.TEXT else "")
+        raise InvalidArgument(p + "schema", "is required for JSON_SCHEMA")
+    else:
+        rec.text(2, p + "schema", fmt.schema, limits.max_schema_chars)
+    rec.text(3, p + "name", fmt.name, limits.max_dimension_chars)
+    rec.flag(4, fmt.strict)
+    rec.text(5, p + "description", fmt.description, limits.max_extra_value_chars)
+    return rec.finish()
 
 
-def _encode_logit_bias(enc: _Encoder, bias: Mapping[int, float], limits: KeyLimits) -> None:
+def _logit_bias(rec: Records, tag: int, bias: Mapping[int, float], lim: KeyLimits) -> None:
+    if not bias:
+        return
     field_name = "key.sampling.logit_bias"
-    if len(bias) > limits.max_logit_bias_entries:
-        raise InvalidArgument(
-            field_name, f"has {len(bias)} entries; the limit is {limits.max_logit_bias_entries}"
-        )
-    inner = _Encoder()
+    check_count(field_name, len(bias), lim.max_logit_bias_entries)
+    parts = []
     for token in sorted(bias):
-        inner.i64(token)
-        inner.f32(_float(f"{field_name}[{token}]", bias[token], 0.0, -100.0, 100.0))
-    enc.raw(inner.finish())
+        value = finite(f"{field_name}[{token}]", bias[token], -100.0, 100.0)
+        parts.append(struct.pack(">qd", token, value))
+    rec.digest(tag, b"".join(parts))
 
 
-def _encode_extra(enc: _Encoder, extra: Mapping[str, str], limits: KeyLimits) -> bool:
-    """Encode `extra`; returns whether one of its names is in TOOL_EXTRA_KEYS."""
-    if len(extra) > limits.max_extra_entries:
-        raise InvalidArgument(
-            "key.extra", f"has {len(extra)} entries; the limit is {limits.max_extra_entries}"
-        )
-    normalised: dict[str, str] = {}
+def _guided_records(rec: Records, g: GuidedDecoding, lim: KeyLimits) -> None:
+    """Records 31..41: vLLM guided decoding, flattened (an empty one is no constraint)."""
+    p = "key.sampling.guided."
+    rec.json_text(31, p + "json", g.json, lim.max_schema_chars)
+    rec.text(32, p + "regex", g.regex, lim.max_schema_chars)
+    check_count(p + "choice", len(g.choice), lim.max_choices)
+    rec.strings(33, p + "choice", g.choice, lim.max_extra_value_chars, as_set=False)
+    rec.text(34, p + "grammar", g.grammar, lim.max_schema_chars)
+    rec.flag(35, g.json_object)
+    rec.json_text(36, p + "structural_tag", g.structural_tag, lim.max_schema_chars)
+    rec.text(37, p + "whitespace_pattern", g.whitespace_pattern, lim.max_dimension_chars)
+    rec.text(38, p + "backend", g.backend, lim.max_dimension_chars)
+    rec.flag(39, g.disable_any_whitespace)
+    rec.flag(40, g.disable_additional_properties)
+    rec.flag(41, g.disable_fallback)
+
+
+def _request_records(rec: Records, req: KeyRequest, lim: KeyLimits) -> bool:
+    """Records 100..: request-level fields; returns whether the request offers tools."""
+    tools = _extra_records(rec, 100, req.extra, lim)
+    if req.tools:
+        check_count("key.tools", len(req.tools), lim.max_tools)
+        enc = Encoder()
+        for i, tool in enumerate(req.tools):
+            enc.raw(json_text(f"key.tools[{i}]", tool, lim.max_tool_chars))
+        rec.digest(101, enc.finish())
+    rec.text(102, "key.tool_choice", req.tool_choice, lim.max_json_chars)
+    rec.flag(103, req.parallel_tool_calls)
+    if req.endpoint:
+        rec.text(104, "key.endpoint", req.endpoint, lim.max_dimension_chars)
+    if req.chat_template is not None:
+        _template_records(rec, req.chat_template, lim)
+    if req.output is not None:
+        _output_records(rec, req.output, lim)
+    return tools or bool(req.tools)
+
+
+def _template_records(rec: Records, t: ChatTemplateOptions, lim: KeyLimits) -> None:
+    p = "key.chat_template."
+    rec.flag(110, t.add_generation_prompt)
+    rec.flag(111, t.continue_final_message)
+    rec.flag(112, t.add_special_tokens)
+    rec.text(113, p + "chat_template", t.chat_template, lim.max_schema_chars)
+    rec.json_text(114, p + "chat_template_kwargs", t.chat_template_kwargs, lim.max_json_chars)
+    rec.json_text(115, p + "documents", t.documents, lim.max_schema_chars)
+    rec.json_text(116, p + "mm_processor_kwargs", t.mm_processor_kwargs, lim.max_json_chars)
+
+
+def _output_records(rec: Records, o: OutputOptions, lim: KeyLimits) -> None:
+    p = "key.output."
+    short = lim.max_dimension_chars
+    rec.text(120, p + "reasoning_effort", o.reasoning_effort, short)
+    rec.text(121, p + "verbosity", o.verbosity, short)
+    check_count(p + "modalities", len(o.modalities), lim.max_stop_entries)
+    rec.strings(122, p + "modalities", o.modalities, short, as_set=False)
+    rec.json_text(123, p + "audio", o.audio, lim.max_json_chars)
+    rec.json_text(124, p + "prediction", o.prediction, lim.max_schema_chars)
+    rec.json_text(125, p + "web_search_options", o.web_search_options, lim.max_json_chars)
+    rec.text(126, p + "suffix", o.suffix, lim.max_schema_chars)
+    rec.flag(127, o.echo)
+    rec.text(128, p + "encoding_format", o.encoding_format, short)
+    rec.integer(129, p + "dimensions", o.dimensions, 1, _I32_MAX)
+    rec.flag(130, o.return_tokens_as_token_ids)
+
+
+def _extra_records(rec: Records, tag: int, extra: Mapping[str, str], lim: KeyLimits) -> bool:
+    """Encode `extra` (a map: order never matters); returns whether it names tools."""
+    check_count("key.extra", len(extra), lim.max_extra_entries)
+    if not extra:
+        return False
+    items: list[tuple[bytes, bytes]] = []
     for k, v in extra.items():
         if not k:
             raise InvalidArgument("key.extra", "keys must not be empty")
-        _check_len(f"key.extra[{k[:32]!r}] (key)", k, limits.max_extra_key_chars)
-        _check_len(f"key.extra[{k[:32]!r}]", v, limits.max_extra_value_chars)
-        nk = _nfc(k)
-        if nk in normalised:
-            raise InvalidArgument(f"key.extra[{k[:32]!r}]", "duplicates another key after NFC")
-        normalised[nk] = _nfc(v)
-    inner = _Encoder()
-    for k in sorted(normalised):
-        inner.text(k)
-        inner.text(normalised[k])
-    enc.raw(inner.finish())
-    return any(k.lower() in TOOL_EXTRA_KEYS for k in normalised)
+        name = f"key.extra[{k[:32]!r}]"
+        items.append(
+            (
+                small(name + " (key)", k, lim.max_extra_key_chars),
+                small(name, v, lim.max_extra_value_chars),
+            )
+        )
+    enc = Encoder()
+    for kb, vb in sorted(items):
+        enc.raw(kb)
+        enc.raw(vb)
+    rec.digest(tag, enc.finish())
+    return any(k.lower() in TOOL_EXTRA_KEYS for k in extra)

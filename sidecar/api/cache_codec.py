@@ -6,17 +6,11 @@ from collections.abc import Sequence
 
 from infercache.v1 import cache_pb2 as PB2
 
+from sidecar.api.key_codec import key_request_from_known_pb
+from sidecar.api.unknown_fields import refuse_unknown_fields
 from sidecar.entries import ComputeCost
-from sidecar.errors import InvalidArgument
 from sidecar.identity import KeyResolver, ResolvedKey
-from sidecar.keys import (
-    ChatMessage,
-    FormatType,
-    InputKind,
-    KeyRequest,
-    ResponseFormat,
-    Sampling,
-)
+from sidecar.keys import KeyRequest
 from sidecar.policy.cacheability import NO_TRAITS, Bypass, BypassReason, RequestTraits
 from sidecar.results.types import (
     LookupQuery,
@@ -25,22 +19,6 @@ from sidecar.results.types import (
     StoreResult,
     StoreStatus,
     TierName,
-)
-
-_OPTIONAL_SAMPLING = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "max_tokens",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "min_p",
-    "min_tokens",
-    "n",
-    "logprobs",
-    "ignore_eos",
 )
 
 _TIER = {TierName.HOT: PB2.TIER_HOT, TierName.WARM: PB2.TIER_WARM}
@@ -66,56 +44,14 @@ BYPASS_CODE = {
 }
 
 
-def sampling_from_pb(s: PB2.SamplingParams) -> Sampling:
-    """Unset optional fields stay None so keys.py fills the defaults."""
-    values = {name: getattr(s, name) if s.HasField(name) else None for name in _OPTIONAL_SAMPLING}
-    fmt = None
-    if s.HasField("response_format"):
-        kind = s.response_format.type or PB2.RESPONSE_FORMAT_TYPE_TEXT
-        try:
-            fmt_type = FormatType(kind)
-        except ValueError as exc:  # proto3 enums are open: a newer client may send more
-            raise InvalidArgument(
-                "key.sampling.response_format.type", f"{kind} is not a known format type"
-            ) from exc
-        fmt = ResponseFormat(fmt_type, s.response_format.schema)
-    return Sampling(
-        stop=tuple(s.stop),
-        stop_token_ids=tuple(s.stop_token_ids),
-        response_format=fmt,
-        logit_bias=dict(s.logit_bias),
-        **values,
-    )
-
-
 def key_request_from_pb(k: PB2.CacheKey) -> KeyRequest:
-    """Translate a CacheKey message; validation happens in keys.build_key."""
-    which = k.WhichOneof("input")
-    kind: InputKind | None
-    value: str | tuple[ChatMessage, ...] | tuple[int, ...] | bytes | None
-    if which == "text":
-        kind, value = InputKind.TEXT, k.text
-    elif which == "chat":
-        kind = InputKind.CHAT
-        value = tuple(
-            ChatMessage(m.role, m.content, m.name, m.tool_call_id) for m in k.chat.messages
-        )
-    elif which == "token_ids":
-        kind, value = InputKind.TOKENS, tuple(k.token_ids.ids)
-    elif which == "input_sha256":
-        kind, value = InputKind.SHA256, k.input_sha256
-    else:
-        kind, value = None, None
-    return KeyRequest(
-        tenant=k.tenant,
-        model_version=k.model_version,
-        adapter_version=k.adapter_version,
-        prompt_version=k.prompt_version,
-        sampling=sampling_from_pb(k.sampling) if k.HasField("sampling") else Sampling(),
-        extra=dict(k.extra),
-        input=value,
-        input_kind=kind,
-    )
+    """Translate a CacheKey message (unset stays unset); validation happens in keys.build_key.
+
+    A message anywhere in the key that carries a field this sidecar does not know
+    is INVALID_ARGUMENT naming its number: dropping it could merge different requests.
+    """
+    refuse_unknown_fields(k, "key")
+    return key_request_from_known_pb(k)
 
 
 def key_from_pb(k: PB2.CacheKey, keys: KeyResolver) -> ResolvedKey:
@@ -146,6 +82,7 @@ def traits_from_pb(msg: PB2.LookupRequest | PB2.StoreRequest) -> RequestTraits:
     if not msg.HasField("traits"):
         return NO_TRAITS
     t = msg.traits
+    refuse_unknown_fields(t, "traits")  # a newer declaration may be one that must bypass
     if not (t.side_effects or t.private_data or t.real_time or t.tools):
         return NO_TRAITS
     return RequestTraits(t.side_effects, t.private_data, t.real_time, t.tools)

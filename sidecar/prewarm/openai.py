@@ -95,11 +95,11 @@ def upstream_call(req: KeyRequest, model: str, payload_format: PayloadFormat) ->
     return UpstreamCall(COMPLETIONS_PATH, body)
 
 
-def _message(m: ChatMessage) -> dict[str, str]:
-    out = {"role": m.role, "content": m.content}
-    if m.name:
+def _message(m: ChatMessage) -> dict[str, str | None]:
+    out: dict[str, str | None] = {"role": m.role, "content": m.content}
+    if m.name is not None:
         out["name"] = m.name
-    if m.tool_call_id:
+    if m.tool_call_id is not None:
         out["tool_call_id"] = m.tool_call_id
     return out
 
@@ -110,7 +110,7 @@ def _sampling(s: Sampling, *, chat: bool) -> dict[str, Any]:
         value = getattr(s, name)
         if value is not None:
             out[name] = value
-    if s.max_tokens:  # 0 means "engine default length" in the key
+    if s.max_tokens is not None:  # unset and 0 are different keys: send exactly what was set
         out["max_tokens"] = s.max_tokens
     if s.stop:
         out["stop"] = list(s.stop)

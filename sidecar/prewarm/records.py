@@ -3,18 +3,21 @@
 Encoded as compact, versioned JSON. The model version is left out on purpose:
 a recorded request is replayed under whatever model the pod runs then. Inputs
 hashed by the caller (input_sha256) are never recorded, since they cannot be
-replayed.
+replayed; neither are requests using a key field that prewarm's upstream call
+(prewarm/openai.py) does not send: the answer it got would be stored under a
+key that says otherwise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any, cast
 
 from sidecar.keys import ChatMessage, FormatType, InputKind, KeyRequest, ResponseFormat, Sampling
 
-_VERSION = 1
+_VERSION = 2  # key schema v2: unset is not ""; v1 records are skipped
 _SCALARS = (
     "temperature",
     "top_p",
@@ -36,13 +39,42 @@ class BadRecord(ValueError):
     """A stored record does not decode (written by another version, or damaged)."""
 
 
+_SENT_SAMPLING = frozenset((*_SCALARS, "stop", "stop_token_ids", "logit_bias", "response_format"))
+_BARE_SAMPLING = Sampling()
+_BARE_MESSAGE = ChatMessage("user", "")
+_SENT_MESSAGE = frozenset(("role", "content", "name", "tool_call_id"))
+
+
 def replayable(req: KeyRequest) -> bool:
-    """Whether the request carries an input the model server can be sent."""
-    return req.input is not None and req.input_kind in (
+    """Whether the request carries an input the model server can be sent, and only key
+    fields that prewarm's upstream call sends (anything else would be answered without)."""
+    if req.input is None or req.input_kind not in (
         InputKind.TEXT,
         InputKind.CHAT,
         InputKind.TOKENS,
-    )
+    ):
+        return False
+    if req.tools or req.tool_choice is not None or req.parallel_tool_calls is not None:
+        return False
+    if req.chat_template is not None or req.output is not None or req.endpoint:
+        return False
+    s = req.sampling
+    for f in dataclasses.fields(Sampling):
+        if f.name not in _SENT_SAMPLING and getattr(s, f.name) != getattr(_BARE_SAMPLING, f.name):
+            return False
+    fmt = s.response_format
+    if fmt is not None and (fmt.name, fmt.strict, fmt.description) != (None, None, None):
+        return False
+    if req.input_kind is InputKind.CHAT:
+        for m in cast("tuple[ChatMessage, ...]", req.input):
+            if m.content is None:
+                return False
+            for f in dataclasses.fields(ChatMessage):
+                if f.name not in _SENT_MESSAGE and getattr(m, f.name) != getattr(
+                    _BARE_MESSAGE, f.name
+                ):
+                    return False
+    return True
 
 
 def encode(req: KeyRequest) -> bytes:
@@ -77,6 +109,10 @@ def encode(req: KeyRequest) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def decode(data: bytes) -> KeyRequest:
     """Inverse of encode, with an empty model_version; BadRecord if it does not parse."""
     try:
@@ -97,7 +133,10 @@ def decode(data: bytes) -> KeyRequest:
             kind, value = InputKind.TEXT, str(doc["text"])
         elif "chat" in doc:
             kind = InputKind.CHAT
-            value = tuple(ChatMessage(*(str(x) for x in m)) for m in doc["chat"])
+            value = tuple(
+                ChatMessage(str(m[0]), _opt_str(m[1]), _opt_str(m[2]), _opt_str(m[3]))
+                for m in doc["chat"]
+            )
         else:
             kind, value = InputKind.TOKENS, tuple(int(i) for i in doc["token_ids"])
         return KeyRequest(

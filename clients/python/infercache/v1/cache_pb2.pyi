@@ -15,6 +15,7 @@ class ResponseFormatType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESPONSE_FORMAT_TYPE_JSON_SCHEMA: _ClassVar[ResponseFormatType]
     RESPONSE_FORMAT_TYPE_REGEX: _ClassVar[ResponseFormatType]
     RESPONSE_FORMAT_TYPE_GRAMMAR: _ClassVar[ResponseFormatType]
+    RESPONSE_FORMAT_TYPE_STRUCTURAL_TAG: _ClassVar[ResponseFormatType]
 
 class LookupOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -66,6 +67,7 @@ RESPONSE_FORMAT_TYPE_JSON_OBJECT: ResponseFormatType
 RESPONSE_FORMAT_TYPE_JSON_SCHEMA: ResponseFormatType
 RESPONSE_FORMAT_TYPE_REGEX: ResponseFormatType
 RESPONSE_FORMAT_TYPE_GRAMMAR: ResponseFormatType
+RESPONSE_FORMAT_TYPE_STRUCTURAL_TAG: ResponseFormatType
 LOOKUP_OUTCOME_UNSPECIFIED: LookupOutcome
 LOOKUP_OUTCOME_HIT: LookupOutcome
 LOOKUP_OUTCOME_MISS: LookupOutcome
@@ -95,7 +97,7 @@ REPORT_OUTCOME_VERDICT_ACCEPTED: ReportOutcomeVerdict
 REPORT_OUTCOME_VERDICT_REJECTED: ReportOutcomeVerdict
 
 class CacheKey(_message.Message):
-    __slots__ = ("tenant", "model_version", "adapter_version", "prompt_version", "sampling", "extra", "text", "chat", "token_ids", "input_sha256")
+    __slots__ = ("tenant", "model_version", "adapter_version", "prompt_version", "sampling", "extra", "tools", "tool_choice", "parallel_tool_calls", "text", "chat", "token_ids", "input_sha256", "chat_template", "endpoint", "output")
     class ExtraEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -109,24 +111,36 @@ class CacheKey(_message.Message):
     PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     EXTRA_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CHAT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     INPUT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     model_version: str
     adapter_version: str
     prompt_version: str
     sampling: SamplingParams
     extra: _containers.ScalarMap[str, str]
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    tool_choice: str
+    parallel_tool_calls: bool
     text: str
     chat: ChatMessages
     token_ids: TokenIds
     input_sha256: bytes
-    def __init__(self, tenant: _Optional[str] = ..., model_version: _Optional[str] = ..., adapter_version: _Optional[str] = ..., prompt_version: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., input_sha256: _Optional[bytes] = ...) -> None: ...
+    chat_template: ChatTemplateOptions
+    endpoint: str
+    output: OutputOptions
+    def __init__(self, tenant: _Optional[str] = ..., model_version: _Optional[str] = ..., adapter_version: _Optional[str] = ..., prompt_version: _Optional[str] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., extra: _Optional[_Mapping[str, str]] = ..., tools: _Optional[_Iterable[str]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., input_sha256: _Optional[bytes] = ..., chat_template: _Optional[_Union[ChatTemplateOptions, _Mapping]] = ..., endpoint: _Optional[str] = ..., output: _Optional[_Union[OutputOptions, _Mapping]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "stop_token_ids", "n", "logprobs", "ignore_eos", "response_format", "logit_bias")
+    __slots__ = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "stop_token_ids", "n", "logprobs", "ignore_eos", "response_format", "logit_bias", "top_logprobs", "return_logprobs", "prompt_logprobs", "length_penalty", "bad_words", "allowed_token_ids", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "best_of", "use_beam_search", "truncate_prompt_tokens", "max_completion_tokens", "guided")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +165,20 @@ class SamplingParams(_message.Message):
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
     LOGIT_BIAS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    RETURN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    BAD_WORDS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STOP_STR_IN_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    SKIP_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPACES_BETWEEN_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BEST_OF_FIELD_NUMBER: _ClassVar[int]
+    USE_BEAM_SEARCH_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    GUIDED_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_p: float
     top_k: int
@@ -168,15 +196,105 @@ class SamplingParams(_message.Message):
     ignore_eos: bool
     response_format: ResponseFormat
     logit_bias: _containers.ScalarMap[int, float]
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., min_p: _Optional[float] = ..., min_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ...) -> None: ...
+    top_logprobs: int
+    return_logprobs: bool
+    prompt_logprobs: int
+    length_penalty: float
+    bad_words: _containers.RepeatedScalarFieldContainer[str]
+    allowed_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    include_stop_str_in_output: bool
+    skip_special_tokens: bool
+    spaces_between_special_tokens: bool
+    best_of: int
+    use_beam_search: bool
+    truncate_prompt_tokens: int
+    max_completion_tokens: int
+    guided: GuidedDecoding
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., min_p: _Optional[float] = ..., min_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., n: _Optional[int] = ..., logprobs: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., top_logprobs: _Optional[int] = ..., return_logprobs: _Optional[bool] = ..., prompt_logprobs: _Optional[int] = ..., length_penalty: _Optional[float] = ..., bad_words: _Optional[_Iterable[str]] = ..., allowed_token_ids: _Optional[_Iterable[int]] = ..., include_stop_str_in_output: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., spaces_between_special_tokens: _Optional[bool] = ..., best_of: _Optional[int] = ..., use_beam_search: _Optional[bool] = ..., truncate_prompt_tokens: _Optional[int] = ..., max_completion_tokens: _Optional[int] = ..., guided: _Optional[_Union[GuidedDecoding, _Mapping]] = ...) -> None: ...
 
 class ResponseFormat(_message.Message):
-    __slots__ = ("type", "schema")
+    __slots__ = ("type", "schema", "name", "strict", "description")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     type: ResponseFormatType
     schema: str
-    def __init__(self, type: _Optional[_Union[ResponseFormatType, str]] = ..., schema: _Optional[str] = ...) -> None: ...
+    name: str
+    strict: bool
+    description: str
+    def __init__(self, type: _Optional[_Union[ResponseFormatType, str]] = ..., schema: _Optional[str] = ..., name: _Optional[str] = ..., strict: _Optional[bool] = ..., description: _Optional[str] = ...) -> None: ...
+
+class GuidedDecoding(_message.Message):
+    __slots__ = ("json", "regex", "choice", "grammar", "json_object", "structural_tag", "whitespace_pattern", "backend", "disable_any_whitespace", "disable_additional_properties", "disable_fallback")
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    REGEX_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    JSON_OBJECT_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURAL_TAG_FIELD_NUMBER: _ClassVar[int]
+    WHITESPACE_PATTERN_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_ANY_WHITESPACE_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_ADDITIONAL_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    json: str
+    regex: str
+    choice: _containers.RepeatedScalarFieldContainer[str]
+    grammar: str
+    json_object: bool
+    structural_tag: str
+    whitespace_pattern: str
+    backend: str
+    disable_any_whitespace: bool
+    disable_additional_properties: bool
+    disable_fallback: bool
+    def __init__(self, json: _Optional[str] = ..., regex: _Optional[str] = ..., choice: _Optional[_Iterable[str]] = ..., grammar: _Optional[str] = ..., json_object: _Optional[bool] = ..., structural_tag: _Optional[str] = ..., whitespace_pattern: _Optional[str] = ..., backend: _Optional[str] = ..., disable_any_whitespace: _Optional[bool] = ..., disable_additional_properties: _Optional[bool] = ..., disable_fallback: _Optional[bool] = ...) -> None: ...
+
+class ChatTemplateOptions(_message.Message):
+    __slots__ = ("add_generation_prompt", "continue_final_message", "add_special_tokens", "chat_template", "chat_template_kwargs", "documents", "mm_processor_kwargs")
+    ADD_GENERATION_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_FINAL_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ADD_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_KWARGS_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    MM_PROCESSOR_KWARGS_FIELD_NUMBER: _ClassVar[int]
+    add_generation_prompt: bool
+    continue_final_message: bool
+    add_special_tokens: bool
+    chat_template: str
+    chat_template_kwargs: str
+    documents: str
+    mm_processor_kwargs: str
+    def __init__(self, add_generation_prompt: _Optional[bool] = ..., continue_final_message: _Optional[bool] = ..., add_special_tokens: _Optional[bool] = ..., chat_template: _Optional[str] = ..., chat_template_kwargs: _Optional[str] = ..., documents: _Optional[str] = ..., mm_processor_kwargs: _Optional[str] = ...) -> None: ...
+
+class OutputOptions(_message.Message):
+    __slots__ = ("reasoning_effort", "verbosity", "modalities", "audio", "prediction", "web_search_options", "suffix", "echo", "encoding_format", "dimensions", "return_tokens_as_token_ids")
+    REASONING_EFFORT_FIELD_NUMBER: _ClassVar[int]
+    VERBOSITY_FIELD_NUMBER: _ClassVar[int]
+    MODALITIES_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_FIELD_NUMBER: _ClassVar[int]
+    WEB_SEARCH_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    SUFFIX_FIELD_NUMBER: _ClassVar[int]
+    ECHO_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    RETURN_TOKENS_AS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    reasoning_effort: str
+    verbosity: str
+    modalities: _containers.RepeatedScalarFieldContainer[str]
+    audio: str
+    prediction: str
+    web_search_options: str
+    suffix: str
+    echo: bool
+    encoding_format: str
+    dimensions: int
+    return_tokens_as_token_ids: bool
+    def __init__(self, reasoning_effort: _Optional[str] = ..., verbosity: _Optional[str] = ..., modalities: _Optional[_Iterable[str]] = ..., audio: _Optional[str] = ..., prediction: _Optional[str] = ..., web_search_options: _Optional[str] = ..., suffix: _Optional[str] = ..., echo: _Optional[bool] = ..., encoding_format: _Optional[str] = ..., dimensions: _Optional[int] = ..., return_tokens_as_token_ids: _Optional[bool] = ...) -> None: ...
 
 class ChatMessages(_message.Message):
     __slots__ = ("messages",)
@@ -185,16 +303,60 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
-    __slots__ = ("role", "content", "name", "tool_call_id")
+    __slots__ = ("role", "content", "name", "tool_call_id", "parts", "tool_calls", "reasoning_content")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CONTENT_FIELD_NUMBER: _ClassVar[int]
     role: str
     content: str
     name: str
     tool_call_id: str
-    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+    parts: _containers.RepeatedCompositeFieldContainer[ContentPart]
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    reasoning_content: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
+
+class ContentPart(_message.Message):
+    __slots__ = ("text", "image", "audio", "file", "video")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    VIDEO_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    image: MediaRef
+    audio: MediaRef
+    file: MediaRef
+    video: MediaRef
+    def __init__(self, text: _Optional[str] = ..., image: _Optional[_Union[MediaRef, _Mapping]] = ..., audio: _Optional[_Union[MediaRef, _Mapping]] = ..., file: _Optional[_Union[MediaRef, _Mapping]] = ..., video: _Optional[_Union[MediaRef, _Mapping]] = ...) -> None: ...
+
+class MediaRef(_message.Message):
+    __slots__ = ("sha256", "detail", "format", "filename")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    sha256: bytes
+    detail: str
+    format: str
+    filename: str
+    def __init__(self, sha256: _Optional[bytes] = ..., detail: _Optional[str] = ..., format: _Optional[str] = ..., filename: _Optional[str] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("id", "type", "name", "arguments")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    type: str
+    name: str
+    arguments: str
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)

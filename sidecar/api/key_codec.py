@@ -1,0 +1,153 @@
+"""CacheKey message -> KeyRequest, field for field: an unset field stays unset (None)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infercache.v1 import cache_pb2 as PB2
+
+from sidecar.errors import InvalidArgument
+from sidecar.keys import (
+    ChatMessage,
+    ChatTemplateOptions,
+    ContentPart,
+    FormatType,
+    GuidedDecoding,
+    InputKind,
+    KeyRequest,
+    OutputOptions,
+    PartKind,
+    ResponseFormat,
+    Sampling,
+    ToolCall,
+)
+
+
+def _optional_fields(message: type[Any]) -> tuple[str, ...]:
+    """The names of a message's proto3 `optional` scalar fields (those with presence)."""
+    return tuple(
+        f.name
+        for f in message.DESCRIPTOR.fields
+        # proto3 `optional` is a synthetic one-field oneof named after the field.
+        if f.containing_oneof is not None and f.containing_oneof.name == "_" + f.name
+    )
+
+
+_SAMPLING_OPTIONAL = _optional_fields(PB2.SamplingParams)
+_GUIDED_OPTIONAL = _optional_fields(PB2.GuidedDecoding)
+_TEMPLATE_OPTIONAL = _optional_fields(PB2.ChatTemplateOptions)
+_OUTPUT_OPTIONAL = _optional_fields(PB2.OutputOptions)
+_PART_KINDS = {
+    "text": PartKind.TEXT,
+    "image": PartKind.IMAGE,
+    "audio": PartKind.AUDIO,
+    "file": PartKind.FILE,
+    "video": PartKind.VIDEO,
+}
+
+
+def _present(msg: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(msg, name) if msg.HasField(name) else None for name in names}
+
+
+def _opt(msg: Any, name: str) -> Any:
+    return getattr(msg, name) if msg.HasField(name) else None
+
+
+def sampling_from_pb(s: PB2.SamplingParams) -> Sampling:
+    """Unset optional fields stay None: unset is a value of its own in the key."""
+    fmt = None
+    if s.HasField("response_format"):
+        f = s.response_format
+        try:
+            fmt_type = FormatType(f.type)
+        except ValueError as exc:  # proto3 enums are open: a newer client may send more
+            raise InvalidArgument(
+                "key.sampling.response_format.type", f"{f.type} is not a known format type"
+            ) from exc
+        fmt = ResponseFormat(
+            fmt_type, f.schema, _opt(f, "name"), _opt(f, "strict"), _opt(f, "description")
+        )
+    guided = None
+    if s.HasField("guided"):
+        guided = GuidedDecoding(
+            choice=tuple(s.guided.choice), **_present(s.guided, _GUIDED_OPTIONAL)
+        )
+    return Sampling(
+        stop=tuple(s.stop),
+        stop_token_ids=tuple(s.stop_token_ids),
+        response_format=fmt,
+        logit_bias=dict(s.logit_bias),
+        bad_words=tuple(s.bad_words),
+        allowed_token_ids=tuple(s.allowed_token_ids),
+        guided=guided,
+        **_present(s, _SAMPLING_OPTIONAL),
+    )
+
+
+def _part(p: PB2.ContentPart, path: str) -> ContentPart:
+    which = p.WhichOneof("part")
+    if which is None:
+        raise InvalidArgument(path, "must be one of text, image, audio, file or video")
+    if which == "text":
+        return ContentPart(PartKind.TEXT, text=p.text)
+    media: PB2.MediaRef = getattr(p, which)
+    return ContentPart(
+        _PART_KINDS[which],
+        sha256=media.sha256,
+        detail=_opt(media, "detail"),
+        format=_opt(media, "format"),
+        filename=_opt(media, "filename"),
+    )
+
+
+def _message(m: PB2.ChatMessage, i: int) -> ChatMessage:
+    return ChatMessage(
+        m.role,
+        _opt(m, "content"),
+        _opt(m, "name"),
+        _opt(m, "tool_call_id"),
+        parts=tuple(_part(p, f"key.chat.messages[{i}].parts[{j}]") for j, p in enumerate(m.parts)),
+        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments, c.type) for c in m.tool_calls),
+        reasoning_content=_opt(m, "reasoning_content"),
+    )
+
+
+def key_request_from_known_pb(k: PB2.CacheKey) -> KeyRequest:
+    """Translate a CacheKey message whose unknown fields were already refused."""
+    which = k.WhichOneof("input")
+    kind: InputKind | None
+    value: str | tuple[ChatMessage, ...] | tuple[int, ...] | bytes | None
+    if which == "text":
+        kind, value = InputKind.TEXT, k.text
+    elif which == "chat":
+        kind, value = InputKind.CHAT, tuple(_message(m, i) for i, m in enumerate(k.chat.messages))
+    elif which == "token_ids":
+        kind, value = InputKind.TOKENS, tuple(k.token_ids.ids)
+    elif which == "input_sha256":
+        kind, value = InputKind.SHA256, k.input_sha256
+    else:
+        kind, value = None, None
+    template = output = None
+    if k.HasField("chat_template"):
+        template = ChatTemplateOptions(**_present(k.chat_template, _TEMPLATE_OPTIONAL))
+    if k.HasField("output"):
+        output = OutputOptions(
+            modalities=tuple(k.output.modalities), **_present(k.output, _OUTPUT_OPTIONAL)
+        )
+    return KeyRequest(
+        tenant=k.tenant,
+        model_version=k.model_version,
+        adapter_version=k.adapter_version,
+        prompt_version=k.prompt_version,
+        sampling=sampling_from_pb(k.sampling) if k.HasField("sampling") else Sampling(),
+        extra=dict(k.extra),
+        input=value,
+        input_kind=kind,
+        tools=tuple(k.tools),
+        tool_choice=_opt(k, "tool_choice"),
+        parallel_tool_calls=_opt(k, "parallel_tool_calls"),
+        chat_template=template,
+        endpoint=k.endpoint,
+        output=output,
+    )

@@ -1,0 +1,46 @@
+"""Refuse messages that carry fields this sidecar does not know (a newer client's).
+
+Protobuf keeps unknown fields aside instead of failing, so a key field added by a
+newer client would silently drop out of the key on an older sidecar, and two
+requests that differ only there would share a digest. Here they are refused.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from sidecar.errors import InvalidArgument
+
+
+@cache
+def _message_fields(descriptor: Descriptor) -> tuple[tuple[str, bool], ...]:
+    """(name, repeated) of a message type's message-typed fields; map fields are skipped
+    (their entries are scalars here)."""
+    out = []
+    for f in descriptor.fields:
+        if f.message_type is None or f.message_type.GetOptions().map_entry:
+            continue
+        out.append((f.name, f.is_repeated))
+    return tuple(out)
+
+
+def refuse_unknown_fields(msg: Message, path: str) -> None:
+    """INVALID_ARGUMENT naming the first unknown field number found in `msg`'s tree."""
+    unknown = UnknownFieldSet(msg)
+    if len(unknown):
+        number = min(unknown[i].field_number for i in range(len(unknown)))
+        raise InvalidArgument(
+            path,
+            f"carries field number {number}, which this sidecar does not know (a newer "
+            "client's?); refused, since ignoring it could give two different requests one key",
+        )
+    for name, repeated in _message_fields(msg.DESCRIPTOR):
+        if repeated:
+            for i, item in enumerate(getattr(msg, name)):
+                refuse_unknown_fields(item, f"{path}.{name}[{i}]")
+        elif msg.HasField(name):
+            refuse_unknown_fields(getattr(msg, name), f"{path}.{name}")

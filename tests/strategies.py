@@ -1,10 +1,12 @@
 """Hypothesis strategies shared by the whole suite (one module, as attrs keeps them).
 
-Key strategies draw from small pools on purpose: every pool holds values that are
-*canonically equal* but spelled differently (None vs the default, 0.3 vs 0.1+0.2,
--1 vs 0 for top_k, NFC vs NFD text, reordered or duplicated set members), so two
-independent draws collide often enough to test both "equal implies same digest"
-and "different implies different digest".
+Key strategies draw from small pools on purpose, so that two independent draws
+collide often enough to test both "equal implies same digest" and "different
+implies different digest". A pool's classes group values that mean the same to
+*every* engine (-0.0 and 0.0, a set's members reordered or repeated, a map's
+entries reordered); everything else is its own class: NFC and NFD spellings,
+KELVIN SIGN and K, an unset field and its default, -1 and 0 for top_k, JSON
+with other key order or whitespace.
 """
 
 from __future__ import annotations
@@ -20,64 +22,188 @@ from infercache.v1 import cache_pb2 as pb
 
 from sidecar.entries import ChunkMeta, ComputeCost, Entry, pack_chunks
 from sidecar.invalidation.rules import Rule, Selector
-from sidecar.keys import ChatMessage, FormatType, InputKind, KeyRequest, ResponseFormat, Sampling
+from sidecar.keys import (
+    ChatMessage,
+    ChatTemplateOptions,
+    ContentPart,
+    FormatType,
+    GuidedDecoding,
+    InputKind,
+    KeyRequest,
+    OutputOptions,
+    PartKind,
+    ResponseFormat,
+    Sampling,
+    ToolCall,
+)
 
 NFC_E = "caf\u00e9"  # precomposed é
-NFD_E = "cafe\u0301"  # e + combining acute: the same text after NFC
+NFD_E = "cafe\u0301"  # e + combining acute: NFC would make it NFC_E; keys keep them apart
+KELVIN = "\u212aey-corp"  # KELVIN SIGN: NFC would make it "Key-corp"
 
 Classes = tuple[tuple[Any, ...], ...]
 """Equivalence classes: members of one class mean the same; different classes differ."""
 
-DIMENSION_CLASSES: Classes = (
-    ("acme",),
-    ("beta",),
-    ("a:b",),
-    ("a",),
-    ("b:c",),
-    (NFC_E, NFD_E),
-    ("x y",),
-    ("\u00c5", "\u212b", "A\u030a"),  # Å: precomposed, Angstrom sign, A + ring
+
+def singletons(*values: Any) -> Classes:
+    """Classes of one member each: values that must all give different keys."""
+    return tuple((v,) for v in values)
+
+
+DIMENSION_CLASSES: Classes = singletons(
+    "acme",
+    "beta",
+    "a:b",
+    "a",
+    "b:c",
+    NFC_E,
+    NFD_E,
+    "x y",
+    "Key-corp",
+    KELVIN,
+    "\u00c5",  # Å precomposed
+    "\u212b",  # ANGSTROM SIGN
+    "A\u030a",  # A + combining ring
 )
 ADAPTER_CLASSES: Classes = (("",), *DIMENSION_CLASSES)
 
-# Per scalar sampling field: classes of valid values (None = unset = the default).
+# Per scalar sampling field: classes of valid values (None = unset, a class of its own).
 SAMPLING_CLASSES: dict[str, Classes] = {
-    "temperature": ((None, 1.0), (0.0, -0.0), (0.3, 0.1 + 0.2), (0.7, 0.70000001), (2.0,)),
-    "top_p": ((None, 1.0), (0.9, 0.9000000001), (0.5,)),
-    "top_k": ((None, -1, 0), (1,), (40,)),
-    "max_tokens": ((None, 0), (16,), (256,)),
-    "seed": ((None,), (0,), (1,), (-1,)),
-    "presence_penalty": ((None, 0.0, -0.0), (0.5,), (-2.0,)),
-    "frequency_penalty": ((None, 0.0, -0.0), (0.5, 0.5000000001), (2.0,)),
-    "repetition_penalty": ((None, 1.0), (1.1,), (0.9,)),
-    "min_p": ((None, 0.0), (0.05,)),
-    "min_tokens": ((None, 0), (4,)),
-    "n": ((None, 1), (2,)),
-    "logprobs": ((None,), (0,), (5,)),
-    "ignore_eos": ((None, False), (True,)),
-    "response_format": (
-        (None, ResponseFormat(), ResponseFormat(FormatType.TEXT, "ignored for text")),
-        (
-            ResponseFormat(FormatType.JSON_SCHEMA, '{"type":"object","required":["a"]}'),
-            ResponseFormat(FormatType.JSON_SCHEMA, '{ "required": [ "a" ],\n "type": "object" }'),
+    "temperature": (
+        (None,),
+        (1.0,),
+        (0.0, -0.0),
+        (0.3,),
+        (0.1 + 0.2,),
+        (0.7, float("0.70")),
+        (0.70000001,),
+        (2.0,),
+    ),
+    "top_p": singletons(None, 1.0, 0.9, 0.9000000001, 0.5),
+    "top_k": singletons(None, -1, 0, 1, 40),
+    "max_tokens": singletons(None, 0, 16, 256),
+    "seed": singletons(None, 0, 1, -1),
+    "presence_penalty": ((None,), (0.0, -0.0), (0.5,), (-2.0,)),
+    "frequency_penalty": ((None,), (0.0, -0.0), (0.5,), (0.5000000001,), (2.0,)),
+    "repetition_penalty": singletons(None, 1.0, 1.1, 0.9),
+    "min_p": ((None,), (0.0, -0.0), (0.05,)),
+    "min_tokens": singletons(None, 0, 4),
+    "n": singletons(None, 1, 2),
+    "logprobs": singletons(None, 0, 5),
+    "ignore_eos": singletons(None, False, True),
+    "response_format": singletons(
+        None,
+        ResponseFormat(),
+        ResponseFormat(FormatType.UNSPECIFIED),
+        ResponseFormat(FormatType.TEXT, "ignored for text"),
+        ResponseFormat(FormatType.JSON_SCHEMA, '{"type":"object","required":["a"]}'),
+        ResponseFormat(FormatType.JSON_SCHEMA, '{"required":["a"],"type":"object"}'),
+        ResponseFormat(FormatType.JSON_SCHEMA, '{ "type": "object", "required": ["a"] }'),
+        ResponseFormat(FormatType.JSON_SCHEMA, '{"type":"string"}', name="s"),
+        ResponseFormat(FormatType.JSON_SCHEMA, '{"type":"string"}', strict=True),
+        ResponseFormat(FormatType.JSON_OBJECT, ""),
+        ResponseFormat(FormatType.REGEX, "[a-z]+"),
+        ResponseFormat(FormatType.GRAMMAR, "[a-z]+"),
+    ),
+    "top_logprobs": singletons(None, 0, 3),
+    "return_logprobs": singletons(None, False, True),
+    "prompt_logprobs": singletons(None, -1, 0, 2),
+    "length_penalty": ((None,), (1.0,), (0.0, -0.0), (-0.5,)),
+    "include_stop_str_in_output": singletons(None, False, True),
+    "skip_special_tokens": singletons(None, False, True),
+    "spaces_between_special_tokens": singletons(None, False, True),
+    "best_of": singletons(None, 1, 3),
+    "use_beam_search": singletons(None, False, True),
+    "truncate_prompt_tokens": singletons(None, -1, 0, 128),
+    "max_completion_tokens": singletons(None, 0, 256),
+    "guided": (
+        (None, GuidedDecoding()),  # no guided field sent either way
+        *singletons(
+            GuidedDecoding(json='{"type":"object"}'),
+            GuidedDecoding(json='{ "type": "object" }'),
+            GuidedDecoding(regex="a+"),
+            GuidedDecoding(grammar="a+"),
+            GuidedDecoding(choice=("yes", "no")),
+            GuidedDecoding(choice=("no", "yes")),
+            GuidedDecoding(json_object=True),
+            GuidedDecoding(json_object=False),
+            GuidedDecoding(regex="a+", backend="xgrammar"),
+            GuidedDecoding(regex="a+", whitespace_pattern=" "),
+            GuidedDecoding(regex="a+", disable_fallback=True),
         ),
-        (ResponseFormat(FormatType.JSON_SCHEMA, '{"type":"string"}'),),
-        (ResponseFormat(FormatType.JSON_OBJECT, ""),),
-        (ResponseFormat(FormatType.REGEX, "[a-z]+"),),
-        (ResponseFormat(FormatType.GRAMMAR, "[a-z]+"),),
     ),
 }
-STOP_CLASSES: Classes = (("\n",), ("END",), ("a:b",), ("a",), ("b:c",), (NFC_E, NFD_E))
+STOP_CLASSES: Classes = singletons("\n", "END", "a:b", "a", "b:c", NFC_E, NFD_E)
+"""Stop strings are a sequence: order and repeats count (the first match wins in vLLM)."""
+WORD_CLASSES: Classes = singletons("bad", "Bad", "a:b", NFC_E, NFD_E)
 STOP_ID_POOL = (0, 2, 7, 128001)
 LOGIT_TOKEN_POOL = (1, 50, 1000)
-LOGIT_BIAS_CLASSES: Classes = ((-100.0,), (0.0, -0.0), (5.0, 5.000000001))
-EXTRA_KEY_CLASSES: Classes = (("tools",), ("sys",), ("a:b",), ("a",), (NFC_E, NFD_E))
-EXTRA_VALUE_CLASSES: Classes = (("v1",), ("v2",), ("",), ("b:c",), (NFC_E, NFD_E))
-TEXT_CLASSES: Classes = (("hello",), ("Hello",), ("",), ("a:b",), (NFC_E, NFD_E))
+LOGIT_BIAS_CLASSES: Classes = ((-100.0,), (0.0, -0.0), (5.0,), (5.000000001,))
+EXTRA_KEY_CLASSES: Classes = singletons("tools", "sys", "a:b", "a", NFC_E, NFD_E)
+EXTRA_VALUE_CLASSES: Classes = singletons("v1", "v2", "", "b:c", NFC_E, NFD_E)
+TEXT_CLASSES: Classes = singletons("hello", "Hello", "", "a:b", NFC_E, NFD_E, "\u212a", "K")
 TOKEN_POOL = (1, 2, 3, 2**32 - 1)
-ROLE_CLASSES: Classes = (("user",), ("system",), ("tool",))
-CONTENT_CLASSES: Classes = (("hello",), ("hi",), ("",), (NFC_E, NFD_E))
+ROLE_CLASSES: Classes = singletons("user", "system", "tool")
+CONTENT_CLASSES: Classes = singletons(None, "hello", "hi", "", NFC_E, NFD_E)
 SHA_POOL = (hashlib.sha256(b"hello").digest(), hashlib.sha256(b"x").digest())
+PART_POOL = (
+    ContentPart(PartKind.TEXT, text="hi"),
+    ContentPart(PartKind.TEXT, text=NFD_E),
+    ContentPart(PartKind.IMAGE, sha256=SHA_POOL[0]),
+    ContentPart(PartKind.IMAGE, sha256=SHA_POOL[0], detail="low"),
+    ContentPart(PartKind.AUDIO, sha256=SHA_POOL[0], format="wav"),
+    ContentPart(PartKind.FILE, sha256=SHA_POOL[1], filename="a.pdf"),
+    ContentPart(PartKind.VIDEO, sha256=SHA_POOL[1]),
+)
+CALL_POOL = (
+    ToolCall("call-1", "get", '{"a":1}'),
+    ToolCall("call-1", "get", '{"a": 1}'),
+    ToolCall("call-2", "get", '{"a":1}'),
+    ToolCall("call-1", "put", '{"a":1}'),
+)
+TOOL_POOL = (
+    '{"type":"function","function":{"name":"get"}}',
+    '{"function":{"name":"get"},"type":"function"}',
+    '{"type":"function","function":{"name":"put"}}',
+)
+TOOL_CHOICE_CLASSES: Classes = singletons(
+    None, "auto", "none", "required", '{"type":"function","function":{"name":"get"}}'
+)
+ENDPOINT_CLASSES: Classes = singletons("", "chat.completions", "completions", "embeddings")
+TEMPLATE_CLASSES: Classes = (
+    (None, ChatTemplateOptions()),  # no template field sent either way
+    *singletons(
+        ChatTemplateOptions(add_generation_prompt=True),
+        ChatTemplateOptions(add_generation_prompt=False),
+        ChatTemplateOptions(continue_final_message=True),
+        ChatTemplateOptions(add_special_tokens=False),
+        ChatTemplateOptions(chat_template="{{ messages }}"),
+        ChatTemplateOptions(chat_template_kwargs='{"enable_thinking":false}'),
+        ChatTemplateOptions(chat_template_kwargs='{"enable_thinking":true}'),
+        ChatTemplateOptions(documents='[{"title":"a"}]'),
+        ChatTemplateOptions(mm_processor_kwargs='{"fps":1}'),
+    ),
+)
+OUTPUT_CLASSES: Classes = (
+    (None, OutputOptions()),  # no output field sent either way
+    *singletons(
+        OutputOptions(reasoning_effort="low"),
+        OutputOptions(reasoning_effort="high"),
+        OutputOptions(verbosity="low"),
+        OutputOptions(modalities=("text",)),
+        OutputOptions(modalities=("text", "audio")),
+        OutputOptions(modalities=("audio", "text")),
+        OutputOptions(audio='{"voice":"alloy","format":"wav"}'),
+        OutputOptions(prediction='{"type":"content","content":"x"}'),
+        OutputOptions(web_search_options="{}"),
+        OutputOptions(suffix=""),
+        OutputOptions(suffix="end"),
+        OutputOptions(echo=True),
+        OutputOptions(encoding_format="base64"),
+        OutputOptions(dimensions=256),
+        OutputOptions(return_tokens_as_token_ids=True),
+    ),
+)
 
 
 def member(classes: Classes) -> st.SearchStrategy[Any]:
@@ -94,7 +220,7 @@ def respelling(classes: Classes, value: Any) -> st.SearchStrategy[Any]:
     raise AssertionError(f"{value!r} is in no class")
 
 
-def _set_of(classes: Classes) -> st.SearchStrategy[tuple[Any, ...]]:
+def _seq_of(classes: Classes) -> st.SearchStrategy[tuple[Any, ...]]:
     return st.lists(member(classes), max_size=4).map(tuple)
 
 
@@ -124,12 +250,19 @@ def _respelled_map(
     return dict(draw(st.permutations(items)))
 
 
+_SET_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "stop_token_ids": st.lists(st.sampled_from(STOP_ID_POOL), max_size=4).map(tuple),
+    "allowed_token_ids": st.lists(st.sampled_from(STOP_ID_POOL), max_size=4).map(tuple),
+    "bad_words": _seq_of(WORD_CLASSES),
+}
+
+
 def sampling_field(name: str) -> st.SearchStrategy[Any]:
     """A valid value for one Sampling field."""
     if name == "stop":
-        return _set_of(STOP_CLASSES)
-    if name == "stop_token_ids":
-        return st.lists(st.sampled_from(STOP_ID_POOL), max_size=4).map(tuple)
+        return _seq_of(STOP_CLASSES)
+    if name in _SET_FIELDS:
+        return _SET_FIELDS[name]
     if name == "logit_bias":
         return st.dictionaries(
             st.sampled_from(LOGIT_TOKEN_POOL), member(LOGIT_BIAS_CLASSES), max_size=3
@@ -139,8 +272,10 @@ def sampling_field(name: str) -> st.SearchStrategy[Any]:
 
 def _respelled_sampling_field(name: str, value: Any) -> st.SearchStrategy[Any]:
     if name == "stop":
-        return _respelled_set(STOP_CLASSES, value)
-    if name == "stop_token_ids":
+        return st.just(value)  # a sequence: no other spelling
+    if name == "bad_words":
+        return _respelled_set(WORD_CLASSES, value)
+    if name in _SET_FIELDS:
         return _respelled_set(None, value)
     if name == "logit_bias":
         return _respelled_map(None, LOGIT_BIAS_CLASSES, value)
@@ -158,19 +293,26 @@ def samplings(draw: st.DrawFn) -> Sampling:
 
 @st.composite
 def extras(draw: st.DrawFn) -> dict[str, str]:
-    """An `extra` map whose keys stay distinct after NFC."""
+    """An `extra` map."""
     key_classes = draw(st.lists(st.sampled_from(EXTRA_KEY_CLASSES), max_size=3, unique=True))
     return {draw(st.sampled_from(c)): draw(member(EXTRA_VALUE_CLASSES)) for c in key_classes}
 
 
 @st.composite
 def chat_messages(draw: st.DrawFn) -> ChatMessage:
-    """One chat turn."""
+    """One chat turn: string content or parts, maybe tool calls and reasoning."""
+    content = draw(member(CONTENT_CLASSES))
+    parts: tuple[ContentPart, ...] = ()
+    if content is None:
+        parts = tuple(draw(st.lists(st.sampled_from(PART_POOL), max_size=2)))
     return ChatMessage(
         draw(member(ROLE_CLASSES)),
-        draw(member(CONTENT_CLASSES)),
-        draw(st.sampled_from(("", "bot"))),
-        draw(st.sampled_from(("", "call-1"))),
+        content,
+        draw(st.sampled_from((None, "", "bot"))),
+        draw(st.sampled_from((None, "", "call-1"))),
+        parts=parts,
+        tool_calls=tuple(draw(st.lists(st.sampled_from(CALL_POOL), max_size=2))),
+        reasoning_content=draw(st.sampled_from((None, "", "think"))),
     )
 
 
@@ -190,25 +332,11 @@ def inputs(draw: st.DrawFn) -> tuple[Any, InputKind]:
     return value, kind
 
 
-@st.composite
-def _respelled_input(draw: st.DrawFn, current: tuple[Any, InputKind]) -> tuple[Any, InputKind]:
-    value, kind = current
-    if kind is InputKind.TEXT:
-        return draw(respelling(TEXT_CLASSES, value)), kind
-    if kind is InputKind.CHAT:
-        msgs = tuple(
-            dataclasses.replace(
-                m,
-                role=draw(respelling(ROLE_CLASSES, m.role)),
-                content=draw(respelling(CONTENT_CLASSES, m.content)),
-            )
-            for m in value
-        )
-        return msgs, kind
-    return value, kind
+def _tools() -> st.SearchStrategy[tuple[str, ...]]:
+    return st.lists(st.sampled_from(TOOL_POOL), max_size=2).map(tuple)
 
 
-# Every dimension of a KeyRequest: (how to draw any value, how to respell a given value).
+# Every dimension of a KeyRequest: how to draw any value.
 KEY_DIMENSIONS: dict[str, Callable[[], st.SearchStrategy[Any]]] = {
     "tenant": lambda: member(DIMENSION_CLASSES),
     "model_version": lambda: member(DIMENSION_CLASSES),
@@ -216,9 +344,18 @@ KEY_DIMENSIONS: dict[str, Callable[[], st.SearchStrategy[Any]]] = {
     "prompt_version": lambda: member(DIMENSION_CLASSES),
     "extra": extras,
     "input": inputs,
+    "tools": _tools,
+    "tool_choice": lambda: member(TOOL_CHOICE_CLASSES),
+    "parallel_tool_calls": lambda: st.sampled_from((None, False, True)),
+    "chat_template": lambda: member(TEMPLATE_CLASSES),
+    "endpoint": lambda: member(ENDPOINT_CLASSES),
+    "output": lambda: member(OUTPUT_CLASSES),
 }
 for _name in SAMPLING_FIELDS:
     KEY_DIMENSIONS[f"sampling.{_name}"] = functools.partial(sampling_field, _name)
+REQUEST_FIELDS = tuple(
+    f.name for f in dataclasses.fields(KeyRequest) if f.name not in ("input", "input_kind")
+)
 
 
 def get_dimension(req: KeyRequest, dimension: str) -> Any:
@@ -232,15 +369,15 @@ def get_dimension(req: KeyRequest, dimension: str) -> Any:
 
 def respelled_dimension(dimension: str, value: Any) -> st.SearchStrategy[Any]:
     """Another spelling of a dimension's value that means the same thing."""
-    if dimension in ("tenant", "model_version", "prompt_version"):
-        return respelling(DIMENSION_CLASSES, value)
-    if dimension == "adapter_version":
-        return respelling(ADAPTER_CLASSES, value)
     if dimension == "extra":
         return _respelled_map(EXTRA_KEY_CLASSES, EXTRA_VALUE_CLASSES, value)
-    if dimension == "input":
-        return _respelled_input(value)
-    return _respelled_sampling_field(dimension.removeprefix("sampling."), value)
+    if dimension.startswith("sampling."):
+        return _respelled_sampling_field(dimension.removeprefix("sampling."), value)
+    if dimension == "chat_template":
+        return respelling(TEMPLATE_CLASSES, value)
+    if dimension == "output":
+        return respelling(OUTPUT_CLASSES, value)
+    return st.just(value)  # exact strings and sequences: one spelling each
 
 
 def with_dimension(req: KeyRequest, dimension: str, value: Any) -> KeyRequest:
@@ -266,6 +403,12 @@ def key_requests(draw: st.DrawFn) -> KeyRequest:
         extra=draw(extras()),
         input=value,
         input_kind=kind,
+        tools=draw(_tools()),
+        tool_choice=draw(member(TOOL_CHOICE_CLASSES)),
+        parallel_tool_calls=draw(st.sampled_from((None, False, True))),
+        chat_template=draw(member(TEMPLATE_CLASSES)),
+        endpoint=draw(member(ENDPOINT_CLASSES)),
+        output=draw(member(OUTPUT_CLASSES)),
     )
 
 
@@ -388,10 +531,26 @@ def rule_lists(draw: st.DrawFn, max_size: int = 12) -> list[Rule]:
 _I32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 _I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 _U32 = st.integers(min_value=0, max_value=2**32 - 1)
-# Protobuf strings are UTF-8: any code point but surrogates; short and long, odd and plain.
+# Protobuf strings are UTF-8: any code point but surrogates; short and long, odd and plain,
+# and JSON texts (with an escaped lone surrogate among them).
 _WIRE_TEXT = st.one_of(
     st.text(st.characters(exclude_categories=["Cs"]), max_size=12),
-    st.sampled_from(["", " ", "\t", "a:b", NFD_E, "x" * 257, "\u212b" * 200]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "\t",
+            "a:b",
+            NFD_E,
+            KELVIN,
+            "x" * 257,
+            "\u212b" * 200,
+            '{"type":"object"}',
+            '{"a": "\\ud800"}',
+            "[1, {}]",
+            "{",
+        ]
+    ),
 )
 _WIRE_FLOAT = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
@@ -399,38 +558,78 @@ _WIRE_FLOAT = st.one_of(
 )
 
 
+def _wire_scalar(field: Any) -> st.SearchStrategy[Any]:
+    """Any value of a proto scalar field's wire type."""
+    t = field.type
+    if t == field.TYPE_DOUBLE:
+        return _WIRE_FLOAT
+    if t == field.TYPE_BOOL:
+        return st.booleans()
+    if t == field.TYPE_INT64:
+        return _I64
+    if t == field.TYPE_STRING:
+        return _WIRE_TEXT
+    return _I32
+
+
+@st.composite
+def _wire_optionals(draw: st.DrawFn, msg: Any) -> None:
+    """Set any subset of a message's proto3 `optional` scalars to any wire value."""
+    fields = [
+        f
+        for f in msg.DESCRIPTOR.fields
+        if f.containing_oneof is not None and f.containing_oneof.name == "_" + f.name
+    ]
+    for f in draw(st.lists(st.sampled_from(fields), unique=True)) if fields else ():
+        setattr(msg, f.name, draw(_wire_scalar(f)))
+
+
 @st.composite
 def wire_sampling(draw: st.DrawFn) -> pb.SamplingParams:
     """A SamplingParams with any subset of fields set to any value of their wire type."""
     s = pb.SamplingParams()
-    optional = {
-        "temperature": _WIRE_FLOAT,
-        "top_p": _WIRE_FLOAT,
-        "top_k": _I32,
-        "max_tokens": _I32,
-        "seed": _I64,
-        "presence_penalty": _WIRE_FLOAT,
-        "frequency_penalty": _WIRE_FLOAT,
-        "repetition_penalty": _WIRE_FLOAT,
-        "min_p": _WIRE_FLOAT,
-        "min_tokens": _I32,
-        "n": _I32,
-        "logprobs": _I32,
-        "ignore_eos": st.booleans(),
-    }
-    for name in draw(st.sets(st.sampled_from(sorted(optional)))):
-        setattr(s, name, draw(optional[name]))
+    draw(_wire_optionals(s))
     s.stop.extend(draw(st.lists(_WIRE_TEXT, max_size=70)))
     s.stop_token_ids.extend(draw(st.lists(_I32, max_size=70)))
+    s.bad_words.extend(draw(st.lists(_WIRE_TEXT, max_size=3)))
+    s.allowed_token_ids.extend(draw(st.lists(_I32, max_size=3)))
     for token, bias in draw(st.dictionaries(_I32, _WIRE_FLOAT, max_size=5)).items():
         s.logit_bias[token] = bias
     if draw(st.booleans()):
-        # 6..9 are unknown to this server (proto3 enums are open).
+        # 7..9 are unknown to this server (proto3 enums are open).
         s.response_format.type = draw(st.integers(min_value=0, max_value=9))  # type: ignore[assignment]
         s.response_format.schema = draw(
             st.one_of(_WIRE_TEXT, st.sampled_from(['{"type":"object"}', "[1, {}]", "{"]))
         )
+        draw(_wire_optionals(s.response_format))
+    if draw(st.booleans()):
+        s.guided.SetInParent()
+        draw(_wire_optionals(s.guided))
+        s.guided.choice.extend(draw(st.lists(_WIRE_TEXT, max_size=3)))
     return s
+
+
+@st.composite
+def _wire_message(draw: st.DrawFn) -> pb.ChatMessage:
+    m = pb.ChatMessage(role=draw(_WIRE_TEXT))
+    draw(_wire_optionals(m))
+    for _ in range(draw(st.integers(min_value=0, max_value=2))):
+        part = m.parts.add()
+        kind = draw(st.sampled_from(["none", "text", "image", "audio", "file", "video"]))
+        if kind == "text":
+            part.text = draw(_WIRE_TEXT)
+        elif kind != "none":
+            media = getattr(part, kind)
+            media.sha256 = draw(st.binary(max_size=40))
+            draw(_wire_optionals(media))
+    for _ in range(draw(st.integers(min_value=0, max_value=2))):
+        m.tool_calls.add(
+            id=draw(_WIRE_TEXT),
+            type=draw(_WIRE_TEXT),
+            name=draw(_WIRE_TEXT),
+            arguments=draw(_WIRE_TEXT),
+        )
+    return m
 
 
 @st.composite
@@ -441,22 +640,18 @@ def wire_keys(draw: st.DrawFn) -> pb.CacheKey:
         model_version=draw(_WIRE_TEXT),
         adapter_version=draw(_WIRE_TEXT),
         prompt_version=draw(_WIRE_TEXT),
+        endpoint=draw(_WIRE_TEXT),
     )
     for name, value in draw(st.dictionaries(_WIRE_TEXT, _WIRE_TEXT, max_size=5)).items():
         k.extra[name] = value
+    k.tools.extend(draw(st.lists(_WIRE_TEXT, max_size=3)))
+    draw(_wire_optionals(k))
     which = draw(st.sampled_from(["none", "text", "chat", "token_ids", "input_sha256"]))
     if which == "text":
         k.text = draw(_WIRE_TEXT)
     elif which == "chat":
-        for _ in range(draw(st.integers(min_value=0, max_value=3))):
-            k.chat.messages.add(
-                role=draw(_WIRE_TEXT),
-                content=draw(_WIRE_TEXT),
-                name=draw(_WIRE_TEXT),
-                tool_call_id=draw(_WIRE_TEXT),
-            )
-        if not k.chat.messages:
-            k.chat.SetInParent()
+        k.chat.messages.extend(draw(st.lists(_wire_message(), max_size=3)))
+        k.chat.SetInParent()
     elif which == "token_ids":
         k.token_ids.ids.extend(draw(st.lists(_U32, max_size=10)))
         k.token_ids.SetInParent()
@@ -464,6 +659,13 @@ def wire_keys(draw: st.DrawFn) -> pb.CacheKey:
         k.input_sha256 = draw(st.binary(max_size=40))
     if draw(st.booleans()):
         k.sampling.CopyFrom(draw(wire_sampling()))
+    if draw(st.booleans()):
+        k.chat_template.SetInParent()
+        draw(_wire_optionals(k.chat_template))
+    if draw(st.booleans()):
+        k.output.SetInParent()
+        draw(_wire_optionals(k.output))
+        k.output.modalities.extend(draw(st.lists(_WIRE_TEXT, max_size=2)))
     return k
 
 

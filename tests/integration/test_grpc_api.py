@@ -68,15 +68,21 @@ async def test_any_other_dimension_misses(sidecar: Sidecar, dims: dict[str, Any]
 
 
 async def test_equivalent_requests_share_a_key_over_the_wire(sidecar: Sidecar) -> None:
-    """Explicit defaults, reordered stops and request ids do not change the key."""
-    k1 = key(stop=["b", "a"])
-    k2 = key(stop=["a", "b", "a"], temperature=1.0, top_k=-1, n=1)
+    """Request ids, the order of sets (stop token ids) and of maps (extra) do not change the
+    key; explicit defaults and stop order do (schema v2: unset is not a default, and the
+    first stop string that matches wins)."""
+    k1 = key(stop_token_ids=[7, 2], extra={"a": "1", "b": "2"})
+    k2 = key(stop_token_ids=[2, 7, 2], extra={"b": "2", "a": "1"})
     await sidecar.store(k1, b"same")
     async with grpc.aio.insecure_channel(sidecar.target) as channel:
         stub = cache_pb2_grpc.CacheServiceStub(channel)
         hit = await stub.Lookup(pb.LookupRequest(key=k2, request_id="req-123"), timeout=2)
-    assert hit.outcome == pb.LOOKUP_OUTCOME_HIT
-    assert hit.payload == b"same"
+        assert hit.outcome == pb.LOOKUP_OUTCOME_HIT
+        assert hit.payload == b"same"
+        await sidecar.store(key(stop=["b", "a"]), b"stops")
+        for other in (key(stop=["a", "b"]), key(stop=["b", "a"], temperature=1.0, top_k=-1, n=1)):
+            miss = await stub.Lookup(pb.LookupRequest(key=other), timeout=2)
+            assert miss.outcome == pb.LOOKUP_OUTCOME_MISS, other
 
 
 async def test_token_id_inputs_work(sidecar: Sidecar) -> None:

@@ -1,14 +1,12 @@
-"""Cache keys: every dimension counts, equivalent spellings agree, bad input is refused."""
+"""Cache keys: every dimension counts, only engine-exact spellings agree, bad input is refused."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import unicodedata
+import struct
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -17,18 +15,26 @@ from sidecar.errors import InvalidArgument
 from sidecar.keys import (
     KEY_SCHEMA_VERSION,
     ChatMessage,
+    ChatTemplateOptions,
+    ContentPart,
     FormatType,
+    GuidedDecoding,
     InputKind,
     KeyLimits,
     KeyRequest,
+    OutputOptions,
+    PartKind,
     ResponseFormat,
     Sampling,
+    ToolCall,
     build_key,
 )
 from tests.strategies import (
+    KELVIN,
     KEY_DIMENSIONS,
     NFC_E,
     NFD_E,
+    REQUEST_FIELDS,
     SAMPLING_FIELDS,
     key_request_pairs,
     key_requests,
@@ -53,40 +59,51 @@ def sampled(**fields: Any) -> KeyRequest:
     return dataclasses.replace(BASE, sampling=Sampling(**fields))
 
 
-# --- reference canonical form, written from the documented semantics -------------
+def chat(*msgs: ChatMessage, base: KeyRequest = BASE) -> KeyRequest:
+    return dataclasses.replace(base, input=msgs, input_kind=InputKind.CHAT)
 
 
-def _nfc(s: str) -> str:
-    return unicodedata.normalize("NFC", s)
+# --- reference meaning, written from the documented semantics (never calls keys.py) ----
+# Schema v2: strings are their exact bytes, unset (None) is its own value, floats are
+# exact doubles with -0.0 as 0.0, and only maps and true sets ignore order.
 
 
-def _f32(x: float) -> float:
-    return float(np.float32(x)) + 0.0
+def _num(x: float | None) -> float | None:
+    return None if x is None else float(x) + 0.0
 
 
-def _opt(value: Any, default: Any) -> Any:
-    return default if value is None else value
+def _unset_if_empty(value: Any) -> Any:
+    """An options object with no field set sends nothing: the same as none."""
+    if value is None or all(
+        getattr(value, f.name) in (None, ()) for f in dataclasses.fields(value)
+    ):
+        return None
+    return value
 
 
-def _reference_format(fmt: ResponseFormat | None) -> tuple[Any, ...]:
-    fmt = fmt or ResponseFormat()
-    if fmt.type is FormatType.TEXT:
-        return (FormatType.TEXT,)
-    schema = _nfc(fmt.schema)
-    if fmt.type in (FormatType.JSON_SCHEMA, FormatType.JSON_OBJECT) and schema.strip():
-        return (fmt.type, json.loads(schema))
-    return (fmt.type, schema)
+def _reference_format(fmt: ResponseFormat | None) -> Any:
+    if fmt is None:
+        return None
+    return (int(fmt.type), fmt.schema, fmt.name, fmt.strict, fmt.description)
 
 
 def _reference_input(req: KeyRequest) -> tuple[Any, ...]:
     value = req.input
     if req.input_kind is InputKind.TEXT:
-        assert isinstance(value, str)
-        return ("text", _nfc(value))
+        return ("text", value)
     if req.input_kind is InputKind.CHAT:
         assert isinstance(value, tuple)
         msgs = tuple(
-            (_nfc(m.role), _nfc(m.content), _nfc(m.name), _nfc(m.tool_call_id)) for m in value
+            (
+                m.role,
+                m.content,
+                m.name,
+                m.tool_call_id,
+                tuple(m.parts),
+                tuple(m.tool_calls),
+                m.reasoning_content,
+            )
+            for m in value
         )
         return ("chat", msgs)
     if req.input_kind is InputKind.TOKENS:
@@ -96,39 +113,60 @@ def _reference_input(req: KeyRequest) -> tuple[Any, ...]:
     return ("sha256", value)
 
 
+_FLOAT_FIELDS = {
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_p",
+    "length_penalty",
+}
+_SET_FIELDS = {"stop_token_ids", "bad_words", "allowed_token_ids"}
+
+
+def _reference_sampling(s: Sampling) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for name in SAMPLING_FIELDS:
+        value = getattr(s, name)
+        if name in _FLOAT_FIELDS:
+            value = _num(value)
+        elif name in _SET_FIELDS:
+            value = frozenset(value)
+        elif name == "stop":
+            value = tuple(value)
+        elif name == "logit_bias":
+            value = frozenset((t, _num(b)) for t, b in value.items())
+        elif name == "response_format":
+            value = _reference_format(value)
+        elif name == "guided":
+            value = _unset_if_empty(value)
+        out.append((name, value))
+    return tuple(out)
+
+
 def reference(req: KeyRequest) -> tuple[Any, ...]:
     """What a request means: equal references must give equal digests and vice versa."""
-    s = req.sampling
-    top_k = _opt(s.top_k, 0)
     return (
-        _nfc(req.tenant),
-        _nfc(req.model_version),
-        _nfc(req.adapter_version),
-        _nfc(req.prompt_version),
-        _f32(_opt(s.temperature, 1.0)),
-        _f32(_opt(s.top_p, 1.0)),
-        0 if top_k == -1 else top_k,
-        _opt(s.max_tokens, 0),
-        frozenset(_nfc(x) for x in s.stop),
-        s.seed,
-        _f32(_opt(s.presence_penalty, 0.0)),
-        _f32(_opt(s.frequency_penalty, 0.0)),
-        _f32(_opt(s.repetition_penalty, 1.0)),
-        _f32(_opt(s.min_p, 0.0)),
-        _opt(s.min_tokens, 0),
-        frozenset(s.stop_token_ids),
-        _opt(s.n, 1),
-        s.logprobs,
-        bool(s.ignore_eos),
-        _reference_format(s.response_format),
-        {t: _f32(b) for t, b in s.logit_bias.items()},
-        {_nfc(k): _nfc(v) for k, v in req.extra.items()},
+        req.tenant,
+        req.model_version,
+        req.adapter_version,
+        req.prompt_version,
+        _reference_sampling(req.sampling),
+        frozenset(req.extra.items()),
+        tuple(req.tools),
+        req.tool_choice,
+        req.parallel_tool_calls,
+        _unset_if_empty(req.chat_template),
+        req.endpoint,
+        _unset_if_empty(req.output),
         _reference_input(req),
     )
 
 
 # --- every dimension changes the digest ---------------------------------------------
 
+IMAGE = hashlib.sha256(b"png").digest()
 DIMENSION_CHANGES: dict[str, KeyRequest] = {
     "tenant": dataclasses.replace(BASE, tenant="globex"),
     "model_version": dataclasses.replace(BASE, model_version="fp1-77aa"),
@@ -151,12 +189,30 @@ DIMENSION_CHANGES: dict[str, KeyRequest] = {
     "sampling.ignore_eos": sampled(ignore_eos=True),
     "sampling.response_format": sampled(response_format=ResponseFormat(FormatType.JSON_OBJECT, "")),
     "sampling.logit_bias": sampled(logit_bias={50: -100.0}),
+    "sampling.top_logprobs": sampled(top_logprobs=3),
+    "sampling.return_logprobs": sampled(return_logprobs=True),
+    "sampling.prompt_logprobs": sampled(prompt_logprobs=1),
+    "sampling.length_penalty": sampled(length_penalty=0.5),
+    "sampling.bad_words": sampled(bad_words=("darn",)),
+    "sampling.allowed_token_ids": sampled(allowed_token_ids=(5, 6)),
+    "sampling.include_stop_str_in_output": sampled(include_stop_str_in_output=True),
+    "sampling.skip_special_tokens": sampled(skip_special_tokens=False),
+    "sampling.spaces_between_special_tokens": sampled(spaces_between_special_tokens=False),
+    "sampling.best_of": sampled(best_of=3),
+    "sampling.use_beam_search": sampled(use_beam_search=True),
+    "sampling.truncate_prompt_tokens": sampled(truncate_prompt_tokens=128),
+    "sampling.max_completion_tokens": sampled(max_completion_tokens=64),
+    "sampling.guided": sampled(guided=GuidedDecoding(choice=("yes", "no"))),
     "extra (new entry)": dataclasses.replace(BASE, extra={"tools": "v1"}),
-    "input kind (chat)": dataclasses.replace(
-        BASE,
-        input=(ChatMessage("user", "How do I reset my password?"),),
-        input_kind=InputKind.CHAT,
+    "tools": dataclasses.replace(BASE, tools=('{"type":"function","function":{"name":"f"}}',)),
+    "tool_choice": dataclasses.replace(BASE, tool_choice="required"),
+    "parallel_tool_calls": dataclasses.replace(BASE, parallel_tool_calls=False),
+    "chat_template": dataclasses.replace(
+        BASE, chat_template=ChatTemplateOptions(chat_template_kwargs='{"enable_thinking":false}')
     ),
+    "endpoint": dataclasses.replace(BASE, endpoint="completions"),
+    "output": dataclasses.replace(BASE, output=OutputOptions(reasoning_effort="low")),
+    "input kind (chat)": chat(ChatMessage("user", "How do I reset my password?")),
     "input kind (tokens)": dataclasses.replace(BASE, input=(1, 2, 3), input_kind=InputKind.TOKENS),
     "input kind (sha256)": dataclasses.replace(
         BASE, input=hashlib.sha256(b"x").digest(), input_kind=InputKind.SHA256
@@ -175,6 +231,13 @@ def test_dimension_table_covers_every_sampling_field() -> None:
     """A sampling field added to Sampling must be added to the dimension test too."""
     covered = {d.removeprefix("sampling.") for d in DIMENSION_CHANGES if d.startswith("sampling.")}
     assert covered == set(SAMPLING_FIELDS)
+
+
+def test_dimension_table_covers_every_request_field() -> None:
+    """A field added to KeyRequest must be added to the dimension test and the strategies."""
+    covered = {d.split(" ")[0] for d in DIMENSION_CHANGES if not d.startswith("sampling.")}
+    assert set(REQUEST_FIELDS) - {"sampling"} <= covered
+    assert set(REQUEST_FIELDS) - {"sampling"} <= set(KEY_DIMENSIONS)
 
 
 @pytest.mark.parametrize(
@@ -222,7 +285,7 @@ def test_distinct_sampling_meanings_differ(a: Sampling, b: Sampling) -> None:
     assert da != digest(dataclasses.replace(BASE, sampling=b))
 
 
-# --- equivalent requests agree --------------------------------------------------------
+# --- only equivalences exact for every engine agree ---------------------------------
 
 EQUIVALENT: dict[str, tuple[KeyRequest, KeyRequest]] = {
     "extra map order": (
@@ -234,51 +297,123 @@ EQUIVALENT: dict[str, tuple[KeyRequest, KeyRequest]] = {
         sampled(logit_bias={9: -1.0, 1: 5.0}),
     ),
     "0.7 vs 0.70": (sampled(temperature=0.7), sampled(temperature=float("0.70"))),
-    "0.1+0.2 vs 0.3": (sampled(temperature=0.1 + 0.2), sampled(temperature=0.3)),
     "-0.0 vs 0.0": (sampled(presence_penalty=-0.0), sampled(presence_penalty=0.0)),
+    "stop_token_ids order and duplicates": (
+        sampled(stop_token_ids=(2, 7)),
+        sampled(stop_token_ids=(7, 2, 7)),
+    ),
+    "bad_words order and duplicates": (
+        sampled(bad_words=("a", "b")),
+        sampled(bad_words=("b", "a", "b")),
+    ),
+    "allowed_token_ids order and duplicates": (
+        sampled(allowed_token_ids=(3, 1)),
+        sampled(allowed_token_ids=(1, 3, 3)),
+    ),
+    "empty options vs none": (
+        dataclasses.replace(BASE, chat_template=ChatTemplateOptions(), output=OutputOptions()),
+        BASE,
+    ),
+    "empty guided vs none": (sampled(guided=GuidedDecoding()), BASE),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EQUIVALENT))
+def test_equivalent_requests_share_a_digest(case: str) -> None:
+    """Spellings that every engine reads alike give the same digest."""
+    a, b = EQUIVALENT[case]
+    assert digest(a) == digest(b)
+
+
+SCHEMA_A = '{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}}}'
+SCHEMA_B = '{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"string"}}}'
+
+# Schema v1 merged each of these pairs; each pair can be answered differently.
+DISTINCT: dict[str, tuple[KeyRequest, KeyRequest]] = {
+    "tenant K vs KELVIN SIGN": (
+        dataclasses.replace(BASE, tenant="Key-corp"),
+        dataclasses.replace(BASE, tenant=KELVIN),
+    ),
+    "tenant OMEGA vs OHM SIGN": (
+        dataclasses.replace(BASE, tenant="\u03a9"),
+        dataclasses.replace(BASE, tenant="\u2126"),
+    ),
+    "text ; vs GREEK QUESTION MARK": (
+        dataclasses.replace(BASE, input="a;"),
+        dataclasses.replace(BASE, input="a\u037e"),
+    ),
     "NFC vs NFD text": (
         dataclasses.replace(BASE, input=NFC_E),
         dataclasses.replace(BASE, input=NFD_E),
     ),
     "NFC vs NFD dimension": (
-        dataclasses.replace(BASE, tenant=NFC_E),
-        dataclasses.replace(BASE, tenant=NFD_E),
+        dataclasses.replace(BASE, prompt_version=NFC_E),
+        dataclasses.replace(BASE, prompt_version=NFD_E),
     ),
-    "NFC vs NFD chat": (
-        dataclasses.replace(BASE, input=(ChatMessage("user", NFC_E),), input_kind=InputKind.CHAT),
-        dataclasses.replace(BASE, input=(ChatMessage("user", NFD_E),), input_kind=InputKind.CHAT),
-    ),
+    "NFC vs NFD chat": (chat(ChatMessage("user", NFC_E)), chat(ChatMessage("user", NFD_E))),
     "NFC vs NFD extra": (
         dataclasses.replace(BASE, extra={NFC_E: NFC_E}),
         dataclasses.replace(BASE, extra={NFD_E: NFD_E}),
     ),
-    "stop order and duplicates": (
-        sampled(stop=("END", "\n")),
-        sampled(stop=("\n", "END", "\n", "END")),
+    "stop NFC vs NFD": (sampled(stop=(NFC_E,)), sampled(stop=(NFD_E,))),
+    "schema NFC vs NFD": (
+        sampled(response_format=ResponseFormat(FormatType.REGEX, NFC_E)),
+        sampled(response_format=ResponseFormat(FormatType.REGEX, NFD_E)),
     ),
-    "stop NFC vs NFD": (sampled(stop=(NFC_E,)), sampled(stop=(NFD_E, NFC_E))),
-    "stop_token_ids order and duplicates": (
-        sampled(stop_token_ids=(2, 7)),
-        sampled(stop_token_ids=(7, 2, 7)),
+    "stop order (the first match wins)": (sampled(stop=("ab", "b")), sampled(stop=("b", "ab"))),
+    "stop duplicates": (sampled(stop=("\n",)), sampled(stop=("\n", "\n"))),
+    "0.1+0.2 vs 0.3": (sampled(temperature=0.1 + 0.2), sampled(temperature=0.3)),
+    "temperature 0 vs 0 with repetition_penalty 1.0": (
+        sampled(temperature=0.0),
+        sampled(temperature=0.0, repetition_penalty=1.0),
     ),
     "top_k -1 vs 0": (sampled(top_k=-1), sampled(top_k=0)),
     "top_k -1 vs unset": (sampled(top_k=-1), sampled()),
+    "top_k 0 vs unset": (sampled(top_k=0), sampled()),
+    "seeded temperature unset vs 1.0": (sampled(seed=1), sampled(seed=1, temperature=1.0)),
     "ignore_eos false vs unset": (sampled(ignore_eos=False), sampled()),
     "response_format text vs unset": (sampled(response_format=ResponseFormat()), sampled()),
-    "JSON schema key order and whitespace": (
-        sampled(
-            response_format=ResponseFormat(
-                FormatType.JSON_SCHEMA, '{"type":"object","properties":{"a":{"type":"string"}}}'
-            )
-        ),
-        sampled(
-            response_format=ResponseFormat(
-                FormatType.JSON_SCHEMA,
-                '{\n  "properties": { "a": { "type": "string" } },\n  "type": "object"\n}',
-            )
-        ),
+    "response_format text with a schema": (
+        sampled(response_format=ResponseFormat()),
+        sampled(response_format=ResponseFormat(FormatType.TEXT, "x")),
+    ),
+    "JSON schema property order": (
+        sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, SCHEMA_A)),
+        sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, SCHEMA_B)),
+    ),
+    "JSON schema whitespace": (
+        sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, SCHEMA_A)),
+        sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, " " + SCHEMA_A)),
+    ),
+    "chat content null vs empty": (
+        chat(ChatMessage("assistant")),
+        chat(ChatMessage("assistant", "")),
+    ),
+    "chat name unset vs empty": (
+        chat(ChatMessage("user", "x")),
+        chat(ChatMessage("user", "x", name="")),
+    ),
+    "chat content string vs one text part": (
+        chat(ChatMessage("user", "x")),
+        chat(ChatMessage("user", parts=(ContentPart(PartKind.TEXT, text="x"),))),
+    ),
+    "tools order": (
+        dataclasses.replace(BASE, tools=('{"a":1}', '{"b":2}')),
+        dataclasses.replace(BASE, tools=('{"b":2}', '{"a":1}')),
+    ),
+    "tool key order": (
+        dataclasses.replace(BASE, tools=('{"a":1,"b":2}',)),
+        dataclasses.replace(BASE, tools=('{"b":2,"a":1}',)),
     ),
 }
+
+
+@pytest.mark.parametrize("case", sorted(DISTINCT))
+def test_requests_an_engine_may_answer_differently_never_share_a_digest(case: str) -> None:
+    """When in doubt, different: exact bytes, unset apart from every default, order kept."""
+    a, b = DISTINCT[case]
+    assert digest(a) != digest(b)
+
 
 DEFAULTS = {
     "temperature": 1.0,
@@ -292,20 +427,21 @@ DEFAULTS = {
     "min_tokens": 0,
     "n": 1,
     "ignore_eos": False,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "include_stop_str_in_output": False,
+    "length_penalty": 1.0,
+    "best_of": 1,
+    "use_beam_search": False,
+    "return_logprobs": False,
 }
 
 
-@pytest.mark.parametrize("case", sorted(EQUIVALENT))
-def test_equivalent_requests_share_a_digest(case: str) -> None:
-    """Spellings that mean the same request give the same digest."""
-    a, b = EQUIVALENT[case]
-    assert digest(a) == digest(b)
-
-
 @pytest.mark.parametrize(("name", "value"), sorted(DEFAULTS.items()))
-def test_explicit_default_equals_unset(name: str, value: Any) -> None:
-    """Sending a sampling field's documented default gives the same digest as leaving it out."""
-    assert digest(sampled(**{name: value})) == digest(BASE)
+def test_explicit_default_differs_from_unset(name: str, value: Any) -> None:
+    """Unset is not a default (vLLM takes unset fields from generation_config.json):
+    sending a field's usual default is another key than leaving it out."""
+    assert digest(sampled(**{name: value})) != digest(BASE)
 
 
 def test_default_model_version_fills_an_empty_one() -> None:
@@ -319,11 +455,11 @@ def test_default_model_version_fills_an_empty_one() -> None:
     assert other.digest != explicit.digest
 
 
-def test_key_dimensions_are_reported_normalised() -> None:
-    """CacheKey exposes NFC dimensions, so invalidation matches either spelling."""
-    key = build_key(dataclasses.replace(BASE, tenant=NFD_E, prompt_version=NFD_E))
-    assert key.tenant == NFC_E
-    assert key.prompt_version == NFC_E
+def test_key_dimensions_are_reported_as_sent() -> None:
+    """CacheKey exposes the dimensions exactly as sent (invalidation matches the same bytes)."""
+    key = build_key(dataclasses.replace(BASE, tenant=NFD_E, prompt_version=KELVIN))
+    assert key.tenant == NFD_E
+    assert key.prompt_version == KELVIN
 
 
 # --- unambiguous encoding -------------------------------------------------------------
@@ -415,13 +551,43 @@ def test_material_never_contains_the_prompt_text() -> None:
     assert secret.encode() not in chat.material
 
 
+def _lp(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def _record(tag: int, data: bytes) -> bytes:
+    return struct.pack(">HI", tag, len(data)) + data
+
+
+def test_material_layout_of_schema_v2() -> None:
+    """The v2 material, spelled out here byte by byte (independently of keys.py): magic,
+    version 2, the four dimensions, the input's kind and digest, then one tagged record
+    per field that is set (temperature 0.0 as its double; tools as the digest of their
+    length-prefixed JSON texts); nothing for the fields left unset."""
+    tool = '{"type":"function","function":{"name":"f"}}'
+    req = dataclasses.replace(BASE, sampling=Sampling(temperature=0.0), tools=(tool,))
+    text = b"How do I reset my password?"
+    expected = (
+        b"ICK\x02"
+        + b"".join(_lp(d.encode()) for d in ("acme", "fp1-3f9a", "", "support-v3"))
+        + _lp(struct.pack(">I", 1))
+        + _lp(hashlib.sha256(text).digest())
+        + _record(1, struct.pack(">d", 0.0))
+        + _record(101, hashlib.sha256(_lp(tool.encode())).digest())
+    )
+    key = build_key(req)
+    assert key.material == expected
+    assert key.digest == hashlib.sha256(expected).digest()
+
+
 def test_digest_is_pinned_for_this_schema_version() -> None:
-    """The encoding of schema v1 is stable: fleets of mixed versions must agree on digests."""
-    assert KEY_SCHEMA_VERSION == 1
-    assert digest(BASE).hex() == GOLDEN_V1
+    """The encoding of schema v2 is stable: fleets of mixed versions must agree on digests.
+    (v1 entries are simply misses: their material starts with another version byte.)"""
+    assert KEY_SCHEMA_VERSION == 2
+    assert digest(BASE).hex() == GOLDEN_V2
 
 
-GOLDEN_V1 = "e7d63fc058032909cd474379aaf8c760e526639a62f8797c4cc93ba756e12ca0"
+GOLDEN_V2 = "f95d27394bd995ca2b3ab422589be2d662e94a94a3539ce20075bb93eba756de"
 
 
 # --- required fields and limits -------------------------------------------------------
@@ -463,7 +629,7 @@ def test_missing_input_is_refused(input_value: Any, kind: InputKind | None) -> N
         (dataclasses.replace(BASE, input=(-1,), input_kind=InputKind.TOKENS), "key.token_ids"),
         (dataclasses.replace(BASE, input=(2**32,), input_kind=InputKind.TOKENS), "key.token_ids"),
         (dataclasses.replace(BASE, extra={"": "v"}), "key.extra"),
-        (dataclasses.replace(BASE, extra={NFC_E: "1", NFD_E: "2"}), "key.extra"),
+        (dataclasses.replace(BASE, extra={"\ud800": "2"}), "key.extra"),
         (
             sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, "")),
             "key.sampling.response_format.schema",
@@ -486,7 +652,7 @@ def test_missing_input_is_refused(input_value: Any, kind: InputKind | None) -> N
         "negative-token",
         "huge-token",
         "empty-extra-key",
-        "nfc-duplicate-extra",
+        "surrogate-extra-key",
         "schema-missing",
         "schema-not-json",
         "schema-too-deep",
@@ -497,6 +663,123 @@ def test_malformed_input_is_refused(req: KeyRequest, field: str) -> None:
     with pytest.raises(InvalidArgument) as err:
         build_key(req)
     assert err.value.field.startswith(field)
+
+
+LONE = "\ud800"  # a lone surrogate: a Python str, not valid Unicode (no UTF-8 form)
+ESCAPED = '{"a": "\\ud800"}'  # valid UTF-8 JSON text whose string is a lone surrogate
+
+
+def _with_message(**fields: Any) -> KeyRequest:
+    return chat(ChatMessage("user", **fields))
+
+
+INVALID_UNICODE: dict[str, tuple[KeyRequest, str]] = {
+    "tenant": (dataclasses.replace(BASE, tenant="a" + LONE), "key.tenant"),
+    "model_version": (dataclasses.replace(BASE, model_version=LONE), "key.model_version"),
+    "adapter_version": (dataclasses.replace(BASE, adapter_version=LONE), "key.adapter_version"),
+    "prompt_version": (dataclasses.replace(BASE, prompt_version=LONE), "key.prompt_version"),
+    "text": (dataclasses.replace(BASE, input="hi" + LONE), "key.text"),
+    "chat content": (_with_message(content=LONE), "key.chat.messages[0].content"),
+    "chat name": (_with_message(content="x", name=LONE), "key.chat.messages[0].name"),
+    "chat part text": (
+        _with_message(parts=(ContentPart(PartKind.TEXT, text=LONE),)),
+        "key.chat.messages[0].parts[0].text",
+    ),
+    "chat tool call arguments": (
+        _with_message(content="", tool_calls=(ToolCall("c", "f", LONE),)),
+        "key.chat.messages[0].tool_calls[0].arguments",
+    ),
+    "stop": (sampled(stop=(LONE,)), "key.sampling.stop[0]"),
+    "bad_words": (sampled(bad_words=("ok", LONE)), "key.sampling.bad_words[1]"),
+    "extra value": (dataclasses.replace(BASE, extra={"k": LONE}), "key.extra['k']"),
+    "regex schema": (
+        sampled(response_format=ResponseFormat(FormatType.REGEX, LONE)),
+        "key.sampling.response_format.schema",
+    ),
+    "json schema escape": (
+        sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, ESCAPED)),
+        "key.sampling.response_format.schema",
+    ),
+    "json schema raw": (
+        sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, '{"a": "' + LONE + '"}')),
+        "key.sampling.response_format.schema",
+    ),
+    "guided json escape": (
+        sampled(guided=GuidedDecoding(json=ESCAPED)),
+        "key.sampling.guided.json",
+    ),
+    "guided choice": (sampled(guided=GuidedDecoding(choice=(LONE,))), "key.sampling.guided.choice"),
+    "tool escape": (dataclasses.replace(BASE, tools=(ESCAPED,)), "key.tools[0]"),
+    "tool_choice": (dataclasses.replace(BASE, tool_choice=LONE), "key.tool_choice"),
+    "chat_template_kwargs escape": (
+        dataclasses.replace(BASE, chat_template=ChatTemplateOptions(chat_template_kwargs=ESCAPED)),
+        "key.chat_template.chat_template_kwargs",
+    ),
+    "output suffix": (
+        dataclasses.replace(BASE, output=OutputOptions(suffix=LONE)),
+        "key.output.suffix",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID_UNICODE))
+def test_invalid_unicode_is_refused_naming_the_field(case: str) -> None:
+    """A lone surrogate, raw or JSON-escaped, is INVALID_ARGUMENT naming the field (schema v1
+    crashed with UnicodeEncodeError, which the API answered UNKNOWN)."""
+    req, field = INVALID_UNICODE[case]
+    with pytest.raises(InvalidArgument) as err:
+        build_key(req)
+    assert err.value.field.startswith(field), err.value.field
+    assert "Unicode" in err.value.problem
+
+
+MALFORMED_SURFACE: dict[str, tuple[KeyRequest, str]] = {
+    "content and parts": (
+        _with_message(content="x", parts=(ContentPart(PartKind.TEXT, text="x"),)),
+        "key.chat.messages[0].parts",
+    ),
+    "media digest length": (
+        _with_message(parts=(ContentPart(PartKind.IMAGE, sha256=b"short"),)),
+        "key.chat.messages[0].parts[0].sha256",
+    ),
+    "tool not JSON": (dataclasses.replace(BASE, tools=("{",)), "key.tools[0]"),
+    "chat_template_kwargs not JSON": (
+        dataclasses.replace(BASE, chat_template=ChatTemplateOptions(chat_template_kwargs="x")),
+        "key.chat_template.chat_template_kwargs",
+    ),
+    "documents not JSON": (
+        dataclasses.replace(BASE, chat_template=ChatTemplateOptions(documents="[")),
+        "key.chat_template.documents",
+    ),
+    "audio not JSON": (
+        dataclasses.replace(BASE, output=OutputOptions(audio="wav")),
+        "key.output.audio",
+    ),
+    "guided json not JSON": (
+        sampled(guided=GuidedDecoding(json="{")),
+        "key.sampling.guided.json",
+    ),
+    "dimensions zero": (
+        dataclasses.replace(BASE, output=OutputOptions(dimensions=0)),
+        "key.output.dimensions",
+    ),
+    "allowed token id out of range": (
+        sampled(allowed_token_ids=(2**31,)),
+        "key.sampling.allowed_token_ids",
+    ),
+    "top_logprobs negative": (sampled(top_logprobs=-1), "key.sampling.top_logprobs"),
+    "best_of zero": (sampled(best_of=0), "key.sampling.best_of"),
+    "length_penalty nan": (sampled(length_penalty=float("nan")), "key.sampling.length_penalty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_SURFACE))
+def test_malformed_request_surface_is_refused(case: str) -> None:
+    """Bad values in the OpenAI / vLLM surface are INVALID_ARGUMENT naming the field."""
+    req, field = MALFORMED_SURFACE[case]
+    with pytest.raises(InvalidArgument) as err:
+        build_key(req)
+    assert err.value.field.startswith(field), err.value.field
 
 
 LIMITS = KeyLimits(
@@ -511,6 +794,13 @@ LIMITS = KeyLimits(
     max_extra_value_chars=5,
     max_schema_chars=40,
     max_logit_bias_entries=2,
+    max_tools=1,
+    max_tool_chars=12,
+    max_json_chars=12,
+    max_parts=1,
+    max_tool_calls=1,
+    max_choices=1,
+    max_allowed_token_ids=2,
 )
 
 SHORT = KeyRequest("t", "m", "p", input="x", input_kind=InputKind.TEXT)
@@ -615,6 +905,71 @@ LIMIT_CASES: dict[str, tuple[KeyRequest, KeyRequest, str]] = {
         short_sampled(logit_bias={1: 1.0, 2: 1.0, 3: 1.0}),
         "key.sampling.logit_bias",
     ),
+    "tools": (
+        dataclasses.replace(SHORT, tools=("{}",)),
+        dataclasses.replace(SHORT, tools=("{}", "{}")),
+        "key.tools",
+    ),
+    "tool chars": (
+        dataclasses.replace(SHORT, tools=('{"a":"' + "x" * 4 + '"}',)),
+        dataclasses.replace(SHORT, tools=('{"a":"' + "x" * 5 + '"}',)),
+        "key.tools[0]",
+    ),
+    "tool_choice chars": (
+        dataclasses.replace(SHORT, tool_choice="x" * 12),
+        dataclasses.replace(SHORT, tool_choice="x" * 13),
+        "key.tool_choice",
+    ),
+    "chat_template_kwargs chars": (
+        dataclasses.replace(
+            SHORT, chat_template=ChatTemplateOptions(chat_template_kwargs='{"a":"' + "x" * 4 + '"}')
+        ),
+        dataclasses.replace(
+            SHORT, chat_template=ChatTemplateOptions(chat_template_kwargs='{"a":"' + "x" * 5 + '"}')
+        ),
+        "key.chat_template.chat_template_kwargs",
+    ),
+    "parts": (
+        chat(ChatMessage("u", parts=(ContentPart(PartKind.TEXT, text="a"),)), base=SHORT),
+        chat(ChatMessage("u", parts=(ContentPart(PartKind.TEXT, text="a"),) * 2), base=SHORT),
+        "key.chat.messages[0].parts",
+    ),
+    "tool calls": (
+        chat(ChatMessage("u", tool_calls=(ToolCall("i", "f", "{}"),)), base=SHORT),
+        chat(ChatMessage("u", tool_calls=(ToolCall("i", "f", "{}"),) * 2), base=SHORT),
+        "key.chat.messages[0].tool_calls",
+    ),
+    "chat bytes with tool arguments and reasoning": (
+        chat(
+            ChatMessage("u", "ab", tool_calls=(ToolCall("i", "f", "cd"),), reasoning_content="ef"),
+            base=SHORT,
+        ),
+        chat(
+            ChatMessage("u", "ab", tool_calls=(ToolCall("i", "f", "cd"),), reasoning_content="efg"),
+            base=SHORT,
+        ),
+        "key.chat",
+    ),
+    "choices": (
+        short_sampled(guided=GuidedDecoding(choice=("a",))),
+        short_sampled(guided=GuidedDecoding(choice=("a", "b"))),
+        "key.sampling.guided.choice",
+    ),
+    "allowed token ids": (
+        short_sampled(allowed_token_ids=(1, 2)),
+        short_sampled(allowed_token_ids=(1, 2, 3)),
+        "key.sampling.allowed_token_ids",
+    ),
+    "bad words": (
+        short_sampled(bad_words=("a", "b")),
+        short_sampled(bad_words=("a", "b", "c")),
+        "key.sampling.bad_words",
+    ),
+    "bad word chars": (
+        short_sampled(bad_words=("abcd",)),
+        short_sampled(bad_words=("abcde",)),
+        "key.sampling.bad_words[0]",
+    ),
 }
 
 
@@ -646,6 +1001,7 @@ FLOAT_FIELDS = [
     "frequency_penalty",
     "repetition_penalty",
     "min_p",
+    "length_penalty",
 ]
 
 
@@ -741,18 +1097,23 @@ def test_changing_one_dimension_changes_the_digest(
 
 
 @given(key_requests(), st.randoms(use_true_random=False))
-def test_permuting_stop_and_extra_never_changes_the_digest(req: KeyRequest, rnd: Any) -> None:
-    """Stop strings, stop ids, extra and logit_bias are sets/maps: their order never matters."""
+def test_permuting_sets_and_maps_never_changes_the_digest(req: KeyRequest, rnd: Any) -> None:
+    """Stop token ids, bad words, allowed token ids, extra and logit_bias are sets/maps:
+    their order never matters (stop strings are a sequence: see DISTINCT)."""
     s = req.sampling
-    stop, ids = list(s.stop), list(s.stop_token_ids)
+    ids, words, allowed = list(s.stop_token_ids), list(s.bad_words), list(s.allowed_token_ids)
     extra, bias = list(req.extra.items()), list(s.logit_bias.items())
-    for items in (stop, ids, extra, bias):
+    for items in (ids, words, allowed, extra, bias):
         rnd.shuffle(items)
     permuted = dataclasses.replace(
         req,
         extra=dict(extra),
         sampling=dataclasses.replace(
-            s, stop=tuple(stop), stop_token_ids=tuple(ids), logit_bias=dict(bias)
+            s,
+            stop_token_ids=tuple(ids),
+            bad_words=tuple(words),
+            allowed_token_ids=tuple(allowed),
+            logit_bias=dict(bias),
         ),
     )
     assert digest(permuted) == digest(req)

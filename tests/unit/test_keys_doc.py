@@ -9,6 +9,7 @@ from google.protobuf.descriptor import Descriptor
 from infercache.v1 import cache_pb2 as pb
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "keys.md"
+ROOT: Descriptor = pb.CacheKey.DESCRIPTOR  # type: ignore[assignment]
 _CODE = re.compile(r"`([^`]+)`")
 
 
@@ -43,7 +44,7 @@ Field = tuple[str, str]
 
 def resolve(path: str) -> Field | None:
     """The field a dotted path (`[]` for repeated) names in CacheKey's tree, or None."""
-    descriptor: Descriptor | None = pb.CacheKey.DESCRIPTOR
+    descriptor: Descriptor | None = ROOT
     found: Field | None = None
     for part in path.replace("[]", "").split("."):
         if descriptor is None or part not in descriptor.fields_by_name:
@@ -79,7 +80,7 @@ def test_every_key_field_of_the_proto_is_in_the_table() -> None:
     """A CacheKey field (of any message under it) the table never names is one no gateway
     would fill: adding a key field means adding its row."""
     named = {resolve(p) for p in named_paths()}
-    unnamed = sorted(leaf_fields(pb.CacheKey.DESCRIPTOR) - named)
+    unnamed = sorted(leaf_fields(ROOT) - named)
     assert not unnamed, f"CacheKey fields docs/keys.md does not map: {unnamed}"
 
 

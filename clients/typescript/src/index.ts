@@ -3,7 +3,6 @@
 // protos/ into src/gen (never edited); this file only adds key building, defaults
 // and the streaming helpers, mirroring the Python client (clients/python).
 
-import { createHash } from "node:crypto";
 
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { type Client, createClient, type Transport } from "@connectrpc/connect";
@@ -55,7 +54,8 @@ export interface KeyInit {
   tokenIds?: readonly number[];
   inputSha256?: Uint8Array;
   extra?: Readonly<Record<string, string>>;
-  /** Tool definitions offered to the model (hashed into extra.tools) or a schema version name. */
+  /** Tool definitions offered to the model (CacheKey.tools: each as its JSON text, in order,
+   * key order kept, as templates render them) or a schema version name (extra.tools). */
   tools?: readonly unknown[] | string;
   sampling?: MessageInitShape<typeof SamplingParamsSchema>;
 }
@@ -69,10 +69,13 @@ export function makeKey(init: KeyInit): CacheKey {
     throw new Error("give exactly one of text, chat, tokenIds, inputSha256");
   }
   const extra: Record<string, string> = { ...init.extra };
-  if (init.tools !== undefined) {
+  if (typeof init.tools === "string") {
     if ("tools" in extra) throw new Error("give tools either as tools or as extra.tools, not both");
-    extra.tools = toolsDimension(init.tools);
+    extra.tools = init.tools;
   }
+  // The same text Python's json.dumps(separators=(",", ":"), ensure_ascii=False) writes for
+  // strings, integers, booleans, null, arrays and objects (keys in insertion order).
+  const tools = typeof init.tools === "object" ? init.tools.map((t) => JSON.stringify(t)) : [];
   let input: MessageInitShape<typeof CacheKeySchema>["input"];
   if (init.text !== undefined) input = { case: "text", value: init.text };
   else if (init.chat !== undefined) input = { case: "chat", value: { messages: [...init.chat] } };
@@ -84,13 +87,15 @@ export function makeKey(init: KeyInit): CacheKey {
     adapterVersion: init.adapterVersion ?? "",
     promptVersion: init.promptVersion,
     extra,
+    tools,
     input,
     sampling: init.sampling,
   });
 }
 
 /** Canonical JSON (sorted keys, no spaces) as Python's json.dumps(sort_keys=True) writes it
- * for strings, integers, booleans, null, arrays and objects. */
+ * for strings, integers, booleans, null, arrays and objects. makeKey no longer uses it: key
+ * schema v2 keys tools by their text as sent, since templates render keys in their order. */
 export function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
   if (value !== null && typeof value === "object") {
@@ -104,11 +109,6 @@ export function canonicalJson(value: unknown): string {
     throw new Error("tool definitions may hold integers only, not fractional numbers");
   }
   return JSON.stringify(value);
-}
-
-function toolsDimension(tools: readonly unknown[] | string): string {
-  if (typeof tools === "string") return tools;
-  return `sha256:${createHash("sha256").update(canonicalJson(tools), "utf8").digest("hex")}`;
 }
 
 /** What a request declares about itself; the sidecar's policy decides whether it bypasses. */

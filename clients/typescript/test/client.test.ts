@@ -122,11 +122,15 @@ describe("data plane", () => {
       "import sys",
       "from infercache.v1 import cache_pb2 as pb",
       "from infercache_client import CacheClient, make_key",
-      "tools = [{'function': {'parameters': {'a': [True, None], 'b': 1}, 'name': 'lookup'}, 'type': 'function'}]",
+      "tools = [{'type': 'function', 'function': {'name': 'lookup', 'parameters': {'b': 1, 'a': [True, None]}}}]",
       "k = make_key(tenant='acme', model_version='fp1-ts', prompt_version='p1', text='cross-language', temperature=0.0, tools=tools)",
+      "reordered = [{'function': {'parameters': {'a': [True, None], 'b': 1}, 'name': 'lookup'}, 'type': 'function'}]",
+      "k2 = make_key(tenant='acme', model_version='fp1-ts', prompt_version='p1', text='cross-language', temperature=0.0, tools=reordered)",
       "with CacheClient(sys.argv[1]) as c:",
       "    r = c.lookup(k)",
       "    assert r.outcome == pb.LOOKUP_OUTCOME_HIT, r",
+      "    # Key order is rendered into the prompt: another order is another key.",
+      "    assert c.lookup(k2).outcome == pb.LOOKUP_OUTCOME_MISS",
       "    print(r.payload.decode())",
     ].join("\n");
     const out = execFileSync(PYTHON, ["-c", script, data], { encoding: "utf8" });

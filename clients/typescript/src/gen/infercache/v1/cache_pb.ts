@@ -16,11 +16,17 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file infercache/v1/cache.proto.
  */
 export const file_infercache_v1_cache: GenFile = /*@__PURE__*/
-  fileDesc("ChlpbmZlcmNhY2hlL3YxL2NhY2hlLnByb3RvEg1pbmZlcmNhY2hlLnYxIoADCghDYWNoZUtleRIOCgZ0ZW5hbnQYASABKAkSFQoNbW9kZWxfdmVyc2lvbhgCIAEoCRIXCg9hZGFwdGVyX3ZlcnNpb24YAyABKAkSFgoOcHJvbXB0X3ZlcnNpb24YBCABKAkSLwoIc2FtcGxpbmcYBSABKAsyHS5pbmZlcmNhY2hlLnYxLlNhbXBsaW5nUGFyYW1zEjEKBWV4dHJhGAYgAygLMiIuaW5mZXJjYWNoZS52MS5DYWNoZUtleS5FeHRyYUVudHJ5Eg4KBHRleHQYCiABKAlIABIrCgRjaGF0GAsgASgLMhsuaW5mZXJjYWNoZS52MS5DaGF0TWVzc2FnZXNIABIsCgl0b2tlbl9pZHMYDCABKAsyFy5pbmZlcmNhY2hlLnYxLlRva2VuSWRzSAASFgoMaW5wdXRfc2hhMjU2GA0gASgMSAAaLAoKRXh0cmFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgcKBWlucHV0ItYFCg5TYW1wbGluZ1BhcmFtcxIYCgt0ZW1wZXJhdHVyZRgBIAEoAUgAiAEBEhIKBXRvcF9wGAIgASgBSAGIAQESEgoFdG9wX2sYAyABKAVIAogBARIXCgptYXhfdG9rZW5zGAQgASgFSAOIAQESDAoEc3RvcBgFIAMoCRIRCgRzZWVkGAYgASgDSASIAQESHQoQcHJlc2VuY2VfcGVuYWx0eRgHIAEoAUgFiAEBEh4KEWZyZXF1ZW5jeV9wZW5hbHR5GAggASgBSAaIAQESHwoScmVwZXRpdGlvbl9wZW5hbHR5GAkgASgBSAeIAQESEgoFbWluX3AYCiABKAFICIgBARIXCgptaW5fdG9rZW5zGAsgASgFSAmIAQESFgoOc3RvcF90b2tlbl9pZHMYDCADKAUSDgoBbhgNIAEoBUgKiAEBEhUKCGxvZ3Byb2JzGA4gASgFSAuIAQESFwoKaWdub3JlX2VvcxgPIAEoCEgMiAEBEjYKD3Jlc3BvbnNlX2Zvcm1hdBgQIAEoCzIdLmluZmVyY2FjaGUudjEuUmVzcG9uc2VGb3JtYXQSQAoKbG9naXRfYmlhcxgRIAMoCzIsLmluZmVyY2FjaGUudjEuU2FtcGxpbmdQYXJhbXMuTG9naXRCaWFzRW50cnkaMAoOTG9naXRCaWFzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgBOgI4AUIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQggKBl90b3Bfa0INCgtfbWF4X3Rva2Vuc0IHCgVfc2VlZEITChFfcHJlc2VuY2VfcGVuYWx0eUIUChJfZnJlcXVlbmN5X3BlbmFsdHlCFQoTX3JlcGV0aXRpb25fcGVuYWx0eUIICgZfbWluX3BCDQoLX21pbl90b2tlbnNCBAoCX25CCwoJX2xvZ3Byb2JzQg0KC19pZ25vcmVfZW9zIlEKDlJlc3BvbnNlRm9ybWF0Ei8KBHR5cGUYASABKA4yIS5pbmZlcmNhY2hlLnYxLlJlc3BvbnNlRm9ybWF0VHlwZRIOCgZzY2hlbWEYAiABKAkiPAoMQ2hhdE1lc3NhZ2VzEiwKCG1lc3NhZ2VzGAEgAygLMhouaW5mZXJjYWNoZS52MS5DaGF0TWVzc2FnZSJQCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDAoEbmFtZRgDIAEoCRIUCgx0b29sX2NhbGxfaWQYBCABKAkiFwoIVG9rZW5JZHMSCwoDaWRzGAEgAygNIlMKC0NvbXB1dGVDb3N0EhIKCmxhdGVuY3lfbXMYASABKA0SFQoNcHJvbXB0X3Rva2VucxgCIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgDIAEoDSJdCg1SZXF1ZXN0VHJhaXRzEhQKDHNpZGVfZWZmZWN0cxgBIAEoCBIUCgxwcml2YXRlX2RhdGEYAiABKAgSEQoJcmVhbF90aW1lGAMgASgIEg0KBXRvb2xzGAQgASgIIqEBCg1Mb29rdXBSZXF1ZXN0EiQKA2tleRgBIAEoCzIXLmluZmVyY2FjaGUudjEuQ2FjaGVLZXkSFwoPbWF4X2FnZV9zZWNvbmRzGAIgASgNEhIKCnJlcXVlc3RfaWQYAyABKAkSDwoHd2FpdF9tcxgEIAEoDRIsCgZ0cmFpdHMYBSABKAsyHC5pbmZlcmNhY2hlLnYxLlJlcXVlc3RUcmFpdHMiwQIKDkxvb2t1cFJlc3BvbnNlEi0KB291dGNvbWUYASABKA4yHC5pbmZlcmNhY2hlLnYxLkxvb2t1cE91dGNvbWUSDwoHcGF5bG9hZBgCIAEoDBIhCgR0aWVyGAMgASgOMhMuaW5mZXJjYWNoZS52MS5UaWVyEg4KBmFnZV9tcxgEIAEoBBISCgprZXlfZGlnZXN0GAUgASgMEhAKCGRlZ3JhZGVkGAYgASgIEhUKDWJ5cGFzc19yZWFzb24YByABKAkSKAoEY29zdBgIIAEoCzIaLmluZmVyY2FjaGUudjEuQ29tcHV0ZUNvc3QSDQoFbGVhc2UYCSABKAwSFAoMbGVhc2VfaG9sZGVyGAogASgIEjAKC2J5cGFzc19jb2RlGAsgASgOMhsuaW5mZXJjYWNoZS52MS5CeXBhc3NSZWFzb24iRAoSTG9va3VwQmF0Y2hSZXF1ZXN0Ei4KCHJlcXVlc3RzGAEgAygLMhwuaW5mZXJjYWNoZS52MS5Mb29rdXBSZXF1ZXN0IkcKE0xvb2t1cEJhdGNoUmVzcG9uc2USMAoJcmVzcG9uc2VzGAEgAygLMh0uaW5mZXJjYWNoZS52MS5Mb29rdXBSZXNwb25zZSKDAgoMU3RvcmVSZXF1ZXN0EiQKA2tleRgBIAEoCzIXLmluZmVyY2FjaGUudjEuQ2FjaGVLZXkSDwoHcGF5bG9hZBgCIAEoDBITCgt0dGxfc2Vjb25kcxgDIAEoDRIoCgRjb3N0GAQgASgLMhouaW5mZXJjYWNoZS52MS5Db21wdXRlQ29zdBISCgpyZXF1ZXN0X2lkGAUgASgJEg0KBWxlYXNlGAYgASgMEiwKBnRyYWl0cxgIIAEoCzIcLmluZmVyY2FjaGUudjEuUmVxdWVzdFRyYWl0cxIsCgZjaHVua3MYByADKAsyHC5pbmZlcmNhY2hlLnYxLkNodW5rQm91bmRhcnkiRgoNQ2h1bmtCb3VuZGFyeRISCgpzaXplX2J5dGVzGAEgASgNEg4KBnRva2VucxgCIAEoDRIRCglvZmZzZXRfbXMYAyABKA0irwEKDVN0b3JlUmVzcG9uc2USLAoHb3V0Y29tZRgBIAEoDjIbLmluZmVyY2FjaGUudjEuU3RvcmVPdXRjb21lEhIKCmtleV9kaWdlc3QYAiABKAwSEwoLdHRsX3NlY29uZHMYAyABKA0SFQoNYnlwYXNzX3JlYXNvbhgEIAEoCRIwCgtieXBhc3NfY29kZRgFIAEoDjIbLmluZmVyY2FjaGUudjEuQnlwYXNzUmVhc29uIhYKFEdldFNlcnZlckluZm9SZXF1ZXN0IoICChVHZXRTZXJ2ZXJJbmZvUmVzcG9uc2USFgoOc2VydmVyX3ZlcnNpb24YASABKAkSGgoSa2V5X3NjaGVtYV92ZXJzaW9uGAIgASgNEhUKDW1vZGVsX3ZlcnNpb24YAyABKAkSUwoQYWRhcHRlcl92ZXJzaW9ucxgEIAMoCzI5LmluZmVyY2FjaGUudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlLkFkYXB0ZXJWZXJzaW9uc0VudHJ5EhEKCXdhcm1fdGllchgFIAEoCRo2ChRBZGFwdGVyVmVyc2lvbnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImIKBlBhY2luZxInCgRtb2RlGAEgASgOMhkuaW5mZXJjYWNoZS52MS5QYWNpbmdNb2RlEhkKEXRva2Vuc19wZXJfc2Vjb25kGAIgASgBEhQKDG1heF9kZWxheV9tcxgDIAEoDSJqChNMb29rdXBTdHJlYW1SZXF1ZXN0EiwKBmxvb2t1cBgBIAEoCzIcLmluZmVyY2FjaGUudjEuTG9va3VwUmVxdWVzdBIlCgZwYWNpbmcYAiABKAsyFS5pbmZlcmNhY2hlLnYxLlBhY2luZyKbAQoSTG9va3VwU3RyZWFtSGVhZGVyEi0KBmxvb2t1cBgBIAEoCzIdLmluZmVyY2FjaGUudjEuTG9va3VwUmVzcG9uc2USFQoNbW9kZWxfdmVyc2lvbhgCIAEoCRITCgtjaHVua19jb3VudBgDIAEoDRITCgt0b3RhbF9ieXRlcxgEIAEoBBIVCg1maW5pc2hfcmVhc29uGAUgASgJIlcKBUNodW5rEgwKBGRhdGEYASABKAwSDgoGdG9rZW5zGAIgASgNEhEKCW9mZnNldF9tcxgDIAEoDRINCgVpbmRleBgEIAEoDRIOCgZjYWNoZWQYBSABKAgifQoUTG9va3VwU3RyZWFtUmVzcG9uc2USMwoGaGVhZGVyGAEgASgLMiEuaW5mZXJjYWNoZS52MS5Mb29rdXBTdHJlYW1IZWFkZXJIABIlCgVjaHVuaxgCIAEoCzIULmluZmVyY2FjaGUudjEuQ2h1bmtIAEIJCgdtZXNzYWdlIlQKEVN0b3JlU3RyZWFtRmluaXNoEhUKDWZpbmlzaF9yZWFzb24YASABKAkSKAoEY29zdBgCIAEoCzIaLmluZmVyY2FjaGUudjEuQ29tcHV0ZUNvc3QipwEKElN0b3JlU3RyZWFtUmVxdWVzdBIrCgRvcGVuGAEgASgLMhsuaW5mZXJjYWNoZS52MS5TdG9yZVJlcXVlc3RIABIlCgVjaHVuaxgCIAEoCzIULmluZmVyY2FjaGUudjEuQ2h1bmtIABIyCgZmaW5pc2gYAyABKAsyIC5pbmZlcmNhY2hlLnYxLlN0b3JlU3RyZWFtRmluaXNoSABCCQoHbWVzc2FnZSJsChNTdG9yZVN0cmVhbVJlc3BvbnNlEisKBXN0b3JlGAEgASgLMhwuaW5mZXJjYWNoZS52MS5TdG9yZVJlc3BvbnNlEhMKC2NodW5rX2NvdW50GAIgASgNEhMKC3RvdGFsX2J5dGVzGAMgASgEIoQBChRSZXBvcnRPdXRjb21lUmVxdWVzdBISCgprZXlfZGlnZXN0GAEgASgMEjQKB3ZlcmRpY3QYAiABKA4yIy5pbmZlcmNhY2hlLnYxLlJlcG9ydE91dGNvbWVWZXJkaWN0Eg4KBnJlYXNvbhgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJIj8KFVJlcG9ydE91dGNvbWVSZXNwb25zZRIPCgdldmljdGVkGAEgASgIEhUKDW1vZGVsX3ZlcnNpb24YAiABKAkq5wEKElJlc3BvbnNlRm9ybWF0VHlwZRIkCiBSRVNQT05TRV9GT1JNQVRfVFlQRV9VTlNQRUNJRklFRBAAEh0KGVJFU1BPTlNFX0ZPUk1BVF9UWVBFX1RFWFQQARIkCiBSRVNQT05TRV9GT1JNQVRfVFlQRV9KU09OX09CSkVDVBACEiQKIFJFU1BPTlNFX0ZPUk1BVF9UWVBFX0pTT05fU0NIRU1BEAMSHgoaUkVTUE9OU0VfRk9STUFUX1RZUEVfUkVHRVgQBBIgChxSRVNQT05TRV9GT1JNQVRfVFlQRV9HUkFNTUFSEAUqewoNTG9va3VwT3V0Y29tZRIeChpMT09LVVBfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhYKEkxPT0tVUF9PVVRDT01FX0hJVBABEhcKE0xPT0tVUF9PVVRDT01FX01JU1MQAhIZChVMT09LVVBfT1VUQ09NRV9CWVBBU1MQAyo5CgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIMCghUSUVSX0hPVBABEg0KCVRJRVJfV0FSTRACKowCCgxCeXBhc3NSZWFzb24SHQoZQllQQVNTX1JFQVNPTl9VTlNQRUNJRklFRBAAEh8KG0JZUEFTU19SRUFTT05fTk9UX0NBQ0hFQUJMRRABEiMKH0JZUEFTU19SRUFTT05fTk9OX0RFVEVSTUlOSVNUSUMQAhIeChpCWVBBU1NfUkVBU09OX1NJREVfRUZGRUNUUxADEh4KGkJZUEFTU19SRUFTT05fUFJJVkFURV9EQVRBEAQSGwoXQllQQVNTX1JFQVNPTl9SRUFMX1RJTUUQBRIXChNCWVBBU1NfUkVBU09OX1RPT0xTEAYSIQodQllQQVNTX1JFQVNPTl9FTlRSWV9UT09fTEFSR0UQByqiAQoMU3RvcmVPdXRjb21lEh0KGVNUT1JFX09VVENPTUVfVU5TUEVDSUZJRUQQABIYChRTVE9SRV9PVVRDT01FX1NUT1JFRBABEh4KGlNUT1JFX09VVENPTUVfV1JJVEVfRkFJTEVEEAISGgoWU1RPUkVfT1VUQ09NRV9CWVBBU1NFRBADEh0KGVNUT1JFX09VVENPTUVfU1RBTEVfTEVBU0UQBCp/CgpQYWNpbmdNb2RlEhsKF1BBQ0lOR19NT0RFX1VOU1BFQ0lGSUVEEAASFwoTUEFDSU5HX01PREVfRkFTVEVTVBABEiEKHVBBQ0lOR19NT0RFX1RPS0VOU19QRVJfU0VDT05EEAISGAoUUEFDSU5HX01PREVfT1JJR0lOQUwQAyqIAQoUUmVwb3J0T3V0Y29tZVZlcmRpY3QSJgoiUkVQT1JUX09VVENPTUVfVkVSRElDVF9VTlNQRUNJRklFRBAAEiMKH1JFUE9SVF9PVVRDT01FX1ZFUkRJQ1RfQUNDRVBURUQQARIjCh9SRVBPUlRfT1VUQ09NRV9WRVJESUNUX1JFSkVDVEVEEAIy2gQKDENhY2hlU2VydmljZRJFCgZMb29rdXASHC5pbmZlcmNhY2hlLnYxLkxvb2t1cFJlcXVlc3QaHS5pbmZlcmNhY2hlLnYxLkxvb2t1cFJlc3BvbnNlElQKC0xvb2t1cEJhdGNoEiEuaW5mZXJjYWNoZS52MS5Mb29rdXBCYXRjaFJlcXVlc3QaIi5pbmZlcmNhY2hlLnYxLkxvb2t1cEJhdGNoUmVzcG9uc2USQgoFU3RvcmUSGy5pbmZlcmNhY2hlLnYxLlN0b3JlUmVxdWVzdBocLmluZmVyY2FjaGUudjEuU3RvcmVSZXNwb25zZRJaCg1HZXRTZXJ2ZXJJbmZvEiMuaW5mZXJjYWNoZS52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBokLmluZmVyY2FjaGUudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlElkKDExvb2t1cFN0cmVhbRIiLmluZmVyY2FjaGUudjEuTG9va3VwU3RyZWFtUmVxdWVzdBojLmluZmVyY2FjaGUudjEuTG9va3VwU3RyZWFtUmVzcG9uc2UwARJWCgtTdG9yZVN0cmVhbRIhLmluZmVyY2FjaGUudjEuU3RvcmVTdHJlYW1SZXF1ZXN0GiIuaW5mZXJjYWNoZS52MS5TdG9yZVN0cmVhbVJlc3BvbnNlKAESWgoNUmVwb3J0T3V0Y29tZRIjLmluZmVyY2FjaGUudjEuUmVwb3J0T3V0Y29tZVJlcXVlc3QaJC5pbmZlcmNhY2hlLnYxLlJlcG9ydE91dGNvbWVSZXNwb25zZWIGcHJvdG8z");
+  fileDesc("ChlpbmZlcmNhY2hlL3YxL2NhY2hlLnByb3RvEg1pbmZlcmNhY2hlLnYxIu4ECghDYWNoZUtleRIOCgZ0ZW5hbnQYASABKAkSFQoNbW9kZWxfdmVyc2lvbhgCIAEoCRIXCg9hZGFwdGVyX3ZlcnNpb24YAyABKAkSFgoOcHJvbXB0X3ZlcnNpb24YBCABKAkSLwoIc2FtcGxpbmcYBSABKAsyHS5pbmZlcmNhY2hlLnYxLlNhbXBsaW5nUGFyYW1zEjEKBWV4dHJhGAYgAygLMiIuaW5mZXJjYWNoZS52MS5DYWNoZUtleS5FeHRyYUVudHJ5Eg0KBXRvb2xzGAcgAygJEhgKC3Rvb2xfY2hvaWNlGAggASgJSAGIAQESIAoTcGFyYWxsZWxfdG9vbF9jYWxscxgJIAEoCEgCiAEBEg4KBHRleHQYCiABKAlIABIrCgRjaGF0GAsgASgLMhsuaW5mZXJjYWNoZS52MS5DaGF0TWVzc2FnZXNIABIsCgl0b2tlbl9pZHMYDCABKAsyFy5pbmZlcmNhY2hlLnYxLlRva2VuSWRzSAASFgoMaW5wdXRfc2hhMjU2GA0gASgMSAASOQoNY2hhdF90ZW1wbGF0ZRgOIAEoCzIiLmluZmVyY2FjaGUudjEuQ2hhdFRlbXBsYXRlT3B0aW9ucxIQCghlbmRwb2ludBgPIAEoCRIsCgZvdXRwdXQYECABKAsyHC5pbmZlcmNhY2hlLnYxLk91dHB1dE9wdGlvbnMaLAoKRXh0cmFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgcKBWlucHV0Qg4KDF90b29sX2Nob2ljZUIWChRfcGFyYWxsZWxfdG9vbF9jYWxscyKVCwoOU2FtcGxpbmdQYXJhbXMSGAoLdGVtcGVyYXR1cmUYASABKAFIAIgBARISCgV0b3BfcBgCIAEoAUgBiAEBEhIKBXRvcF9rGAMgASgFSAKIAQESFwoKbWF4X3Rva2VucxgEIAEoBUgDiAEBEgwKBHN0b3AYBSADKAkSEQoEc2VlZBgGIAEoA0gEiAEBEh0KEHByZXNlbmNlX3BlbmFsdHkYByABKAFIBYgBARIeChFmcmVxdWVuY3lfcGVuYWx0eRgIIAEoAUgGiAEBEh8KEnJlcGV0aXRpb25fcGVuYWx0eRgJIAEoAUgHiAEBEhIKBW1pbl9wGAogASgBSAiIAQESFwoKbWluX3Rva2VucxgLIAEoBUgJiAEBEhYKDnN0b3BfdG9rZW5faWRzGAwgAygFEg4KAW4YDSABKAVICogBARIVCghsb2dwcm9icxgOIAEoBUgLiAEBEhcKCmlnbm9yZV9lb3MYDyABKAhIDIgBARI2Cg9yZXNwb25zZV9mb3JtYXQYECABKAsyHS5pbmZlcmNhY2hlLnYxLlJlc3BvbnNlRm9ybWF0EkAKCmxvZ2l0X2JpYXMYESADKAsyLC5pbmZlcmNhY2hlLnYxLlNhbXBsaW5nUGFyYW1zLkxvZ2l0Qmlhc0VudHJ5EhkKDHRvcF9sb2dwcm9icxgSIAEoBUgNiAEBEhwKD3JldHVybl9sb2dwcm9icxgTIAEoCEgOiAEBEhwKD3Byb21wdF9sb2dwcm9icxgUIAEoBUgPiAEBEhsKDmxlbmd0aF9wZW5hbHR5GBUgASgBSBCIAQESEQoJYmFkX3dvcmRzGBYgAygJEhkKEWFsbG93ZWRfdG9rZW5faWRzGBcgAygFEicKGmluY2x1ZGVfc3RvcF9zdHJfaW5fb3V0cHV0GBggASgISBGIAQESIAoTc2tpcF9zcGVjaWFsX3Rva2VucxgZIAEoCEgSiAEBEioKHXNwYWNlc19iZXR3ZWVuX3NwZWNpYWxfdG9rZW5zGBogASgISBOIAQESFAoHYmVzdF9vZhgbIAEoBUgUiAEBEhwKD3VzZV9iZWFtX3NlYXJjaBgcIAEoCEgViAEBEiMKFnRydW5jYXRlX3Byb21wdF90b2tlbnMYHSABKAVIFogBARIiChVtYXhfY29tcGxldGlvbl90b2tlbnMYHiABKAVIF4gBARItCgZndWlkZWQYHyABKAsyHS5pbmZlcmNhY2hlLnYxLkd1aWRlZERlY29kaW5nGjAKDkxvZ2l0Qmlhc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoAToCOAFCDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEIICgZfdG9wX2tCDQoLX21heF90b2tlbnNCBwoFX3NlZWRCEwoRX3ByZXNlbmNlX3BlbmFsdHlCFAoSX2ZyZXF1ZW5jeV9wZW5hbHR5QhUKE19yZXBldGl0aW9uX3BlbmFsdHlCCAoGX21pbl9wQg0KC19taW5fdG9rZW5zQgQKAl9uQgsKCV9sb2dwcm9ic0INCgtfaWdub3JlX2Vvc0IPCg1fdG9wX2xvZ3Byb2JzQhIKEF9yZXR1cm5fbG9ncHJvYnNCEgoQX3Byb21wdF9sb2dwcm9ic0IRCg9fbGVuZ3RoX3BlbmFsdHlCHQobX2luY2x1ZGVfc3RvcF9zdHJfaW5fb3V0cHV0QhYKFF9za2lwX3NwZWNpYWxfdG9rZW5zQiAKHl9zcGFjZXNfYmV0d2Vlbl9zcGVjaWFsX3Rva2Vuc0IKCghfYmVzdF9vZkISChBfdXNlX2JlYW1fc2VhcmNoQhkKF190cnVuY2F0ZV9wcm9tcHRfdG9rZW5zQhgKFl9tYXhfY29tcGxldGlvbl90b2tlbnMitwEKDlJlc3BvbnNlRm9ybWF0Ei8KBHR5cGUYASABKA4yIS5pbmZlcmNhY2hlLnYxLlJlc3BvbnNlRm9ybWF0VHlwZRIOCgZzY2hlbWEYAiABKAkSEQoEbmFtZRgDIAEoCUgAiAEBEhMKBnN0cmljdBgEIAEoCEgBiAEBEhgKC2Rlc2NyaXB0aW9uGAUgASgJSAKIAQFCBwoFX25hbWVCCQoHX3N0cmljdEIOCgxfZGVzY3JpcHRpb24i8gMKDkd1aWRlZERlY29kaW5nEhEKBGpzb24YASABKAlIAIgBARISCgVyZWdleBgCIAEoCUgBiAEBEg4KBmNob2ljZRgDIAMoCRIUCgdncmFtbWFyGAQgASgJSAKIAQESGAoLanNvbl9vYmplY3QYBSABKAhIA4gBARIbCg5zdHJ1Y3R1cmFsX3RhZxgGIAEoCUgEiAEBEh8KEndoaXRlc3BhY2VfcGF0dGVybhgHIAEoCUgFiAEBEhQKB2JhY2tlbmQYCCABKAlIBogBARIjChZkaXNhYmxlX2FueV93aGl0ZXNwYWNlGAkgASgISAeIAQESKgodZGlzYWJsZV9hZGRpdGlvbmFsX3Byb3BlcnRpZXMYCiABKAhICIgBARIdChBkaXNhYmxlX2ZhbGxiYWNrGAsgASgISAmIAQFCBwoFX2pzb25CCAoGX3JlZ2V4QgoKCF9ncmFtbWFyQg4KDF9qc29uX29iamVjdEIRCg9fc3RydWN0dXJhbF90YWdCFQoTX3doaXRlc3BhY2VfcGF0dGVybkIKCghfYmFja2VuZEIZChdfZGlzYWJsZV9hbnlfd2hpdGVzcGFjZUIgCh5fZGlzYWJsZV9hZGRpdGlvbmFsX3Byb3BlcnRpZXNCEwoRX2Rpc2FibGVfZmFsbGJhY2silQMKE0NoYXRUZW1wbGF0ZU9wdGlvbnMSIgoVYWRkX2dlbmVyYXRpb25fcHJvbXB0GAEgASgISACIAQESIwoWY29udGludWVfZmluYWxfbWVzc2FnZRgCIAEoCEgBiAEBEh8KEmFkZF9zcGVjaWFsX3Rva2VucxgDIAEoCEgCiAEBEhoKDWNoYXRfdGVtcGxhdGUYBCABKAlIA4gBARIhChRjaGF0X3RlbXBsYXRlX2t3YXJncxgFIAEoCUgEiAEBEhYKCWRvY3VtZW50cxgGIAEoCUgFiAEBEiAKE21tX3Byb2Nlc3Nvcl9rd2FyZ3MYByABKAlIBogBAUIYChZfYWRkX2dlbmVyYXRpb25fcHJvbXB0QhkKF19jb250aW51ZV9maW5hbF9tZXNzYWdlQhUKE19hZGRfc3BlY2lhbF90b2tlbnNCEAoOX2NoYXRfdGVtcGxhdGVCFwoVX2NoYXRfdGVtcGxhdGVfa3dhcmdzQgwKCl9kb2N1bWVudHNCFgoUX21tX3Byb2Nlc3Nvcl9rd2FyZ3Mi2QMKDU91dHB1dE9wdGlvbnMSHQoQcmVhc29uaW5nX2VmZm9ydBgBIAEoCUgAiAEBEhYKCXZlcmJvc2l0eRgCIAEoCUgBiAEBEhIKCm1vZGFsaXRpZXMYAyADKAkSEgoFYXVkaW8YBCABKAlIAogBARIXCgpwcmVkaWN0aW9uGAUgASgJSAOIAQESHwoSd2ViX3NlYXJjaF9vcHRpb25zGAYgASgJSASIAQESEwoGc3VmZml4GAcgASgJSAWIAQESEQoEZWNobxgIIAEoCEgGiAEBEhwKD2VuY29kaW5nX2Zvcm1hdBgJIAEoCUgHiAEBEhcKCmRpbWVuc2lvbnMYCiABKAVICIgBARInChpyZXR1cm5fdG9rZW5zX2FzX3Rva2VuX2lkcxgLIAEoCEgJiAEBQhMKEV9yZWFzb25pbmdfZWZmb3J0QgwKCl92ZXJib3NpdHlCCAoGX2F1ZGlvQg0KC19wcmVkaWN0aW9uQhUKE193ZWJfc2VhcmNoX29wdGlvbnNCCQoHX3N1ZmZpeEIHCgVfZWNob0ISChBfZW5jb2RpbmdfZm9ybWF0Qg0KC19kaW1lbnNpb25zQh0KG19yZXR1cm5fdG9rZW5zX2FzX3Rva2VuX2lkcyI8CgxDaGF0TWVzc2FnZXMSLAoIbWVzc2FnZXMYASADKAsyGi5pbmZlcmNhY2hlLnYxLkNoYXRNZXNzYWdlIpMCCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEhQKB2NvbnRlbnQYAiABKAlIAIgBARIRCgRuYW1lGAMgASgJSAGIAQESGQoMdG9vbF9jYWxsX2lkGAQgASgJSAKIAQESKQoFcGFydHMYBSADKAsyGi5pbmZlcmNhY2hlLnYxLkNvbnRlbnRQYXJ0EisKCnRvb2xfY2FsbHMYBiADKAsyFy5pbmZlcmNhY2hlLnYxLlRvb2xDYWxsEh4KEXJlYXNvbmluZ19jb250ZW50GAcgASgJSAOIAQFCCgoIX2NvbnRlbnRCBwoFX25hbWVCDwoNX3Rvb2xfY2FsbF9pZEIUChJfcmVhc29uaW5nX2NvbnRlbnQizAEKC0NvbnRlbnRQYXJ0Eg4KBHRleHQYASABKAlIABIoCgVpbWFnZRgCIAEoCzIXLmluZmVyY2FjaGUudjEuTWVkaWFSZWZIABIoCgVhdWRpbxgDIAEoCzIXLmluZmVyY2FjaGUudjEuTWVkaWFSZWZIABInCgRmaWxlGAQgASgLMhcuaW5mZXJjYWNoZS52MS5NZWRpYVJlZkgAEigKBXZpZGVvGAUgASgLMhcuaW5mZXJjYWNoZS52MS5NZWRpYVJlZkgAQgYKBHBhcnQifgoITWVkaWFSZWYSDgoGc2hhMjU2GAEgASgMEhMKBmRldGFpbBgCIAEoCUgAiAEBEhMKBmZvcm1hdBgDIAEoCUgBiAEBEhUKCGZpbGVuYW1lGAQgASgJSAKIAQFCCQoHX2RldGFpbEIJCgdfZm9ybWF0QgsKCV9maWxlbmFtZSJFCghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgR0eXBlGAIgASgJEgwKBG5hbWUYAyABKAkSEQoJYXJndW1lbnRzGAQgASgJIhcKCFRva2VuSWRzEgsKA2lkcxgBIAMoDSJTCgtDb21wdXRlQ29zdBISCgpsYXRlbmN5X21zGAEgASgNEhUKDXByb21wdF90b2tlbnMYAiABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAyABKA0iXQoNUmVxdWVzdFRyYWl0cxIUCgxzaWRlX2VmZmVjdHMYASABKAgSFAoMcHJpdmF0ZV9kYXRhGAIgASgIEhEKCXJlYWxfdGltZRgDIAEoCBINCgV0b29scxgEIAEoCCKhAQoNTG9va3VwUmVxdWVzdBIkCgNrZXkYASABKAsyFy5pbmZlcmNhY2hlLnYxLkNhY2hlS2V5EhcKD21heF9hZ2Vfc2Vjb25kcxgCIAEoDRISCgpyZXF1ZXN0X2lkGAMgASgJEg8KB3dhaXRfbXMYBCABKA0SLAoGdHJhaXRzGAUgASgLMhwuaW5mZXJjYWNoZS52MS5SZXF1ZXN0VHJhaXRzIsECCg5Mb29rdXBSZXNwb25zZRItCgdvdXRjb21lGAEgASgOMhwuaW5mZXJjYWNoZS52MS5Mb29rdXBPdXRjb21lEg8KB3BheWxvYWQYAiABKAwSIQoEdGllchgDIAEoDjITLmluZmVyY2FjaGUudjEuVGllchIOCgZhZ2VfbXMYBCABKAQSEgoKa2V5X2RpZ2VzdBgFIAEoDBIQCghkZWdyYWRlZBgGIAEoCBIVCg1ieXBhc3NfcmVhc29uGAcgASgJEigKBGNvc3QYCCABKAsyGi5pbmZlcmNhY2hlLnYxLkNvbXB1dGVDb3N0Eg0KBWxlYXNlGAkgASgMEhQKDGxlYXNlX2hvbGRlchgKIAEoCBIwCgtieXBhc3NfY29kZRgLIAEoDjIbLmluZmVyY2FjaGUudjEuQnlwYXNzUmVhc29uIkQKEkxvb2t1cEJhdGNoUmVxdWVzdBIuCghyZXF1ZXN0cxgBIAMoCzIcLmluZmVyY2FjaGUudjEuTG9va3VwUmVxdWVzdCJHChNMb29rdXBCYXRjaFJlc3BvbnNlEjAKCXJlc3BvbnNlcxgBIAMoCzIdLmluZmVyY2FjaGUudjEuTG9va3VwUmVzcG9uc2UigwIKDFN0b3JlUmVxdWVzdBIkCgNrZXkYASABKAsyFy5pbmZlcmNhY2hlLnYxLkNhY2hlS2V5Eg8KB3BheWxvYWQYAiABKAwSEwoLdHRsX3NlY29uZHMYAyABKA0SKAoEY29zdBgEIAEoCzIaLmluZmVyY2FjaGUudjEuQ29tcHV0ZUNvc3QSEgoKcmVxdWVzdF9pZBgFIAEoCRINCgVsZWFzZRgGIAEoDBIsCgZ0cmFpdHMYCCABKAsyHC5pbmZlcmNhY2hlLnYxLlJlcXVlc3RUcmFpdHMSLAoGY2h1bmtzGAcgAygLMhwuaW5mZXJjYWNoZS52MS5DaHVua0JvdW5kYXJ5IkYKDUNodW5rQm91bmRhcnkSEgoKc2l6ZV9ieXRlcxgBIAEoDRIOCgZ0b2tlbnMYAiABKA0SEQoJb2Zmc2V0X21zGAMgASgNIq8BCg1TdG9yZVJlc3BvbnNlEiwKB291dGNvbWUYASABKA4yGy5pbmZlcmNhY2hlLnYxLlN0b3JlT3V0Y29tZRISCgprZXlfZGlnZXN0GAIgASgMEhMKC3R0bF9zZWNvbmRzGAMgASgNEhUKDWJ5cGFzc19yZWFzb24YBCABKAkSMAoLYnlwYXNzX2NvZGUYBSABKA4yGy5pbmZlcmNhY2hlLnYxLkJ5cGFzc1JlYXNvbiIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCKCAgoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEhYKDnNlcnZlcl92ZXJzaW9uGAEgASgJEhoKEmtleV9zY2hlbWFfdmVyc2lvbhgCIAEoDRIVCg1tb2RlbF92ZXJzaW9uGAMgASgJElMKEGFkYXB0ZXJfdmVyc2lvbnMYBCADKAsyOS5pbmZlcmNhY2hlLnYxLkdldFNlcnZlckluZm9SZXNwb25zZS5BZGFwdGVyVmVyc2lvbnNFbnRyeRIRCgl3YXJtX3RpZXIYBSABKAkaNgoUQWRhcHRlclZlcnNpb25zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJiCgZQYWNpbmcSJwoEbW9kZRgBIAEoDjIZLmluZmVyY2FjaGUudjEuUGFjaW5nTW9kZRIZChF0b2tlbnNfcGVyX3NlY29uZBgCIAEoARIUCgxtYXhfZGVsYXlfbXMYAyABKA0iagoTTG9va3VwU3RyZWFtUmVxdWVzdBIsCgZsb29rdXAYASABKAsyHC5pbmZlcmNhY2hlLnYxLkxvb2t1cFJlcXVlc3QSJQoGcGFjaW5nGAIgASgLMhUuaW5mZXJjYWNoZS52MS5QYWNpbmcimwEKEkxvb2t1cFN0cmVhbUhlYWRlchItCgZsb29rdXAYASABKAsyHS5pbmZlcmNhY2hlLnYxLkxvb2t1cFJlc3BvbnNlEhUKDW1vZGVsX3ZlcnNpb24YAiABKAkSEwoLY2h1bmtfY291bnQYAyABKA0SEwoLdG90YWxfYnl0ZXMYBCABKAQSFQoNZmluaXNoX3JlYXNvbhgFIAEoCSJXCgVDaHVuaxIMCgRkYXRhGAEgASgMEg4KBnRva2VucxgCIAEoDRIRCglvZmZzZXRfbXMYAyABKA0SDQoFaW5kZXgYBCABKA0SDgoGY2FjaGVkGAUgASgIIn0KFExvb2t1cFN0cmVhbVJlc3BvbnNlEjMKBmhlYWRlchgBIAEoCzIhLmluZmVyY2FjaGUudjEuTG9va3VwU3RyZWFtSGVhZGVySAASJQoFY2h1bmsYAiABKAsyFC5pbmZlcmNhY2hlLnYxLkNodW5rSABCCQoHbWVzc2FnZSJUChFTdG9yZVN0cmVhbUZpbmlzaBIVCg1maW5pc2hfcmVhc29uGAEgASgJEigKBGNvc3QYAiABKAsyGi5pbmZlcmNhY2hlLnYxLkNvbXB1dGVDb3N0IqcBChJTdG9yZVN0cmVhbVJlcXVlc3QSKwoEb3BlbhgBIAEoCzIbLmluZmVyY2FjaGUudjEuU3RvcmVSZXF1ZXN0SAASJQoFY2h1bmsYAiABKAsyFC5pbmZlcmNhY2hlLnYxLkNodW5rSAASMgoGZmluaXNoGAMgASgLMiAuaW5mZXJjYWNoZS52MS5TdG9yZVN0cmVhbUZpbmlzaEgAQgkKB21lc3NhZ2UibAoTU3RvcmVTdHJlYW1SZXNwb25zZRIrCgVzdG9yZRgBIAEoCzIcLmluZmVyY2FjaGUudjEuU3RvcmVSZXNwb25zZRITCgtjaHVua19jb3VudBgCIAEoDRITCgt0b3RhbF9ieXRlcxgDIAEoBCKEAQoUUmVwb3J0T3V0Y29tZVJlcXVlc3QSEgoKa2V5X2RpZ2VzdBgBIAEoDBI0Cgd2ZXJkaWN0GAIgASgOMiMuaW5mZXJjYWNoZS52MS5SZXBvcnRPdXRjb21lVmVyZGljdBIOCgZyZWFzb24YAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCSI/ChVSZXBvcnRPdXRjb21lUmVzcG9uc2USDwoHZXZpY3RlZBgBIAEoCBIVCg1tb2RlbF92ZXJzaW9uGAIgASgJKpACChJSZXNwb25zZUZvcm1hdFR5cGUSJAogUkVTUE9OU0VfRk9STUFUX1RZUEVfVU5TUEVDSUZJRUQQABIdChlSRVNQT05TRV9GT1JNQVRfVFlQRV9URVhUEAESJAogUkVTUE9OU0VfRk9STUFUX1RZUEVfSlNPTl9PQkpFQ1QQAhIkCiBSRVNQT05TRV9GT1JNQVRfVFlQRV9KU09OX1NDSEVNQRADEh4KGlJFU1BPTlNFX0ZPUk1BVF9UWVBFX1JFR0VYEAQSIAocUkVTUE9OU0VfRk9STUFUX1RZUEVfR1JBTU1BUhAFEicKI1JFU1BPTlNFX0ZPUk1BVF9UWVBFX1NUUlVDVFVSQUxfVEFHEAYqewoNTG9va3VwT3V0Y29tZRIeChpMT09LVVBfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhYKEkxPT0tVUF9PVVRDT01FX0hJVBABEhcKE0xPT0tVUF9PVVRDT01FX01JU1MQAhIZChVMT09LVVBfT1VUQ09NRV9CWVBBU1MQAyo5CgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIMCghUSUVSX0hPVBABEg0KCVRJRVJfV0FSTRACKowCCgxCeXBhc3NSZWFzb24SHQoZQllQQVNTX1JFQVNPTl9VTlNQRUNJRklFRBAAEh8KG0JZUEFTU19SRUFTT05fTk9UX0NBQ0hFQUJMRRABEiMKH0JZUEFTU19SRUFTT05fTk9OX0RFVEVSTUlOSVNUSUMQAhIeChpCWVBBU1NfUkVBU09OX1NJREVfRUZGRUNUUxADEh4KGkJZUEFTU19SRUFTT05fUFJJVkFURV9EQVRBEAQSGwoXQllQQVNTX1JFQVNPTl9SRUFMX1RJTUUQBRIXChNCWVBBU1NfUkVBU09OX1RPT0xTEAYSIQodQllQQVNTX1JFQVNPTl9FTlRSWV9UT09fTEFSR0UQByqiAQoMU3RvcmVPdXRjb21lEh0KGVNUT1JFX09VVENPTUVfVU5TUEVDSUZJRUQQABIYChRTVE9SRV9PVVRDT01FX1NUT1JFRBABEh4KGlNUT1JFX09VVENPTUVfV1JJVEVfRkFJTEVEEAISGgoWU1RPUkVfT1VUQ09NRV9CWVBBU1NFRBADEh0KGVNUT1JFX09VVENPTUVfU1RBTEVfTEVBU0UQBCp/CgpQYWNpbmdNb2RlEhsKF1BBQ0lOR19NT0RFX1VOU1BFQ0lGSUVEEAASFwoTUEFDSU5HX01PREVfRkFTVEVTVBABEiEKHVBBQ0lOR19NT0RFX1RPS0VOU19QRVJfU0VDT05EEAISGAoUUEFDSU5HX01PREVfT1JJR0lOQUwQAyqIAQoUUmVwb3J0T3V0Y29tZVZlcmRpY3QSJgoiUkVQT1JUX09VVENPTUVfVkVSRElDVF9VTlNQRUNJRklFRBAAEiMKH1JFUE9SVF9PVVRDT01FX1ZFUkRJQ1RfQUNDRVBURUQQARIjCh9SRVBPUlRfT1VUQ09NRV9WRVJESUNUX1JFSkVDVEVEEAIy2gQKDENhY2hlU2VydmljZRJFCgZMb29rdXASHC5pbmZlcmNhY2hlLnYxLkxvb2t1cFJlcXVlc3QaHS5pbmZlcmNhY2hlLnYxLkxvb2t1cFJlc3BvbnNlElQKC0xvb2t1cEJhdGNoEiEuaW5mZXJjYWNoZS52MS5Mb29rdXBCYXRjaFJlcXVlc3QaIi5pbmZlcmNhY2hlLnYxLkxvb2t1cEJhdGNoUmVzcG9uc2USQgoFU3RvcmUSGy5pbmZlcmNhY2hlLnYxLlN0b3JlUmVxdWVzdBocLmluZmVyY2FjaGUudjEuU3RvcmVSZXNwb25zZRJaCg1HZXRTZXJ2ZXJJbmZvEiMuaW5mZXJjYWNoZS52MS5HZXRTZXJ2ZXJJbmZvUmVxdWVzdBokLmluZmVyY2FjaGUudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlElkKDExvb2t1cFN0cmVhbRIiLmluZmVyY2FjaGUudjEuTG9va3VwU3RyZWFtUmVxdWVzdBojLmluZmVyY2FjaGUudjEuTG9va3VwU3RyZWFtUmVzcG9uc2UwARJWCgtTdG9yZVN0cmVhbRIhLmluZmVyY2FjaGUudjEuU3RvcmVTdHJlYW1SZXF1ZXN0GiIuaW5mZXJjYWNoZS52MS5TdG9yZVN0cmVhbVJlc3BvbnNlKAESWgoNUmVwb3J0T3V0Y29tZRIjLmluZmVyY2FjaGUudjEuUmVwb3J0T3V0Y29tZVJlcXVlc3QaJC5pbmZlcmNhY2hlLnYxLlJlcG9ydE91dGNvbWVSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * CacheKey carries every dimension that shapes a result. The sidecar
- * canonicalises and hashes it; clients never compute keys themselves.
+ * hashes it; clients never compute keys themselves. "When in doubt,
+ * different": every string is hashed as its exact UTF-8 bytes (no Unicode
+ * normalisation, no JSON re-serialisation), every optional field that is
+ * unset is its own value (never its default), and a message carrying a
+ * field this sidecar does not know is refused (INVALID_ARGUMENT naming the
+ * field number) instead of silently dropped. docs/keys.md maps every
+ * OpenAI / vLLM request field to its key field.
  *
  * @generated from message infercache.v1.CacheKey
  */
@@ -54,7 +60,7 @@ export type CacheKey = Message<"infercache.v1.CacheKey"> & {
   promptVersion: string;
 
   /**
-   * Sampling parameters; unset fields take the engine defaults before hashing.
+   * Sampling and decoding parameters; an unset field is distinct from any value.
    *
    * @generated from field: infercache.v1.SamplingParams sampling = 5;
    */
@@ -62,11 +68,36 @@ export type CacheKey = Message<"infercache.v1.CacheKey"> & {
 
   /**
    * Other output-shaping context (tool-schema version, system prompt hash,
-   * retrieval corpus version, permission scope). Order does not matter.
+   * retrieval corpus version, permission scope), and every output-shaping
+   * request field that has no key field of its own (docs/keys.md). Order does
+   * not matter.
    *
    * @generated from field: map<string, string> extra = 6;
    */
   extra: { [key: string]: string };
+
+  /**
+   * Tool definitions offered to the model (OpenAI `tools`), each the JSON
+   * object as sent, in request order (templates render them in order).
+   *
+   * @generated from field: repeated string tools = 7;
+   */
+  tools: string[];
+
+  /**
+   * OpenAI `tool_choice` as sent: "none", "auto", "required", or the JSON
+   * object naming a tool.
+   *
+   * @generated from field: optional string tool_choice = 8;
+   */
+  toolChoice?: string | undefined;
+
+  /**
+   * OpenAI `parallel_tool_calls`.
+   *
+   * @generated from field: optional bool parallel_tool_calls = 9;
+   */
+  parallelToolCalls?: boolean | undefined;
 
   /**
    * The input. Exactly one is required. Each kind is its own key space:
@@ -76,7 +107,7 @@ export type CacheKey = Message<"infercache.v1.CacheKey"> & {
    */
   input: {
     /**
-     * Plain text prompt; normalised to Unicode NFC before hashing.
+     * Plain text prompt, hashed as its exact UTF-8 bytes.
      *
      * @generated from field: string text = 10;
      */
@@ -84,7 +115,7 @@ export type CacheKey = Message<"infercache.v1.CacheKey"> & {
     case: "text";
   } | {
     /**
-     * Chat messages; order matters, each content normalised to NFC.
+     * Chat messages; order matters.
      *
      * @generated from field: infercache.v1.ChatMessages chat = 11;
      */
@@ -107,6 +138,28 @@ export type CacheKey = Message<"infercache.v1.CacheKey"> & {
     value: Uint8Array;
     case: "inputSha256";
   } | { case: undefined; value?: undefined };
+
+  /**
+   * How a chat template turns the input into the prompt.
+   *
+   * @generated from field: infercache.v1.ChatTemplateOptions chat_template = 14;
+   */
+  chatTemplate?: ChatTemplateOptions | undefined;
+
+  /**
+   * The API the request came in through ("chat.completions", "completions",
+   * "embeddings", or the caller's own name); empty is a name of its own.
+   *
+   * @generated from field: string endpoint = 15;
+   */
+  endpoint: string;
+
+  /**
+   * Output options outside sampling (reasoning, modalities, embeddings, ...).
+   *
+   * @generated from field: infercache.v1.OutputOptions output = 16;
+   */
+  output?: OutputOptions | undefined;
 };
 
 /**
@@ -117,120 +170,100 @@ export const CacheKeySchema: GenMessage<CacheKey> = /*@__PURE__*/
   messageDesc(file_infercache_v1_cache, 0);
 
 /**
- * SamplingParams mirrors the OpenAI / vLLM sampling surface. Unset optional
- * fields are filled with the documented default before hashing, so sending the
- * default explicitly gives the same key as leaving it out.
+ * SamplingParams mirrors the OpenAI / vLLM sampling surface. An unset field is
+ * its own value, distinct from every value including the engine's default: an
+ * engine may take an unset parameter from the model's generation config.
  *
  * @generated from message infercache.v1.SamplingParams
  */
 export type SamplingParams = Message<"infercache.v1.SamplingParams"> & {
   /**
-   * Default 1.0.
-   *
    * @generated from field: optional double temperature = 1;
    */
   temperature?: number | undefined;
 
   /**
-   * Default 1.0.
-   *
    * @generated from field: optional double top_p = 2;
    */
   topP?: number | undefined;
 
   /**
-   * Default 0 (disabled); -1 is treated as 0.
+   * -1, 0 and unset are three different values.
    *
    * @generated from field: optional int32 top_k = 3;
    */
   topK?: number | undefined;
 
   /**
-   * Default 0 (engine default length).
-   *
    * @generated from field: optional int32 max_tokens = 4;
    */
   maxTokens?: number | undefined;
 
   /**
-   * Stop strings; a set: order and duplicates do not matter.
+   * Stop strings, in order (the first that matches wins in some engines).
    *
    * @generated from field: repeated string stop = 5;
    */
   stop: string[];
 
   /**
-   * Unset means "no seed" (distinct from any seed value).
-   *
    * @generated from field: optional int64 seed = 6;
    */
   seed?: bigint | undefined;
 
   /**
-   * Default 0.0.
-   *
    * @generated from field: optional double presence_penalty = 7;
    */
   presencePenalty?: number | undefined;
 
   /**
-   * Default 0.0.
-   *
    * @generated from field: optional double frequency_penalty = 8;
    */
   frequencyPenalty?: number | undefined;
 
   /**
-   * Default 1.0.
-   *
    * @generated from field: optional double repetition_penalty = 9;
    */
   repetitionPenalty?: number | undefined;
 
   /**
-   * Default 0.0.
-   *
    * @generated from field: optional double min_p = 10;
    */
   minP?: number | undefined;
 
   /**
-   * Default 0.
-   *
    * @generated from field: optional int32 min_tokens = 11;
    */
   minTokens?: number | undefined;
 
   /**
-   * Stop token ids; a set.
+   * Stop token ids; a set: order and duplicates do not matter.
    *
    * @generated from field: repeated int32 stop_token_ids = 12;
    */
   stopTokenIds: number[];
 
   /**
-   * Default 1: number of choices returned.
+   * Number of choices returned.
    *
    * @generated from field: optional int32 n = 13;
    */
   n?: number | undefined;
 
   /**
-   * Default unset (no logprobs); a value asks for that many top logprobs.
+   * Completions / vLLM `logprobs`: that many top logprobs per token.
    *
    * @generated from field: optional int32 logprobs = 14;
    */
   logprobs?: number | undefined;
 
   /**
-   * Default false.
-   *
    * @generated from field: optional bool ignore_eos = 15;
    */
   ignoreEos?: boolean | undefined;
 
   /**
-   * Default TEXT.
+   * OpenAI `response_format`; unset is distinct from {type: text}.
    *
    * @generated from field: infercache.v1.ResponseFormat response_format = 16;
    */
@@ -242,6 +275,98 @@ export type SamplingParams = Message<"infercache.v1.SamplingParams"> & {
    * @generated from field: map<int32, double> logit_bias = 17;
    */
   logitBias: { [key: number]: number };
+
+  /**
+   * Chat `top_logprobs`.
+   *
+   * @generated from field: optional int32 top_logprobs = 18;
+   */
+  topLogprobs?: number | undefined;
+
+  /**
+   * Chat `logprobs` (a boolean there).
+   *
+   * @generated from field: optional bool return_logprobs = 19;
+   */
+  returnLogprobs?: boolean | undefined;
+
+  /**
+   * vLLM `prompt_logprobs`.
+   *
+   * @generated from field: optional int32 prompt_logprobs = 20;
+   */
+  promptLogprobs?: number | undefined;
+
+  /**
+   * vLLM `length_penalty` (beam search).
+   *
+   * @generated from field: optional double length_penalty = 21;
+   */
+  lengthPenalty?: number | undefined;
+
+  /**
+   * vLLM `bad_words`; a set.
+   *
+   * @generated from field: repeated string bad_words = 22;
+   */
+  badWords: string[];
+
+  /**
+   * vLLM `allowed_token_ids`; a set.
+   *
+   * @generated from field: repeated int32 allowed_token_ids = 23;
+   */
+  allowedTokenIds: number[];
+
+  /**
+   * @generated from field: optional bool include_stop_str_in_output = 24;
+   */
+  includeStopStrInOutput?: boolean | undefined;
+
+  /**
+   * @generated from field: optional bool skip_special_tokens = 25;
+   */
+  skipSpecialTokens?: boolean | undefined;
+
+  /**
+   * @generated from field: optional bool spaces_between_special_tokens = 26;
+   */
+  spacesBetweenSpecialTokens?: boolean | undefined;
+
+  /**
+   * Completions `best_of`.
+   *
+   * @generated from field: optional int32 best_of = 27;
+   */
+  bestOf?: number | undefined;
+
+  /**
+   * vLLM `use_beam_search`.
+   *
+   * @generated from field: optional bool use_beam_search = 28;
+   */
+  useBeamSearch?: boolean | undefined;
+
+  /**
+   * vLLM `truncate_prompt_tokens`.
+   *
+   * @generated from field: optional int32 truncate_prompt_tokens = 29;
+   */
+  truncatePromptTokens?: number | undefined;
+
+  /**
+   * Chat `max_completion_tokens` (distinct from max_tokens).
+   *
+   * @generated from field: optional int32 max_completion_tokens = 30;
+   */
+  maxCompletionTokens?: number | undefined;
+
+  /**
+   * vLLM guided decoding / structured outputs.
+   *
+   * @generated from field: infercache.v1.GuidedDecoding guided = 31;
+   */
+  guided?: GuidedDecoding | undefined;
 };
 
 /**
@@ -252,24 +377,46 @@ export const SamplingParamsSchema: GenMessage<SamplingParams> = /*@__PURE__*/
   messageDesc(file_infercache_v1_cache, 1);
 
 /**
- * ResponseFormat constrains the output shape (structured output).
+ * ResponseFormat constrains the output shape (OpenAI `response_format`).
  *
  * @generated from message infercache.v1.ResponseFormat
  */
 export type ResponseFormat = Message<"infercache.v1.ResponseFormat"> & {
   /**
-   * Kind of constraint.
+   * Kind of constraint; UNSPECIFIED is a value of its own.
    *
    * @generated from field: infercache.v1.ResponseFormatType type = 1;
    */
   type: ResponseFormatType;
 
   /**
-   * JSON schema, regex or grammar text; JSON is canonicalised before hashing.
+   * JSON schema (`json_schema.schema`), regex, grammar or structural tag text,
+   * hashed exactly as sent (key order shapes structured output); JSON must parse.
    *
    * @generated from field: string schema = 2;
    */
   schema: string;
+
+  /**
+   * `json_schema.name`.
+   *
+   * @generated from field: optional string name = 3;
+   */
+  name?: string | undefined;
+
+  /**
+   * `json_schema.strict`.
+   *
+   * @generated from field: optional bool strict = 4;
+   */
+  strict?: boolean | undefined;
+
+  /**
+   * `json_schema.description`.
+   *
+   * @generated from field: optional string description = 5;
+   */
+  description?: string | undefined;
 };
 
 /**
@@ -278,6 +425,241 @@ export type ResponseFormat = Message<"infercache.v1.ResponseFormat"> & {
  */
 export const ResponseFormatSchema: GenMessage<ResponseFormat> = /*@__PURE__*/
   messageDesc(file_infercache_v1_cache, 2);
+
+/**
+ * GuidedDecoding is vLLM's `structured_outputs` (and the older `guided_*`
+ * request fields); every text is hashed exactly as sent.
+ *
+ * @generated from message infercache.v1.GuidedDecoding
+ */
+export type GuidedDecoding = Message<"infercache.v1.GuidedDecoding"> & {
+  /**
+   * `json` / `guided_json`: a JSON schema; must parse.
+   *
+   * @generated from field: optional string json = 1;
+   */
+  json?: string | undefined;
+
+  /**
+   * `regex` / `guided_regex`.
+   *
+   * @generated from field: optional string regex = 2;
+   */
+  regex?: string | undefined;
+
+  /**
+   * `choice` / `guided_choice`, in order.
+   *
+   * @generated from field: repeated string choice = 3;
+   */
+  choice: string[];
+
+  /**
+   * `grammar` / `guided_grammar`.
+   *
+   * @generated from field: optional string grammar = 4;
+   */
+  grammar?: string | undefined;
+
+  /**
+   * `json_object`.
+   *
+   * @generated from field: optional bool json_object = 5;
+   */
+  jsonObject?: boolean | undefined;
+
+  /**
+   * `structural_tag` (JSON text).
+   *
+   * @generated from field: optional string structural_tag = 6;
+   */
+  structuralTag?: string | undefined;
+
+  /**
+   * `whitespace_pattern` / `guided_whitespace_pattern`.
+   *
+   * @generated from field: optional string whitespace_pattern = 7;
+   */
+  whitespacePattern?: string | undefined;
+
+  /**
+   * `guided_decoding_backend` / the backend named in the request.
+   *
+   * @generated from field: optional string backend = 8;
+   */
+  backend?: string | undefined;
+
+  /**
+   * @generated from field: optional bool disable_any_whitespace = 9;
+   */
+  disableAnyWhitespace?: boolean | undefined;
+
+  /**
+   * @generated from field: optional bool disable_additional_properties = 10;
+   */
+  disableAdditionalProperties?: boolean | undefined;
+
+  /**
+   * @generated from field: optional bool disable_fallback = 11;
+   */
+  disableFallback?: boolean | undefined;
+};
+
+/**
+ * Describes the message infercache.v1.GuidedDecoding.
+ * Use `create(GuidedDecodingSchema)` to create a new message.
+ */
+export const GuidedDecodingSchema: GenMessage<GuidedDecoding> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_cache, 3);
+
+/**
+ * ChatTemplateOptions are the request fields that change how a chat template
+ * renders the messages (vLLM extensions).
+ *
+ * @generated from message infercache.v1.ChatTemplateOptions
+ */
+export type ChatTemplateOptions = Message<"infercache.v1.ChatTemplateOptions"> & {
+  /**
+   * @generated from field: optional bool add_generation_prompt = 1;
+   */
+  addGenerationPrompt?: boolean | undefined;
+
+  /**
+   * @generated from field: optional bool continue_final_message = 2;
+   */
+  continueFinalMessage?: boolean | undefined;
+
+  /**
+   * @generated from field: optional bool add_special_tokens = 3;
+   */
+  addSpecialTokens?: boolean | undefined;
+
+  /**
+   * A request-supplied template text.
+   *
+   * @generated from field: optional string chat_template = 4;
+   */
+  chatTemplate?: string | undefined;
+
+  /**
+   * `chat_template_kwargs` as the JSON object sent (e.g. {"enable_thinking": false}).
+   *
+   * @generated from field: optional string chat_template_kwargs = 5;
+   */
+  chatTemplateKwargs?: string | undefined;
+
+  /**
+   * `documents` as the JSON array sent (RAG templates).
+   *
+   * @generated from field: optional string documents = 6;
+   */
+  documents?: string | undefined;
+
+  /**
+   * `mm_processor_kwargs` as the JSON object sent.
+   *
+   * @generated from field: optional string mm_processor_kwargs = 7;
+   */
+  mmProcessorKwargs?: string | undefined;
+};
+
+/**
+ * Describes the message infercache.v1.ChatTemplateOptions.
+ * Use `create(ChatTemplateOptionsSchema)` to create a new message.
+ */
+export const ChatTemplateOptionsSchema: GenMessage<ChatTemplateOptions> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_cache, 4);
+
+/**
+ * OutputOptions are output-shaping request fields outside sampling.
+ *
+ * @generated from message infercache.v1.OutputOptions
+ */
+export type OutputOptions = Message<"infercache.v1.OutputOptions"> & {
+  /**
+   * OpenAI `reasoning_effort`.
+   *
+   * @generated from field: optional string reasoning_effort = 1;
+   */
+  reasoningEffort?: string | undefined;
+
+  /**
+   * OpenAI `verbosity`.
+   *
+   * @generated from field: optional string verbosity = 2;
+   */
+  verbosity?: string | undefined;
+
+  /**
+   * OpenAI `modalities`, in order.
+   *
+   * @generated from field: repeated string modalities = 3;
+   */
+  modalities: string[];
+
+  /**
+   * OpenAI `audio` (output voice and format) as the JSON object sent.
+   *
+   * @generated from field: optional string audio = 4;
+   */
+  audio?: string | undefined;
+
+  /**
+   * OpenAI `prediction` as the JSON object sent.
+   *
+   * @generated from field: optional string prediction = 5;
+   */
+  prediction?: string | undefined;
+
+  /**
+   * OpenAI `web_search_options` as the JSON object sent.
+   *
+   * @generated from field: optional string web_search_options = 6;
+   */
+  webSearchOptions?: string | undefined;
+
+  /**
+   * Completions `suffix`.
+   *
+   * @generated from field: optional string suffix = 7;
+   */
+  suffix?: string | undefined;
+
+  /**
+   * Completions `echo`.
+   *
+   * @generated from field: optional bool echo = 8;
+   */
+  echo?: boolean | undefined;
+
+  /**
+   * Embeddings `encoding_format`.
+   *
+   * @generated from field: optional string encoding_format = 9;
+   */
+  encodingFormat?: string | undefined;
+
+  /**
+   * Embeddings `dimensions`.
+   *
+   * @generated from field: optional int32 dimensions = 10;
+   */
+  dimensions?: number | undefined;
+
+  /**
+   * vLLM `return_tokens_as_token_ids`.
+   *
+   * @generated from field: optional bool return_tokens_as_token_ids = 11;
+   */
+  returnTokensAsTokenIds?: boolean | undefined;
+};
+
+/**
+ * Describes the message infercache.v1.OutputOptions.
+ * Use `create(OutputOptionsSchema)` to create a new message.
+ */
+export const OutputOptionsSchema: GenMessage<OutputOptions> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_cache, 5);
 
 /**
  * ChatMessages is an ordered conversation.
@@ -298,41 +680,64 @@ export type ChatMessages = Message<"infercache.v1.ChatMessages"> & {
  * Use `create(ChatMessagesSchema)` to create a new message.
  */
 export const ChatMessagesSchema: GenMessage<ChatMessages> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 3);
+  messageDesc(file_infercache_v1_cache, 6);
 
 /**
- * ChatMessage is one turn of a conversation.
+ * ChatMessage is one turn of a conversation. Unset strings are distinct from
+ * empty ones (templates test for presence).
  *
  * @generated from message infercache.v1.ChatMessage
  */
 export type ChatMessage = Message<"infercache.v1.ChatMessage"> & {
   /**
-   * system, user, assistant, tool, ...
+   * system, developer, user, assistant, tool, ...
    *
    * @generated from field: string role = 1;
    */
   role: string;
 
   /**
-   * Message text.
+   * Message text; unset (null content) is distinct from "". Give `parts`
+   * instead for content sent as an array of parts (never both).
    *
-   * @generated from field: string content = 2;
+   * @generated from field: optional string content = 2;
    */
-  content: string;
+  content?: string | undefined;
 
   /**
    * Optional participant name.
    *
-   * @generated from field: string name = 3;
+   * @generated from field: optional string name = 3;
    */
-  name: string;
+  name?: string | undefined;
 
   /**
    * Optional id of the tool call this message answers.
    *
-   * @generated from field: string tool_call_id = 4;
+   * @generated from field: optional string tool_call_id = 4;
    */
-  toolCallId: string;
+  toolCallId?: string | undefined;
+
+  /**
+   * Content as an array of parts, in order.
+   *
+   * @generated from field: repeated infercache.v1.ContentPart parts = 5;
+   */
+  parts: ContentPart[];
+
+  /**
+   * Tool calls an assistant message made, in order.
+   *
+   * @generated from field: repeated infercache.v1.ToolCall tool_calls = 6;
+   */
+  toolCalls: ToolCall[];
+
+  /**
+   * Reasoning text of an assistant message (`reasoning_content` / `reasoning`).
+   *
+   * @generated from field: optional string reasoning_content = 7;
+   */
+  reasoningContent?: string | undefined;
 };
 
 /**
@@ -340,7 +745,153 @@ export type ChatMessage = Message<"infercache.v1.ChatMessage"> & {
  * Use `create(ChatMessageSchema)` to create a new message.
  */
 export const ChatMessageSchema: GenMessage<ChatMessage> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 4);
+  messageDesc(file_infercache_v1_cache, 7);
+
+/**
+ * ContentPart is one part of a message's content.
+ *
+ * @generated from message infercache.v1.ContentPart
+ */
+export type ContentPart = Message<"infercache.v1.ContentPart"> & {
+  /**
+   * Exactly one.
+   *
+   * @generated from oneof infercache.v1.ContentPart.part
+   */
+  part: {
+    /**
+     * A text part.
+     *
+     * @generated from field: string text = 1;
+     */
+    value: string;
+    case: "text";
+  } | {
+    /**
+     * An image, by the digest of its bytes.
+     *
+     * @generated from field: infercache.v1.MediaRef image = 2;
+     */
+    value: MediaRef;
+    case: "image";
+  } | {
+    /**
+     * An audio clip, by the digest of its bytes.
+     *
+     * @generated from field: infercache.v1.MediaRef audio = 3;
+     */
+    value: MediaRef;
+    case: "audio";
+  } | {
+    /**
+     * A file, by the digest of its bytes.
+     *
+     * @generated from field: infercache.v1.MediaRef file = 4;
+     */
+    value: MediaRef;
+    case: "file";
+  } | {
+    /**
+     * A video, by the digest of its bytes.
+     *
+     * @generated from field: infercache.v1.MediaRef video = 5;
+     */
+    value: MediaRef;
+    case: "video";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message infercache.v1.ContentPart.
+ * Use `create(ContentPartSchema)` to create a new message.
+ */
+export const ContentPartSchema: GenMessage<ContentPart> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_cache, 8);
+
+/**
+ * MediaRef names media by a digest the caller computed over the bytes the
+ * model receives (after download or base64 decoding; never over a URL).
+ *
+ * @generated from message infercache.v1.MediaRef
+ */
+export type MediaRef = Message<"infercache.v1.MediaRef"> & {
+  /**
+   * Required: 32-byte SHA-256 of the media bytes.
+   *
+   * @generated from field: bytes sha256 = 1;
+   */
+  sha256: Uint8Array;
+
+  /**
+   * Image `detail` (low, high, auto).
+   *
+   * @generated from field: optional string detail = 2;
+   */
+  detail?: string | undefined;
+
+  /**
+   * Audio `format` or the media type.
+   *
+   * @generated from field: optional string format = 3;
+   */
+  format?: string | undefined;
+
+  /**
+   * A file's `filename`.
+   *
+   * @generated from field: optional string filename = 4;
+   */
+  filename?: string | undefined;
+};
+
+/**
+ * Describes the message infercache.v1.MediaRef.
+ * Use `create(MediaRefSchema)` to create a new message.
+ */
+export const MediaRefSchema: GenMessage<MediaRef> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_cache, 9);
+
+/**
+ * ToolCall is one tool call of an assistant message.
+ *
+ * @generated from message infercache.v1.ToolCall
+ */
+export type ToolCall = Message<"infercache.v1.ToolCall"> & {
+  /**
+   * The call's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * "function" (or another tool type).
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * `function.name`.
+   *
+   * @generated from field: string name = 3;
+   */
+  name: string;
+
+  /**
+   * `function.arguments`: the JSON text as sent.
+   *
+   * @generated from field: string arguments = 4;
+   */
+  arguments: string;
+};
+
+/**
+ * Describes the message infercache.v1.ToolCall.
+ * Use `create(ToolCallSchema)` to create a new message.
+ */
+export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_cache, 10);
 
 /**
  * TokenIds is a tokenised input.
@@ -361,7 +912,7 @@ export type TokenIds = Message<"infercache.v1.TokenIds"> & {
  * Use `create(TokenIdsSchema)` to create a new message.
  */
 export const TokenIdsSchema: GenMessage<TokenIds> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 5);
+  messageDesc(file_infercache_v1_cache, 11);
 
 /**
  * ComputeCost is what producing the result cost, reported at Store and
@@ -397,7 +948,7 @@ export type ComputeCost = Message<"infercache.v1.ComputeCost"> & {
  * Use `create(ComputeCostSchema)` to create a new message.
  */
 export const ComputeCostSchema: GenMessage<ComputeCost> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 6);
+  messageDesc(file_infercache_v1_cache, 12);
 
 /**
  * RequestTraits are facts about a request that the key does not carry and
@@ -431,8 +982,8 @@ export type RequestTraits = Message<"infercache.v1.RequestTraits"> & {
 
   /**
    * The request offers tools / function definitions to the model. The sidecar
-   * also detects tools from the key: an `extra` entry named tools, functions,
-   * tool_schema, tool_schema_version or tool_choice.
+   * also detects tools from the key: `CacheKey.tools`, or an `extra` entry
+   * named tools, functions, tool_schema, tool_schema_version or tool_choice.
    *
    * @generated from field: bool tools = 4;
    */
@@ -444,7 +995,7 @@ export type RequestTraits = Message<"infercache.v1.RequestTraits"> & {
  * Use `create(RequestTraitsSchema)` to create a new message.
  */
 export const RequestTraitsSchema: GenMessage<RequestTraits> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 7);
+  messageDesc(file_infercache_v1_cache, 13);
 
 /**
  * LookupRequest asks for a cached result.
@@ -497,7 +1048,7 @@ export type LookupRequest = Message<"infercache.v1.LookupRequest"> & {
  * Use `create(LookupRequestSchema)` to create a new message.
  */
 export const LookupRequestSchema: GenMessage<LookupRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 8);
+  messageDesc(file_infercache_v1_cache, 14);
 
 /**
  * LookupResponse is the result of one lookup.
@@ -593,7 +1144,7 @@ export type LookupResponse = Message<"infercache.v1.LookupResponse"> & {
  * Use `create(LookupResponseSchema)` to create a new message.
  */
 export const LookupResponseSchema: GenMessage<LookupResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 9);
+  messageDesc(file_infercache_v1_cache, 15);
 
 /**
  * LookupBatchRequest carries many lookups.
@@ -614,7 +1165,7 @@ export type LookupBatchRequest = Message<"infercache.v1.LookupBatchRequest"> & {
  * Use `create(LookupBatchRequestSchema)` to create a new message.
  */
 export const LookupBatchRequestSchema: GenMessage<LookupBatchRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 10);
+  messageDesc(file_infercache_v1_cache, 16);
 
 /**
  * LookupBatchResponse answers a batch in request order.
@@ -635,7 +1186,7 @@ export type LookupBatchResponse = Message<"infercache.v1.LookupBatchResponse"> &
  * Use `create(LookupBatchResponseSchema)` to create a new message.
  */
 export const LookupBatchResponseSchema: GenMessage<LookupBatchResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 11);
+  messageDesc(file_infercache_v1_cache, 17);
 
 /**
  * StoreRequest saves a result.
@@ -711,7 +1262,7 @@ export type StoreRequest = Message<"infercache.v1.StoreRequest"> & {
  * Use `create(StoreRequestSchema)` to create a new message.
  */
 export const StoreRequestSchema: GenMessage<StoreRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 12);
+  messageDesc(file_infercache_v1_cache, 18);
 
 /**
  * ChunkBoundary describes one chunk of a stored payload.
@@ -747,7 +1298,7 @@ export type ChunkBoundary = Message<"infercache.v1.ChunkBoundary"> & {
  * Use `create(ChunkBoundarySchema)` to create a new message.
  */
 export const ChunkBoundarySchema: GenMessage<ChunkBoundary> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 13);
+  messageDesc(file_infercache_v1_cache, 19);
 
 /**
  * StoreResponse reports a store.
@@ -796,7 +1347,7 @@ export type StoreResponse = Message<"infercache.v1.StoreResponse"> & {
  * Use `create(StoreResponseSchema)` to create a new message.
  */
 export const StoreResponseSchema: GenMessage<StoreResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 14);
+  messageDesc(file_infercache_v1_cache, 20);
 
 /**
  * GetServerInfoRequest is empty.
@@ -811,7 +1362,7 @@ export type GetServerInfoRequest = Message<"infercache.v1.GetServerInfoRequest">
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 15);
+  messageDesc(file_infercache_v1_cache, 21);
 
 /**
  * GetServerInfoResponse describes the sidecar.
@@ -860,7 +1411,7 @@ export type GetServerInfoResponse = Message<"infercache.v1.GetServerInfoResponse
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 16);
+  messageDesc(file_infercache_v1_cache, 22);
 
 /**
  * Pacing asks LookupStream to replay at a given speed.
@@ -897,7 +1448,7 @@ export type Pacing = Message<"infercache.v1.Pacing"> & {
  * Use `create(PacingSchema)` to create a new message.
  */
 export const PacingSchema: GenMessage<Pacing> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 17);
+  messageDesc(file_infercache_v1_cache, 23);
 
 /**
  * LookupStreamRequest is a Lookup plus how to pace the replay.
@@ -925,7 +1476,7 @@ export type LookupStreamRequest = Message<"infercache.v1.LookupStreamRequest"> &
  * Use `create(LookupStreamRequestSchema)` to create a new message.
  */
 export const LookupStreamRequestSchema: GenMessage<LookupStreamRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 18);
+  messageDesc(file_infercache_v1_cache, 24);
 
 /**
  * LookupStreamHeader is the first message of every LookupStream.
@@ -976,7 +1527,7 @@ export type LookupStreamHeader = Message<"infercache.v1.LookupStreamHeader"> & {
  * Use `create(LookupStreamHeaderSchema)` to create a new message.
  */
 export const LookupStreamHeaderSchema: GenMessage<LookupStreamHeader> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 19);
+  messageDesc(file_infercache_v1_cache, 25);
 
 /**
  * Chunk is one piece of a streamed result.
@@ -1026,7 +1577,7 @@ export type Chunk = Message<"infercache.v1.Chunk"> & {
  * Use `create(ChunkSchema)` to create a new message.
  */
 export const ChunkSchema: GenMessage<Chunk> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 20);
+  messageDesc(file_infercache_v1_cache, 26);
 
 /**
  * LookupStreamResponse is a header (first message) or a chunk.
@@ -1063,7 +1614,7 @@ export type LookupStreamResponse = Message<"infercache.v1.LookupStreamResponse">
  * Use `create(LookupStreamResponseSchema)` to create a new message.
  */
 export const LookupStreamResponseSchema: GenMessage<LookupStreamResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 21);
+  messageDesc(file_infercache_v1_cache, 27);
 
 /**
  * StoreStreamFinish ends a StoreStream successfully: the entry is committed.
@@ -1092,7 +1643,7 @@ export type StoreStreamFinish = Message<"infercache.v1.StoreStreamFinish"> & {
  * Use `create(StoreStreamFinishSchema)` to create a new message.
  */
 export const StoreStreamFinishSchema: GenMessage<StoreStreamFinish> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 22);
+  messageDesc(file_infercache_v1_cache, 28);
 
 /**
  * StoreStreamRequest is one message of a StoreStream.
@@ -1137,7 +1688,7 @@ export type StoreStreamRequest = Message<"infercache.v1.StoreStreamRequest"> & {
  * Use `create(StoreStreamRequestSchema)` to create a new message.
  */
 export const StoreStreamRequestSchema: GenMessage<StoreStreamRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 23);
+  messageDesc(file_infercache_v1_cache, 29);
 
 /**
  * StoreStreamResponse reports a streamed store.
@@ -1172,7 +1723,7 @@ export type StoreStreamResponse = Message<"infercache.v1.StoreStreamResponse"> &
  * Use `create(StoreStreamResponseSchema)` to create a new message.
  */
 export const StoreStreamResponseSchema: GenMessage<StoreStreamResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 24);
+  messageDesc(file_infercache_v1_cache, 30);
 
 /**
  * ReportOutcomeRequest names a cached answer and the verdict on it.
@@ -1215,7 +1766,7 @@ export type ReportOutcomeRequest = Message<"infercache.v1.ReportOutcomeRequest">
  * Use `create(ReportOutcomeRequestSchema)` to create a new message.
  */
 export const ReportOutcomeRequestSchema: GenMessage<ReportOutcomeRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 25);
+  messageDesc(file_infercache_v1_cache, 31);
 
 /**
  * ReportOutcomeResponse says what the report did.
@@ -1243,7 +1794,7 @@ export type ReportOutcomeResponse = Message<"infercache.v1.ReportOutcomeResponse
  * Use `create(ReportOutcomeResponseSchema)` to create a new message.
  */
 export const ReportOutcomeResponseSchema: GenMessage<ReportOutcomeResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_cache, 26);
+  messageDesc(file_infercache_v1_cache, 32);
 
 /**
  * ResponseFormatType lists structured-output modes.
@@ -1280,6 +1831,11 @@ export enum ResponseFormatType {
    * @generated from enum value: RESPONSE_FORMAT_TYPE_GRAMMAR = 5;
    */
   GRAMMAR = 5,
+
+  /**
+   * @generated from enum value: RESPONSE_FORMAT_TYPE_STRUCTURAL_TAG = 6;
+   */
+  STRUCTURAL_TAG = 6,
 }
 
 /**

@@ -60,12 +60,14 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
-    """One chat turn; content is either a string (`content`) or `parts`, never both."""
+    """One chat turn; content is a string, null (None), or `parts` (then `content` is None)."""
 
     role: str
-    content: str | None = None
-    name: str | None = None
-    tool_call_id: str | None = None
+    content: str | None = ""
+    """None: the content is null or absent (distinct from "")."""
+    name: str = ""
+    """Empty: no name."""
+    tool_call_id: str = ""
     parts: Sequence[ContentPart] = ()
     tool_calls: Sequence[ToolCall] = ()
     reasoning_content: str | None = None

@@ -351,15 +351,15 @@ def _message_bytes(p: str, msg: ChatMessage, limits: KeyLimits, budget: _Budget)
     short, big = limits.max_dimension_chars, limits.max_input_bytes
     if not msg.role:
         raise InvalidArgument(p + ".role", "is required")
-    if msg.content is not None and msg.parts:
+    if msg.content and msg.parts:
         raise InvalidArgument(p + ".parts", "give content or parts, not both")
     rec = Records()
     rec.put(1, small(p + ".role", msg.role, short))
-    if msg.content is not None:
+    if msg.content is not None and not msg.parts:
         rec.put(2, budget.take(utf8(p + ".content", msg.content), big))
-    if msg.name is not None:
+    if msg.name:
         rec.put(3, small(p + ".name", msg.name, short))
-    if msg.tool_call_id is not None:
+    if msg.tool_call_id:
         rec.put(4, small(p + ".tool_call_id", msg.tool_call_id, short))
     if msg.parts:
         check_count(p + ".parts", len(msg.parts), limits.max_parts)

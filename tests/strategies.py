@@ -308,8 +308,8 @@ def chat_messages(draw: st.DrawFn) -> ChatMessage:
     return ChatMessage(
         draw(member(ROLE_CLASSES)),
         content,
-        draw(st.sampled_from((None, "", "bot"))),
-        draw(st.sampled_from((None, "", "call-1"))),
+        draw(st.sampled_from(("", "bot"))),
+        draw(st.sampled_from(("", "call-1"))),
         parts=parts,
         tool_calls=tuple(draw(st.lists(st.sampled_from(CALL_POOL), max_size=2))),
         reasoning_content=draw(st.sampled_from((None, "", "think"))),
@@ -611,7 +611,13 @@ def wire_sampling(draw: st.DrawFn) -> pb.SamplingParams:
 
 @st.composite
 def _wire_message(draw: st.DrawFn) -> pb.ChatMessage:
-    m = pb.ChatMessage(role=draw(_WIRE_TEXT))
+    m = pb.ChatMessage(
+        role=draw(_WIRE_TEXT),
+        content=draw(_WIRE_TEXT),
+        name=draw(_WIRE_TEXT),
+        tool_call_id=draw(_WIRE_TEXT),
+        null_content=draw(st.booleans()),
+    )
     draw(_wire_optionals(m))
     for _ in range(draw(st.integers(min_value=0, max_value=2))):
         part = m.parts.add()

@@ -102,11 +102,15 @@ def _part(p: PB2.ContentPart, path: str) -> ContentPart:
 
 
 def _message(m: PB2.ChatMessage, i: int) -> ChatMessage:
+    if m.null_content and (m.content or m.parts):
+        raise InvalidArgument(
+            f"key.chat.messages[{i}].null_content", "is set but the message has content"
+        )
     return ChatMessage(
         m.role,
-        _opt(m, "content"),
-        _opt(m, "name"),
-        _opt(m, "tool_call_id"),
+        None if m.null_content or m.parts else m.content,
+        m.name,
+        m.tool_call_id,
         parts=tuple(_part(p, f"key.chat.messages[{i}].parts[{j}]") for j, p in enumerate(m.parts)),
         tool_calls=tuple(ToolCall(c.id, c.name, c.arguments, c.type) for c in m.tool_calls),
         reasoning_content=_opt(m, "reasoning_content"),

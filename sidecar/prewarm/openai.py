@@ -97,9 +97,9 @@ def upstream_call(req: KeyRequest, model: str, payload_format: PayloadFormat) ->
 
 def _message(m: ChatMessage) -> dict[str, str | None]:
     out: dict[str, str | None] = {"role": m.role, "content": m.content}
-    if m.name is not None:
+    if m.name:
         out["name"] = m.name
-    if m.tool_call_id is not None:
+    if m.tool_call_id:
         out["tool_call_id"] = m.tool_call_id
     return out
 

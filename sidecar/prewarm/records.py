@@ -134,8 +134,7 @@ def decode(data: bytes) -> KeyRequest:
         elif "chat" in doc:
             kind = InputKind.CHAT
             value = tuple(
-                ChatMessage(str(m[0]), _opt_str(m[1]), _opt_str(m[2]), _opt_str(m[3]))
-                for m in doc["chat"]
+                ChatMessage(str(m[0]), _opt_str(m[1]), str(m[2]), str(m[3])) for m in doc["chat"]
             )
         else:
             kind, value = InputKind.TOKENS, tuple(int(i) for i in doc["token_ids"])

@@ -96,7 +96,7 @@ def _reference_input(req: KeyRequest) -> tuple[Any, ...]:
         msgs = tuple(
             (
                 m.role,
-                m.content,
+                None if m.parts else m.content,  # content is the parts then
                 m.name,
                 m.tool_call_id,
                 tuple(m.parts),
@@ -386,12 +386,12 @@ DISTINCT: dict[str, tuple[KeyRequest, KeyRequest]] = {
         sampled(response_format=ResponseFormat(FormatType.JSON_SCHEMA, " " + SCHEMA_A)),
     ),
     "chat content null vs empty": (
-        chat(ChatMessage("assistant")),
+        chat(ChatMessage("assistant", None)),
         chat(ChatMessage("assistant", "")),
     ),
-    "chat name unset vs empty": (
-        chat(ChatMessage("user", "x")),
-        chat(ChatMessage("user", "x", name="")),
+    "chat reasoning unset vs empty": (
+        chat(ChatMessage("assistant", "x")),
+        chat(ChatMessage("assistant", "x", reasoning_content="")),
     ),
     "chat content string vs one text part": (
         chat(ChatMessage("user", "x")),

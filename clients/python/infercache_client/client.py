@@ -134,7 +134,9 @@ def _chat_message(m: Mapping[str, Any]) -> PB2.ChatMessage:
     content = m.get("content")
     if isinstance(content, str):
         msg.content = content
-    elif content is not None:
+    elif content is None:
+        msg.null_content = True  # null or absent: templates tell it from ""
+    else:
         msg.parts.extend(_content_part(p) for p in content)
     for name in ("name", "tool_call_id", "reasoning_content"):
         if m.get(name) is not None:

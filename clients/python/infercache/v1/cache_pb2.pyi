@@ -303,7 +303,7 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
-    __slots__ = ("role", "content", "name", "tool_call_id", "parts", "tool_calls", "reasoning_content")
+    __slots__ = ("role", "content", "name", "tool_call_id", "parts", "tool_calls", "reasoning_content", "null_content")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +311,7 @@ class ChatMessage(_message.Message):
     PARTS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     REASONING_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    NULL_CONTENT_FIELD_NUMBER: _ClassVar[int]
     role: str
     content: str
     name: str
@@ -318,7 +319,8 @@ class ChatMessage(_message.Message):
     parts: _containers.RepeatedCompositeFieldContainer[ContentPart]
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
     reasoning_content: str
-    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
+    null_content: bool
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., reasoning_content: _Optional[str] = ..., null_content: _Optional[bool] = ...) -> None: ...
 
 class ContentPart(_message.Message):
     __slots__ = ("text", "image", "audio", "file", "video")

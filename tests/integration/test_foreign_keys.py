@@ -80,16 +80,19 @@ async def test_reclaim_and_estimate_see_entries_with_long_key_material(
     invisible to reclaim and to the Invalidate estimate (estimate 0, entries kept until
     their TTL); now both see them."""
     r = aioredis.Redis.from_url(redis_server.url)
-    context = {"ctx-a": "a" * 4096, "ctx-b": "b" * 4096}
+    # Key schema v2 keeps long fields as digests; four dimensions at their 256-character
+    # limit, in 4-byte UTF-8, still make a material longer than the peek.
+    wide = "\U0001f600" * 255
     async with sidecar(redis_server.url) as sc:
         long_keys = [
             make_key(
                 text=f"long {i}",
-                tenant="verbose",
-                model_version="m1",
-                prompt_version="p1",
+                tenant="v" + wide,
+                model_version="m" + wide,
+                adapter_version="a" + wide,
+                prompt_version="p" + wide,
                 temperature=0.0,
-                extra=context,
+                extra={"ctx": "x" * 4096},
             )
             for i in range(12)
         ]
@@ -100,7 +103,7 @@ async def test_reclaim_and_estimate_see_entries_with_long_key_material(
         for name in stored:
             assert await r.strlen(name) > PEEK_BYTES
 
-        resp = await sc.invalidate(tenant="verbose", reason="long material")
+        resp = await sc.invalidate(tenant="v" + wide, reason="long material")
 
         assert resp.record.estimated_entries >= len(long_keys)
         await _wait_gone(r, stored)

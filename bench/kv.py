@@ -117,6 +117,7 @@ async def bench_lookup(rounds: int) -> tuple[dict[str, float], int]:
 
 
 async def raw_set(client: Any, values: list[tuple[bytes, bytes]], ttl_ms: int) -> float:
+    """Seconds for pipelined SET PX of the values in BATCH_BLOCKS batches (the baseline)."""
     t0 = time.perf_counter()
     for start in range(0, len(values), BATCH_BLOCKS):
         pipe = client.pipeline(transaction=False)
@@ -127,6 +128,7 @@ async def raw_set(client: Any, values: list[tuple[bytes, bytes]], ttl_ms: int) -
 
 
 async def raw_get(client: Any, keys: list[bytes]) -> float:
+    """Seconds for MGET of the keys in BATCH_BLOCKS batches (the baseline)."""
     t0 = time.perf_counter()
     for start in range(0, len(keys), BATCH_BLOCKS):
         values = await client.mget(keys[start : start + BATCH_BLOCKS])
@@ -208,6 +210,7 @@ async def bench_movement(
 
 
 async def run(args: argparse.Namespace, redis_url: str) -> int:
+    """Both measurements; prints them and the summary line."""
     lookup, leaked = await bench_lookup(args.rounds)
     print(f"LookupPrefix server side (parse + lookup + pin + encode), {args.rounds} rounds:")
     for chain in CHAINS:
@@ -221,6 +224,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Start a redis-server, run the benchmark (--quick, --smoke: fewer rounds and blocks)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and blocks")
     parser.add_argument("--rounds", type=int, default=500, help="lookups per chain length")

@@ -27,6 +27,7 @@ from bench.harness.report import print_summary
 
 
 def parse_size(text: str) -> int:
+    """Bytes of a size like 1GiB, 512MiB or 4096 (argparse type)."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(KiB|MiB|GiB|KB|MB|GB)?", text.strip())
     if not m:
         raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 1GiB, 512MiB)")
@@ -44,6 +45,7 @@ def parse_size(text: str) -> int:
 
 @contextlib.contextmanager
 def workdir(keep: bool, parent: str | None) -> Iterator[Path]:
+    """A temporary directory for the checkpoints, removed afterwards unless `keep`."""
     root = Path(tempfile.mkdtemp(prefix="infercache-fp-bench-", dir=parent))
     try:
         yield root
@@ -55,14 +57,17 @@ def workdir(keep: bool, parent: str | None) -> Iterator[Path]:
 
 
 def bind(fn: Callable[[Path], str], path: Path) -> Callable[[], str]:
+    """fn bound to path, as a no-argument callable for the timing loops."""
     return lambda: fn(path)
 
 
 def fmt_ms(seconds: float | None) -> str:
+    """Milliseconds with thousands separators, n/a for None."""
     return "n/a" if seconds is None else f"{seconds * 1e3:,.1f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Build the checkpoints, compare the methods, print the tables and the summary."""
     parser = argparse.ArgumentParser(description="Model fingerprint benchmark")
     parser.add_argument("--size", type=parse_size, default=parse_size("1GiB"))
     parser.add_argument("--quick", action="store_true", help="~128 MiB, fewer repeats")

@@ -26,16 +26,21 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True, slots=True)
 class Spec:
+    """One tensor of the layout: its name and shape (bf16)."""
+
     name: str
     shape: tuple[int, ...]
 
     @property
     def numel(self) -> int:
+        """Number of elements."""
         return math.prod(self.shape)
 
 
 @dataclass(frozen=True, slots=True)
 class Stored:
+    """Where one tensor of a written safetensors file lives."""
+
     path: Path
     dtype: str
     shape: tuple[int, ...]
@@ -134,12 +139,14 @@ def bf16_random(spec: Spec) -> np.ndarray:
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values as bf16 bits (round to nearest even)."""
     bits = x.astype(np.float32).view(np.uint32)
     rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
     return (rounded >> np.uint32(16)).astype(np.uint16)
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bf16 bits as float32 values."""
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
@@ -156,6 +163,7 @@ class Builder:
         self.stored: dict[str, Stored] = {}
 
     def write_base(self) -> Path:
+        """Write the base checkpoint (random weights) and index its tensors."""
         self.base.mkdir(parents=True)
         self._write_shards(self.base, split(self.specs, SHARDS), lambda n, a: None, None)
         self._write_text_files(self.base, CHAT_TEMPLATE)
@@ -179,6 +187,7 @@ class Builder:
         return out
 
     def bits(self, spec: Spec) -> np.ndarray:
+        """The base checkpoint's bf16 bits of one tensor."""
         s = self.stored[spec.name]
         return np.fromfile(s.path, dtype=np.uint16, count=s.nbytes // 2, offset=s.start)
 

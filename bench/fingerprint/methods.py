@@ -103,6 +103,7 @@ class Evictor:
         self._libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 
     def evict(self, root: Path) -> bool:
+        """Empty the page cache of root's files; False when no way worked."""
         files = [p for p in root.iterdir() if p.is_file()]
         for how in self.ways:
             with contextlib.suppress(OSError):

@@ -130,22 +130,27 @@ class InvalidateResult:
 
     @property
     def redis_calls(self) -> float:
+        """Redis commands per timed Invalidate."""
         return sum(c for c, _ in self.redis_by_cmd.values())
 
     @property
     def redis_us(self) -> float:
+        """Redis-side µs per timed Invalidate."""
         return sum(u for _, u in self.redis_by_cmd.values())
 
     @property
     def p50(self) -> float:
+        """Median latency, ms."""
         return percentile(self.latencies_ms, 0.50)
 
     @property
     def p99(self) -> float:
+        """99th percentile latency (nearest rank), ms."""
         return percentile(self.latencies_ms, 0.99)
 
     @property
     def estimate(self) -> int:
+        """Median estimated_entries of the timed Invalidates."""
         return round(statistics.median(self.estimates))
 
 

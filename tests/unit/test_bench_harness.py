@@ -4,6 +4,7 @@ the listen flags every bench sidecar gets."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from bench.harness.report import parse_summary, summary_line
 from bench.harness.stats import median, percentile, quartiles
@@ -80,3 +81,12 @@ def test_bench_sidecars_never_listen_on_a_default_address() -> None:
             assert addr not in seen, (spec.name, addr)
             seen.add(addr)
     assert len(seen) == 1 + 2 + 3
+
+
+def test_every_bench_has_a_smoke_run_in_ci() -> None:
+    """Each `python -m bench.<name>` (a module with main() or a package with __main__)
+    is in bench.smoke's table, so a new bench cannot stay out of make bench-smoke."""
+    root = Path(__file__).resolve().parents[2] / "bench"
+    modules = {p.stem for p in root.glob("*.py") if "def main(" in p.read_text()}
+    packages = {p.parent.name for p in root.glob("*/__main__.py")}
+    assert modules | packages == set(BENCHES) | {"smoke"}

@@ -3,7 +3,8 @@
 Each runs in its own session (Ctrl-C reaches only the bench), dies with the bench
 (PR_SET_PDEATHSIG on Linux) and is stopped SIGTERM-then-SIGKILL. A sidecar gets a
 free port for every listener it serves and an explicit off for every one it does not,
-so no two sidecars of a run ever reach for a default address (data, admin, metrics).
+so no two sidecars of a run ever reach for a default address (data, admin, metrics,
+health).
 """
 
 from __future__ import annotations
@@ -155,16 +156,24 @@ def redis_server(data_dir: str, name: str | None = None) -> ServerProc:
 
 @dataclass(frozen=True, slots=True)
 class SidecarPorts:
-    """The listeners of one sidecar: data always, admin and /metrics when given a port."""
+    """The listeners of one sidecar: data always; admin, /metrics and the health-only
+    listener when given a port, switched off otherwise."""
 
     data: int
     admin: int | None = None
     metrics: int | None = None
+    health: int | None = None
 
     @classmethod
-    def free(cls, *, admin: bool = False, metrics: bool = False) -> SidecarPorts:
+    def free(
+        cls, *, admin: bool = False, metrics: bool = False, health: bool = False
+    ) -> SidecarPorts:
         """Free ports for the data plane and for each listener asked for."""
-        return cls(free_port(), free_port() if admin else None, free_port() if metrics else None)
+
+        def port(wanted: bool) -> int | None:
+            return free_port() if wanted else None
+
+        return cls(free_port(), port(admin), port(metrics), port(health))
 
     def flags(self) -> list[str]:
         """The listen flags; a listener without a port is switched off, never defaulted."""
@@ -176,11 +185,13 @@ class SidecarPorts:
             f"--listen=127.0.0.1:{self.data}",
             f"--admin-listen={addr(self.admin)}",
             f"--metrics-listen={addr(self.metrics)}",
+            f"--health-listen={addr(self.health)}",
         ]
 
     def all(self) -> tuple[int, ...]:
-        """Every port in use, data first, then admin, then metrics."""
-        return tuple(p for p in (self.data, self.admin, self.metrics) if p is not None)
+        """Every port in use: data, then admin, metrics and health (those that are on)."""
+        ports = (self.data, self.admin, self.metrics, self.health)
+        return tuple(p for p in ports if p is not None)
 
 
 @dataclass

@@ -66,13 +66,13 @@ def test_bench_sidecars_never_listen_on_a_default_address() -> None:
     specs = [
         SidecarSpec("plain"),
         SidecarSpec("admin", ports=SidecarPorts.free(admin=True)),
-        SidecarSpec("all", ports=SidecarPorts.free(admin=True, metrics=True)),
+        SidecarSpec("all", ports=SidecarPorts.free(admin=True, metrics=True, health=True)),
     ]
     seen: set[str] = set()
     for spec in specs:
         argv = spec.proc().argv
         config = config_from(argv[argv.index("serve") + 1 :], environ={})
-        addresses = [*config.server.listen, *config.admin.listen]
+        addresses = [*config.server.listen, *config.server.health_listen, *config.admin.listen]
         metrics = config.telemetry.metrics_listen
         addresses += [metrics] if metrics else []
         assert addresses, spec.name
@@ -80,7 +80,7 @@ def test_bench_sidecars_never_listen_on_a_default_address() -> None:
             assert addr.startswith("127.0.0.1:"), (spec.name, addr)
             assert addr not in seen, (spec.name, addr)
             seen.add(addr)
-    assert len(seen) == 1 + 2 + 3
+    assert len(seen) == 1 + 2 + 4
 
 
 def test_every_bench_has_a_smoke_run_in_ci() -> None:

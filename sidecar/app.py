@@ -178,8 +178,9 @@ def build_prewarmer(
     return Prewarmer(cache, keys, settings, model_server, hits)
 
 
-def build_kv(config: Config, stores: Stores) -> KvHotTier:
-    """The KV hot tier; its pool (and torch) comes with the first attachment."""
+def build_kv(config: Config, stores: Stores, pod: PodIdentity) -> KvHotTier:
+    """The KV hot tier; its pool (and torch) comes with the first attachment. It accepts
+    attachments of the pod's own model only, when the pod knows its fingerprint."""
     device, shm_dir = config.kv.device, config.kv.shm_dir
 
     def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
@@ -194,7 +195,13 @@ def build_kv(config: Config, stores: Stores) -> KvHotTier:
             key_prefix=config.redis.key_prefix,
             timeout_s=config.redis.write_timeout_ms / 1000,
         )
-    return KvHotTier(config.kv.to_settings(), make_pool, warm)
+    return KvHotTier(
+        config.kv.to_settings(),
+        make_pool,
+        warm,
+        pod_fingerprint=pod.model_version,
+        allow_foreign=pod.allow_foreign_store,
+    )
 
 
 @dataclass(slots=True)
@@ -291,7 +298,7 @@ async def build_app(
     register_metrics(telemetry.meter, cache.stats, usage.current)
     limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
     keys = KeyResolver(pod, limits)
-    kv = build_kv(config, stores) if config.kv.enabled else None
+    kv = build_kv(config, stores, pod) if config.kv.enabled else None
     if kv is not None:
         register_kv_metrics(telemetry.meter, kv.stats)
     reclaimer = Reclaimer(

@@ -1,4 +1,5 @@
-"""The KV hot tier: attachments, version binding, prefix lookups, allocation and leases.
+"""The KV hot tier: version binding, prefix lookups, allocation and leases (who is
+attached, and which version is current: kv/attachments.py).
 
 Version binding: every block key is the digest of (model fingerprint, adapter,
 KV layout, tenant, cache salt) followed by the client's block hash, so an
@@ -16,21 +17,14 @@ All state is mutated on the event loop; only pool creation runs on a thread.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import structlog
 
-from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, TierUnavailable
-from sidecar.kv.layout import (
-    MAX_HASH_BYTES,
-    BlockKey,
-    KvLayout,
-    request_scope,
-    version_scope,
-    version_tag,
-)
+from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from sidecar.kv.attachments import Attachments
+from sidecar.kv.layout import BlockKey, KvLayout, request_scope
 from sidecar.kv.movement import Demoted, KvStats, WarmMover
 from sidecar.kv.pins import LeaseRecord, LeaseTable
 from sidecar.kv.pool import SlotPool
@@ -41,6 +35,7 @@ from sidecar.kv.types import (
     LeaseView,
     PoolInfo,
     PrefixResult,
+    check_commit,
     check_hashes,
     check_text,
 )
@@ -67,7 +62,11 @@ class KvHotTier:
         warm: KvWarmStore | None = None,
         *,
         leases: LeaseTable | None = None,
+        pod_fingerprint: str = "",
+        allow_foreign: bool = False,
     ) -> None:
+        """`pod_fingerprint` and `allow_foreign`: which model fingerprints may attach
+        (see Attachments; "" = the pod's weights are unknown, any may)."""
         self.settings = settings
         self.stats = KvStats()
         self._factory = pool_factory
@@ -78,12 +77,14 @@ class KvHotTier:
         self._mover: WarmMover | None = None
         self._block_bytes: list[int] = []
         self._pool_lock = asyncio.Lock()
-        self._attachments: dict[str, Attachment] = {}
-        self.current: str | None = None
-        self.previous: str | None = None
+        self.attachments = Attachments(
+            settings.max_attachments,
+            self.stats,
+            pod_fingerprint=pod_fingerprint,
+            allow_foreign=allow_foreign,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._demotions: dict[str, asyncio.Task[None]] = {}
-        self._promotions: dict[BlockKey, asyncio.Task[int]] = {}
 
     @property
     def index(self) -> SlotIndex:
@@ -110,11 +111,11 @@ class KvHotTier:
         gpu_uuid: str = "",
         process_name: str = "",
     ) -> tuple[Attachment, PoolInfo]:
-        """Register a model process; a new fingerprint switches the current version."""
-        check_text("model_fingerprint", fingerprint, required=True)
-        check_text("adapter_fingerprint", adapter, required=False)
-        check_text("gpu_uuid", gpu_uuid, required=False)
-        check_text("process_name", process_name, required=False)
+        """Register a model process; a new fingerprint switches the current version.
+
+        FailedPrecondition for weights other than the pod's (see Attachments), before
+        any pool exists."""
+        self.attachments.check_request(fingerprint, adapter, gpu_uuid, process_name)
         pool = await self._ensure_pool(layout)
         if layout.block_bytes > pool.slot_bytes:
             raise FailedPrecondition(
@@ -123,21 +124,12 @@ class KvHotTier:
             )
         location = pool.export(gpu_uuid)
         self._sweep()
-        if len(self._attachments) >= self.settings.max_attachments:
-            self._prune_attachments()
-        version = version_tag(fingerprint)
-        attachment = Attachment(
-            secrets.token_hex(16),
-            fingerprint,
-            adapter,
-            layout,
-            version_scope(fingerprint, adapter, layout),
-            version,
-            process_name,
+        attachment = self.attachments.create(
+            fingerprint, adapter, layout, process_name, self.leases.holders()
         )
-        if version != self.current:
-            self._switch_version(version, fingerprint)
-        self._attachments[attachment.attachment_id] = attachment
+        if attachment.version != self.attachments.current:
+            self._switch_version(attachment.version, fingerprint)
+        self.attachments.add(attachment)
         log.info(
             "kv_attached",
             attachment=attachment.attachment_id,
@@ -169,29 +161,15 @@ class KvHotTier:
                         self._warm,
                         ttl_ms=self.settings.warm_ttl_s * 1000,
                         stats=self.stats,
-                        is_current=lambda v: v == self.current,
+                        is_current=lambda v: v == self.attachments.current,
                         block_bytes=self._block_bytes,
                     )
                 self._pool = pool
                 log.info("kv_pool_created", slots=num_slots, slot_bytes=slot_bytes)
             return self._pool
 
-    def _prune_attachments(self) -> None:
-        busy = self.leases.holders()
-        for aid, a in list(self._attachments.items()):
-            if a.superseded and aid not in busy:
-                del self._attachments[aid]
-        if len(self._attachments) >= self.settings.max_attachments:
-            raise ResourceExhausted(
-                f"{self.settings.max_attachments} KV attachments are live; detach unused ones"
-            )
-
     def _switch_version(self, version: str, fingerprint: str) -> None:
-        old = self.current
-        self.current, self.previous = version, old
-        for a in self._attachments.values():
-            if a.version != version:
-                a.superseded = True
+        old = self.attachments.make_current(version)
         index = self.index
         if old is not None:
             # Unpublish the old version now (a lookup can no longer find it); an internal
@@ -228,26 +206,13 @@ class KvHotTier:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _attachment(self, attachment_id: str, *, live: bool = True) -> Attachment:
-        a = self._attachments.get(attachment_id)
-        if a is None:
-            raise FailedPrecondition(
-                f"unknown KV attachment {attachment_id[:40]!r}; call AttachHotTier"
-            )
-        if live and a.superseded:
-            raise FailedPrecondition(
-                f"KV attachment for model {a.fingerprint[:64]!r} was superseded by a newer "
-                "model version; re-attach with the fingerprint of the weights now loaded"
-            )
-        return a
-
     async def detach(self, attachment_id: str) -> int:
         """End an attachment, releasing its leases; returns the slots unpinned."""
-        self._attachment(attachment_id, live=False)
+        self.attachments.get(attachment_id, live=False)
         released = 0
         for record in self.leases.of_attachment(attachment_id):
             released += self._drop_lease(record)
-        del self._attachments[attachment_id]
+        self.attachments.remove(attachment_id)
         return released
 
     # -- leases --------------------------------------------------------------------
@@ -275,13 +240,13 @@ class KvHotTier:
     async def release(self, attachment_id: str, lease_id: str) -> int:
         """Unpin every slot of a lease; returns how many pins were dropped."""
         self._sweep()
-        self._attachment(attachment_id, live=False)
+        self.attachments.get(attachment_id, live=False)
         return self._drop_lease(self.leases.get(lease_id, attachment_id))
 
     async def renew(self, attachment_id: str, lease_id: str, ttl_ms: int) -> LeaseView:
         """Extend a lease."""
         self._sweep()
-        self._attachment(attachment_id)
+        self.attachments.get(attachment_id)
         record = self.leases.get(lease_id, attachment_id)
         self.leases.renew(record, self._ttl(ttl_ms))
         return self._view(record)
@@ -300,7 +265,7 @@ class KvHotTier:
     ) -> PrefixResult:
         """The longest cached prefix of a hash chain, pinned under a new lease."""
         self._sweep()
-        a = self._attachment(attachment_id)
+        a = self.attachments.get(attachment_id)
         check_text("tenant", tenant, required=True)
         check_text("cache_salt", cache_salt, required=False)
         if len(hashes) > self.settings.max_chain_blocks:
@@ -322,7 +287,9 @@ class KvHotTier:
         if missing and not hot_only and self._mover is not None and index.available:
             start = len(slots)
             keys = [BlockKey(prefix + h) for h in hashes[start : start + MAX_PROMOTE_BLOCKS]]
-            retry_later = await self._await_promotion(a, keys)
+            retry_later = await self._mover.promote_within(
+                a.version, keys, a.layout.block_bytes, self.settings.promote_timeout_ms / 1000
+            )
             # Pinned slots stayed put during the wait; the rest is walked again.
             if not a.superseded:
                 more = index.walk(prefix, hashes, start)
@@ -349,37 +316,12 @@ class KvHotTier:
         record.pins.extend(slots)
         return record
 
-    async def _await_promotion(self, a: Attachment, keys: list[BlockKey]) -> bool:
-        """Promote warm blocks within the time bound; True when it did not finish in time."""
-        assert self._mover is not None
-        task = self._promotions.get(keys[0])
-        if task is None:
-            task = asyncio.create_task(self._mover.promote(a.version, keys, a.layout.block_bytes))
-            self._promotions[keys[0]] = task
-            first = keys[0]
-            task.add_done_callback(lambda _t: self._promotions.pop(first, None))
-            task.add_done_callback(self._promotion_done)
-        try:
-            async with asyncio.timeout(self.settings.promote_timeout_ms / 1000):
-                await asyncio.shield(task)
-        except TimeoutError:
-            self.stats.retry_later += 1
-            return True
-        except TierUnavailable:
-            return False
-        return False
-
-    def _promotion_done(self, task: asyncio.Task[int]) -> None:
-        if not task.cancelled() and isinstance(task.exception(), TierUnavailable):
-            self.stats.warm_failures += 1
-            log.warning("kv_promote_failed", error=str(task.exception()))
-
     async def allocate(
         self, attachment_id: str, count: int, *, lease_id: str = "", lease_ttl_ms: int = 0
     ) -> tuple[list[int], LeaseView]:
         """Reserve `count` slots under a lease (all or nothing)."""
         self._sweep()
-        a = self._attachment(attachment_id)
+        a = self.attachments.get(attachment_id)
         index = self.index
         if not 0 < count <= min(index.num_slots, self.settings.max_chain_blocks):
             raise InvalidArgument(
@@ -391,7 +333,7 @@ class KvHotTier:
             if pending:
                 await asyncio.wait(pending, timeout=DEMOTION_WAIT_S)
             self._sweep()
-            a = self._attachment(attachment_id)
+            a = self.attachments.get(attachment_id)
         record = self.leases.get(lease_id, attachment_id) if lease_id else None
         slots = index.allocate(count)
         if record is None:
@@ -416,22 +358,11 @@ class KvHotTier:
     ) -> list[bool]:
         """Publish allocated slots under their hashes; per block True if already cached."""
         self._sweep()
-        a = self._attachment(attachment_id)
+        a = self.attachments.get(attachment_id)
         record = self.leases.get(lease_id, attachment_id)
         check_text("tenant", tenant, required=True)
         check_text("cache_salt", cache_salt, required=False)
-        seen: set[int] = set()
-        for i, (slot, h) in enumerate(blocks):
-            if slot not in record.allocated or slot in seen:
-                raise InvalidArgument(
-                    f"blocks[{i}].slot_id",
-                    f"slot {slot} is not an uncommitted slot allocated under this lease",
-                )
-            seen.add(slot)
-            if not 0 < len(h) <= MAX_HASH_BYTES:
-                raise InvalidArgument(
-                    f"blocks[{i}].block_hash", f"must be 1..{MAX_HASH_BYTES} bytes"
-                )
+        check_commit(blocks, record.allocated)
         prefix = request_scope(a.scope, tenant, cache_salt)
         index = self.index
         already: list[bool] = []
@@ -454,9 +385,10 @@ class KvHotTier:
 
     async def close(self) -> None:
         """Stop background work and release the pool."""
-        for task in [*self._tasks, *self._promotions.values()]:
+        tasks = [*self._tasks, *(self._mover.promotions() if self._mover is not None else ())]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._promotions.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._pool is not None:
             self._pool.close()
             self._pool = None

@@ -42,6 +42,7 @@ class KvStats:
     corrupt_warm_values: int = 0
     committed_blocks: int = 0
     expired_leases: int = 0
+    foreign_attachments_refused: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ class WarmMover:
         self._stats = stats
         self._is_current = is_current
         self._block_bytes = block_bytes
+        self._promotions: dict[BlockKey, asyncio.Task[int]] = {}
 
     def _encode(self, batch: Sequence[Demoted]) -> list[tuple[BlockKey, bytes]]:
         """Copy slots out and encode them (on a worker thread: the slots are pinned)."""
@@ -139,6 +141,38 @@ class WarmMover:
         except TierUnavailable as exc:
             self._stats.warm_failures += 1
             log.warning("kv_drop_failed", error=str(exc))
+
+    async def promote_within(
+        self, version: str, keys: list[BlockKey], nbytes: int, timeout_s: float
+    ) -> bool:
+        """Promote `keys` (see promote), waiting at most `timeout_s`; True when it did not
+        finish in time (it goes on in the background, so the next lookup finds the
+        blocks hot). Concurrent lookups of a chain starting with the same key share one."""
+        task = self._promotions.get(keys[0])
+        if task is None:
+            task = asyncio.create_task(self.promote(version, keys, nbytes))
+            self._promotions[keys[0]] = task
+            first = keys[0]
+            task.add_done_callback(lambda _t: self._promotions.pop(first, None))
+            task.add_done_callback(self._promotion_done)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(task)
+        except TimeoutError:
+            self._stats.retry_later += 1
+            return True
+        except TierUnavailable:
+            return False
+        return False
+
+    def _promotion_done(self, task: asyncio.Task[int]) -> None:
+        if not task.cancelled() and isinstance(task.exception(), TierUnavailable):
+            self._stats.warm_failures += 1
+            log.warning("kv_promote_failed", error=str(task.exception()))
+
+    def promotions(self) -> list[asyncio.Task[int]]:
+        """The promotions in flight (shutdown cancels them)."""
+        return list(self._promotions.values())
 
     async def promote(self, version: str, keys: Sequence[BlockKey], nbytes: int) -> int:
         """Copy the leading run of warm hits among keys into slots (published, unpinned).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from sidecar.errors import InvalidArgument
@@ -88,3 +88,18 @@ def check_hashes(field: str, hashes: Sequence[bytes]) -> None:
     for i, h in enumerate(hashes):
         if not 0 < len(h) <= MAX_HASH_BYTES:
             raise InvalidArgument(f"{field}[{i}]", f"must be 1..{MAX_HASH_BYTES} bytes")
+
+
+def check_commit(blocks: Sequence[tuple[int, bytes]], allocated: Set[int]) -> None:
+    """Each (slot, hash) to commit: a distinct slot still `allocated` (uncommitted) under
+    the lease, and a hash of 1..MAX_HASH_BYTES bytes."""
+    seen: set[int] = set()
+    for i, (slot, h) in enumerate(blocks):
+        if slot not in allocated or slot in seen:
+            raise InvalidArgument(
+                f"blocks[{i}].slot_id",
+                f"slot {slot} is not an uncommitted slot allocated under this lease",
+            )
+        seen.add(slot)
+        if not 0 < len(h) <= MAX_HASH_BYTES:
+            raise InvalidArgument(f"blocks[{i}].block_hash", f"must be 1..{MAX_HASH_BYTES} bytes")

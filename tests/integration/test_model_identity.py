@@ -10,6 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 from infercache.v1 import cache_pb2 as pb
+from infercache.v1 import kv_pb2 as kv_pb
+from infercache.v1 import kv_pb2_grpc
 from infercache_client import AsyncCacheClient, make_key
 
 from sidecar.app import identify_pod
@@ -113,6 +115,52 @@ async def test_foreign_store_allowed_by_setting(model_dirs: tuple[Path, Path]) -
         miss = await client.lookup(key)
         stored = await client.store(key, b"answer", lease=miss.lease)
         assert stored.outcome == pb.STORE_OUTCOME_STORED
+
+
+@pytest.mark.parametrize("allow_foreign", [False, True])
+async def test_kv_attach_with_other_weights_is_refused_unless_allowed(
+    model_dirs: tuple[Path, Path], allow_foreign: bool
+) -> None:
+    """A KV attachment whose model_fingerprint is not the pod's fails FAILED_PRECONDITION
+    (and is counted) unless INFERCACHE_ALLOW_FOREIGN_MODEL_STORE is set; the pod's own
+    fingerprint always attaches."""
+    pytest.importorskip("torch")
+    model, _ = model_dirs
+    config = load_config(
+        {},
+        {
+            "listen": "127.0.0.1:0",
+            "admin_listen": "",
+            "metrics_listen": "",
+            "uvloop": "false",
+            "model_path": str(model),
+            "kv_pool_bytes": "4KiB",
+            "allow_foreign_model_store": str(allow_foreign).lower(),
+        },
+    )
+    pod = await identify_pod(config)
+    running = await start_server(config, pod)
+    layout = kv_pb.KvLayout(
+        num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=2, dtype=kv_pb.KV_DTYPE_FLOAT16
+    )
+    try:
+        assert running.kv is not None
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.ports[0]}") as channel:
+            stub = kv_pb2_grpc.KvCacheServiceStub(channel)
+            other = kv_pb.AttachHotTierRequest(model_fingerprint="fp1-other", layout=layout)
+            if allow_foreign:
+                assert (await stub.AttachHotTier(other, timeout=60)).attachment_id
+            else:
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await stub.AttachHotTier(other, timeout=60)
+                assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert "fp1-other" in (err.value.details() or "")
+                assert pod.model_version in (err.value.details() or "")
+            own = kv_pb.AttachHotTierRequest(model_fingerprint=pod.model_version, layout=layout)
+            assert (await stub.AttachHotTier(own, timeout=60)).attachment_id
+        assert running.kv.stats.foreign_attachments_refused == (0 if allow_foreign else 1)
+    finally:
+        await running.stop(0)
 
 
 def test_unreadable_model_path_stops_the_start(tmp_path: Path) -> None:

@@ -29,7 +29,15 @@ class Clock:
 
 
 class Setup:
-    def __init__(self, slots: int = 4, warm: bool = True, **settings: Any) -> None:
+    def __init__(
+        self,
+        slots: int = 4,
+        warm: bool = True,
+        *,
+        pod_fingerprint: str = "",
+        allow_foreign: bool = False,
+        **settings: Any,
+    ) -> None:
         self.clock = Clock()
         self.pools: list[MemorySlotPool] = []
         self.warm = MemoryKvWarmStore() if warm else None
@@ -38,6 +46,8 @@ class Setup:
             self._pool,
             self.warm,
             leases=LeaseTable(1000, clock=self.clock),
+            pod_fingerprint=pod_fingerprint,
+            allow_foreign=allow_foreign,
         )
 
     def _pool(self, n: int, size: int) -> MemorySlotPool:
@@ -68,6 +78,30 @@ def pattern(h: bytes) -> bytes:
 
 
 CHAIN = [b"h0", b"h1", b"h2"]
+
+
+async def test_attach_with_other_weights_than_the_pods_is_refused_before_any_pool() -> None:
+    """When the pod knows its fingerprint, another one fails FailedPrecondition (counted)
+    and creates no pool; the pod's own attaches."""
+    s = Setup(pod_fingerprint="fp-pod")
+    with pytest.raises(FailedPrecondition, match=r"fp-other.*fp-pod"):
+        await s.tier.attach("fp-other", "", LAYOUT)
+    assert s.pools == []
+    assert s.tier.stats.foreign_attachments_refused == 1
+    aid = await s.attach("fp-pod")
+    assert await s.put(aid, CHAIN[:1])
+
+
+async def test_attach_with_other_weights_is_accepted_when_allowed_or_pod_unknown() -> None:
+    """allow_foreign (INFERCACHE_ALLOW_FOREIGN_MODEL_STORE), or a pod that knows no
+    fingerprint, accepts any fingerprint; it becomes the current version as usual."""
+    for s in (Setup(pod_fingerprint="fp-pod", allow_foreign=True), Setup()):
+        first = await s.attach("fp-other")
+        assert s.tier.attachments.current == version_tag("fp-other")
+        await s.attach("fp-pod")
+        with pytest.raises(FailedPrecondition, match="superseded"):
+            await s.tier.allocate(first, 1)
+        assert s.tier.stats.foreign_attachments_refused == 0
 
 
 async def test_commit_then_lookup_returns_the_prefix_pinned() -> None:

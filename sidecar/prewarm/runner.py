@@ -1,5 +1,6 @@
 """Runs a prewarm: check the model server, then for each request look it up, call
-the model server on a MISS, and store the answer through ResultCache.store.
+the model server on a MISS, and store the answer through ResultCache.store
+(one request: prewarm/item.py).
 
 Per request, in order:
   - the key is built for the pod's model (a request naming other weights is skipped);
@@ -25,22 +26,13 @@ from typing import Any
 import structlog
 
 from sidecar.config import PrewarmConfig
-from sidecar.entries import ComputeCost
-from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
+from sidecar.errors import FailedPrecondition, InvalidArgument
 from sidecar.identity import KeyResolver
-from sidecar.keys import CacheKey, KeyRequest
 from sidecar.prewarm import records
 from sidecar.prewarm.hits import HitStore
-from sidecar.prewarm.openai import (
-    BadAnswer,
-    NotReplayable,
-    PayloadFormat,
-    parse_answer,
-    upstream_call,
-)
+from sidecar.prewarm.item import ItemWarmer, failed
+from sidecar.prewarm.openai import PayloadFormat
 from sidecar.prewarm.progress import (
-    ItemOutcome,
-    ItemReport,
     PrewarmItem,
     Progress,
     RunOptions,
@@ -48,15 +40,12 @@ from sidecar.prewarm.progress import (
     Tally,
 )
 from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
-from sidecar.results.cache import LookupQuery, LookupResult, Outcome, ResultCache, StoreStatus
+from sidecar.results.cache import ResultCache
 
 log = structlog.get_logger("infercache.prewarm")
 
 # Progress messages are sent at most this often (plus the final one).
 _UPDATE_INTERVAL_S = 0.1
-# A degraded lookup or a failed write is tried again after these pauses (the Redis
-# circuit pauses calls for 50 ms to 1 s after a failure).
-_RETRY_PAUSES_S = (0.1, 0.3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,14 +69,6 @@ class PrewarmSettings:
             max_requests=prewarm.max_requests,
             payload_format=PayloadFormat(prewarm.payload),
         )
-
-
-def _skip(index: int, reason: str, detail: str = "", digest: bytes = b"") -> ItemReport:
-    return ItemReport(index, ItemOutcome.SKIPPED, reason, detail, digest)
-
-
-def _fail(index: int, reason: str, detail: str = "", digest: bytes = b"") -> ItemReport:
-    return ItemReport(index, ItemOutcome.FAILED, reason, detail, digest)
 
 
 class Prewarmer:
@@ -189,7 +170,6 @@ class PrewarmRun:
         self._changed = asyncio.Event()
         self._started = time.monotonic()
         self._task: asyncio.Task[None] | None = None
-        self._served: set[str] = set()
 
     def start(self) -> None:
         """Start the run's task; FailedPrecondition if another run is going."""
@@ -263,19 +243,27 @@ class PrewarmRun:
         self._changed.set()
 
     async def _main(self, server: ModelServer) -> None:
-        settings = self._owner.settings
+        owner, settings = self._owner, self._owner.settings
         try:
-            self._served = set(await server.served_models())
+            served = set(await server.served_models())
         except UpstreamFailure as exc:
             self._fail_all(f"model server at {settings.base_url} did not list its models: {exc}")
             return
-        if settings.model not in self._served:
-            served = sorted(self._served)[:10]
+        if settings.model not in served:
+            listed = sorted(served)[:10]
             self._fail_all(
-                f"model server at {settings.base_url} serves {served}, not {settings.model!r} "
+                f"model server at {settings.base_url} serves {listed}, not {settings.model!r} "
                 "(INFERCACHE_MODEL_SERVER_MODEL)"
             )
             return
+        warmer = ItemWarmer(
+            owner.cache,
+            owner.keys,
+            model=settings.model,
+            payload_format=settings.payload_format,
+            ttl_s=self._options.ttl_s,
+            served=served,
+        )
         log.info(
             "prewarm_started",
             total=len(self._items),
@@ -285,7 +273,7 @@ class PrewarmRun:
         budget_blown = asyncio.Event()
         queue = iter(enumerate(self._items))
         workers = [
-            asyncio.create_task(self._worker(server, queue, budget_blown))
+            asyncio.create_task(self._worker(warmer, server, queue, budget_blown))
             for _ in range(self._concurrency)
         ]
         everything: asyncio.Future[list[None]] = asyncio.gather(*workers)
@@ -307,12 +295,13 @@ class PrewarmRun:
     def _fail_all(self, error: str) -> None:
         log.warning("prewarm_model_server_check_failed", error=error)
         for i in range(len(self._items)):
-            self._tally.add(_fail(i, "model_server_check"))
+            self._tally.add(failed(i, "model_server_check"))
         self._tally.reports.clear()  # one error says it; no per-item noise
         self._finish(RunState.FAILED, error)
 
     async def _worker(
         self,
+        warmer: ItemWarmer,
         server: ModelServer,
         queue: Iterator[tuple[int, PrewarmItem]],
         budget_blown: asyncio.Event,
@@ -320,102 +309,9 @@ class PrewarmRun:
         # Workers share one iterator: each takes the next request when it is free.
         limit = self._options.max_failures
         for index, item in queue:
-            report = await self._one(server, index, item)
+            report = await warmer.warm(server, index, item)
             self._tally.add(report)
             self._changed.set()
             if limit is not None and self._tally.failed.total() > limit:
                 budget_blown.set()
                 return
-
-    async def _one(self, server: ModelServer, index: int, item: PrewarmItem) -> ItemReport | None:
-        """Process one request; None when its answer was stored."""
-        if item.request is None:
-            return _skip(index, item.skip_reason, item.detail)
-        owner = self._owner
-        prepared = self._prepare(index, item.request)
-        if isinstance(prepared, ItemReport):
-            return prepared
-        key, req, model = prepared
-        digest = bytes(key.digest)
-        try:
-            call = upstream_call(req, model, owner.settings.payload_format)
-        except NotReplayable as exc:
-            return _skip(index, exc.reason, exc.detail, digest)
-        found = await self._lookup(key)
-        if found.outcome is Outcome.HIT:
-            return _skip(index, "already_cached", digest=digest)
-        if found.outcome is Outcome.BYPASS:
-            detail = found.bypass.detail if found.bypass is not None else ""
-            return _skip(index, "policy_bypass", detail, digest)
-        if found.degraded:
-            return _fail(index, "cache_unavailable", "the warm tier did not answer", digest)
-        # Without the single-flight hold (another caller computes it, or the holder key
-        # could not be written in time) it is computed anyway: both results are
-        # equivalent, and a skipped key would stay cold if that caller never stores.
-        started = time.monotonic()
-        try:
-            body = await server.complete(call)
-            answer = parse_answer(call, model, body, owner.settings.payload_format)
-        except (UpstreamFailure, BadAnswer) as exc:
-            return _fail(index, exc.reason, exc.detail, digest)
-        cost = ComputeCost(
-            int((time.monotonic() - started) * 1000),
-            answer.prompt_tokens,
-            answer.completion_tokens,
-        )
-        try:
-            # ResultCache.store refuses a key of weights this pod does not run.
-            for pause in (*_RETRY_PAUSES_S, None):
-                stored = await owner.cache.store(
-                    key, answer.payload, self._options.ttl_s, cost, lease_token=found.lease
-                )
-                if stored.status is not StoreStatus.WRITE_FAILED or pause is None:
-                    break
-                await asyncio.sleep(pause)
-        except InfercacheError as exc:
-            return _fail(index, "store_refused", str(exc), digest)
-        if stored.status is StoreStatus.STORED:
-            return None
-        if stored.status is StoreStatus.WRITE_FAILED:
-            return _fail(index, "write_failed", "the warm tier refused the write", digest)
-        if stored.status is StoreStatus.STALE_LEASE:
-            return _skip(index, "invalidated_meanwhile", "an invalidation matched it", digest)
-        detail = stored.bypass.detail if stored.bypass is not None else "the store was bypassed"
-        return _skip(index, "policy_bypass", detail, digest)
-
-    async def _lookup(self, key: CacheKey) -> LookupResult:
-        """A Lookup that tries again when the warm tier did not answer in time.
-
-        The lookup deadline is tuned for request latency; prewarm is a batch job that
-        would rather wait a little than compute an answer it may not be able to store.
-        """
-        for pause in (*_RETRY_PAUSES_S, None):
-            found = await self._owner.cache.lookup(LookupQuery(key))
-            if not found.degraded or pause is None:
-                return found
-            await asyncio.sleep(pause)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _prepare(
-        self, index: int, req: KeyRequest
-    ) -> tuple[CacheKey, KeyRequest, str] | ItemReport:
-        """The key under the pod's model, the request to send and the upstream model name."""
-        pod = self._owner.pod
-        if req.model_version and req.model_version != pod.model_version:
-            return _skip(
-                index,
-                "other_model_version",
-                f"names {req.model_version[:80]!r}, the pod runs {pod.model_version}",
-            )
-        model = self._owner.settings.model
-        if req.adapter_version:
-            name = pod.adapter_name(req.adapter_version)
-            if name is None or name not in self._served:
-                return _skip(index, "adapter_not_served", f"adapter {req.adapter_version[:80]!r}")
-            model = name
-        try:
-            # The resolver keys a named adapter (by name or fingerprint) by its fingerprint.
-            key = self._owner.keys.resolve(req)
-        except InvalidArgument as exc:
-            return _fail(index, "invalid_request", str(exc))
-        return key, req, model

@@ -1,0 +1,157 @@
+"""Prewarm of one request: key it for the pod's model, look it up, call the model server
+on a MISS, and store the answer with the MISS's lease.
+
+Every outcome is an ItemReport (skipped or failed, with a machine-readable reason),
+or None when the answer was stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Set
+
+from sidecar.entries import ComputeCost
+from sidecar.errors import InfercacheError, InvalidArgument
+from sidecar.identity import KeyResolver
+from sidecar.keys import CacheKey, KeyRequest
+from sidecar.prewarm.openai import (
+    BadAnswer,
+    NotReplayable,
+    PayloadFormat,
+    parse_answer,
+    upstream_call,
+)
+from sidecar.prewarm.progress import ItemOutcome, ItemReport, PrewarmItem
+from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
+from sidecar.results.cache import ResultCache
+from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
+
+# A degraded lookup or a failed write is tried again after these pauses (the Redis
+# circuit pauses calls for 50 ms to 1 s after a failure).
+RETRY_PAUSES_S = (0.1, 0.3)
+
+
+def skipped(index: int, reason: str, detail: str = "", digest: bytes = b"") -> ItemReport:
+    """The report of a request that was not computed (nothing wrong with the run)."""
+    return ItemReport(index, ItemOutcome.SKIPPED, reason, detail, digest)
+
+
+def failed(index: int, reason: str, detail: str = "", digest: bytes = b"") -> ItemReport:
+    """The report of a request that should have been stored and was not."""
+    return ItemReport(index, ItemOutcome.FAILED, reason, detail, digest)
+
+
+class ItemWarmer:
+    """Warms the requests of one run, one call per request (the run's workers share it)."""
+
+    def __init__(
+        self,
+        cache: ResultCache,
+        keys: KeyResolver,
+        *,
+        model: str,
+        payload_format: PayloadFormat,
+        ttl_s: int,
+        served: Set[str],
+    ) -> None:
+        """`model`: the served model name; `served`: every name the model server lists
+        (an adapter's name among them means it serves that adapter)."""
+        self._cache = cache
+        self._keys = keys
+        self._model = model
+        self._format = payload_format
+        self._ttl_s = ttl_s
+        self._served = served
+
+    async def warm(self, server: ModelServer, index: int, item: PrewarmItem) -> ItemReport | None:
+        """Process one request; None when its answer was stored."""
+        if item.request is None:
+            return skipped(index, item.skip_reason, item.detail)
+        prepared = self._prepare(index, item.request)
+        if isinstance(prepared, ItemReport):
+            return prepared
+        key, req, model = prepared
+        digest = bytes(key.digest)
+        try:
+            call = upstream_call(req, model, self._format)
+        except NotReplayable as exc:
+            return skipped(index, exc.reason, exc.detail, digest)
+        found = await self._lookup(key)
+        if found.outcome is Outcome.HIT:
+            return skipped(index, "already_cached", digest=digest)
+        if found.outcome is Outcome.BYPASS:
+            detail = found.bypass.detail if found.bypass is not None else ""
+            return skipped(index, "policy_bypass", detail, digest)
+        if found.degraded:
+            return failed(index, "cache_unavailable", "the warm tier did not answer", digest)
+        # Without the single-flight hold (another caller computes it, or the holder key
+        # could not be written in time) it is computed anyway: both results are
+        # equivalent, and a skipped key would stay cold if that caller never stores.
+        started = time.monotonic()
+        try:
+            body = await server.complete(call)
+            answer = parse_answer(call, model, body, self._format)
+        except (UpstreamFailure, BadAnswer) as exc:
+            return failed(index, exc.reason, exc.detail, digest)
+        cost = ComputeCost(
+            int((time.monotonic() - started) * 1000),
+            answer.prompt_tokens,
+            answer.completion_tokens,
+        )
+        try:
+            # ResultCache.store refuses a key of weights this pod does not run.
+            for pause in (*RETRY_PAUSES_S, None):
+                stored = await self._cache.store(
+                    key, answer.payload, self._ttl_s, cost, lease_token=found.lease
+                )
+                if stored.status is not StoreStatus.WRITE_FAILED or pause is None:
+                    break
+                await asyncio.sleep(pause)
+        except InfercacheError as exc:
+            return failed(index, "store_refused", str(exc), digest)
+        if stored.status is StoreStatus.STORED:
+            return None
+        if stored.status is StoreStatus.WRITE_FAILED:
+            return failed(index, "write_failed", "the warm tier refused the write", digest)
+        if stored.status is StoreStatus.STALE_LEASE:
+            return skipped(index, "invalidated_meanwhile", "an invalidation matched it", digest)
+        detail = stored.bypass.detail if stored.bypass is not None else "the store was bypassed"
+        return skipped(index, "policy_bypass", detail, digest)
+
+    async def _lookup(self, key: CacheKey) -> LookupResult:
+        """A Lookup that tries again when the warm tier did not answer in time.
+
+        The lookup deadline is tuned for request latency; prewarm is a batch job that
+        would rather wait a little than compute an answer it may not be able to store.
+        """
+        for pause in (*RETRY_PAUSES_S, None):
+            found = await self._cache.lookup(LookupQuery(key))
+            if not found.degraded or pause is None:
+                return found
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _prepare(
+        self, index: int, req: KeyRequest
+    ) -> tuple[CacheKey, KeyRequest, str] | ItemReport:
+        """The key under the pod's model, the request to send and the upstream model name."""
+        pod = self._keys.pod
+        if req.model_version and req.model_version != pod.model_version:
+            return skipped(
+                index,
+                "other_model_version",
+                f"names {req.model_version[:80]!r}, the pod runs {pod.model_version}",
+            )
+        model = self._model
+        if req.adapter_version:
+            name = pod.adapter_name(req.adapter_version)
+            if name is None or name not in self._served:
+                return skipped(index, "adapter_not_served", f"adapter {req.adapter_version[:80]!r}")
+            model = name
+        try:
+            # The resolver keys a named adapter (by name or fingerprint) by its fingerprint.
+            key = self._keys.resolve(req)
+        except InvalidArgument as exc:
+            return failed(index, "invalid_request", str(exc))
+        return key, req, model

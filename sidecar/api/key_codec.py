@@ -54,35 +54,43 @@ def _opt(msg: Any, name: str) -> Any:
     return getattr(msg, name) if msg.HasField(name) else None
 
 
+def _format_from_pb(f: PB2.ResponseFormat) -> ResponseFormat:
+    try:
+        fmt_type = FormatType(f.type)
+    except ValueError as exc:  # proto3 enums are open: a newer client may send more
+        raise InvalidArgument(
+            "key.sampling.response_format.type", f"{f.type} is not a known format type"
+        ) from exc
+    return ResponseFormat(
+        fmt_type, f.schema, _opt(f, "name"), _opt(f, "strict"), _opt(f, "description")
+    )
+
+
+def _guided_from_pb(g: PB2.GuidedDecoding) -> GuidedDecoding:
+    return GuidedDecoding(choice=tuple(g.choice), **_present(g, _GUIDED_OPTIONAL))
+
+
+_SAMPLING_SCALARS = frozenset(_SAMPLING_OPTIONAL)
+_SAMPLING_SEQUENCES = frozenset(("stop", "stop_token_ids", "bad_words", "allowed_token_ids"))
+
+
 def sampling_from_pb(s: PB2.SamplingParams) -> Sampling:
     """Unset optional fields stay None: unset is a value of its own in the key."""
-    fmt = None
-    if s.HasField("response_format"):
-        f = s.response_format
-        try:
-            fmt_type = FormatType(f.type)
-        except ValueError as exc:  # proto3 enums are open: a newer client may send more
-            raise InvalidArgument(
-                "key.sampling.response_format.type", f"{f.type} is not a known format type"
-            ) from exc
-        fmt = ResponseFormat(
-            fmt_type, f.schema, _opt(f, "name"), _opt(f, "strict"), _opt(f, "description")
-        )
-    guided = None
-    if s.HasField("guided"):
-        guided = GuidedDecoding(
-            choice=tuple(s.guided.choice), **_present(s.guided, _GUIDED_OPTIONAL)
-        )
-    return Sampling(
-        stop=tuple(s.stop),
-        stop_token_ids=tuple(s.stop_token_ids),
-        response_format=fmt,
-        logit_bias=dict(s.logit_bias),
-        bad_words=tuple(s.bad_words),
-        allowed_token_ids=tuple(s.allowed_token_ids),
-        guided=guided,
-        **_present(s, _SAMPLING_OPTIONAL),
-    )
+    # ListFields yields only the fields that are set: a typical request sets a few of ~30.
+    values: dict[str, Any] = {}
+    for fd, value in s.ListFields():
+        name = fd.name
+        if name in _SAMPLING_SCALARS:
+            values[name] = value
+        elif name in _SAMPLING_SEQUENCES:
+            values[name] = tuple(value)
+        elif name == "logit_bias":
+            values[name] = dict(value)
+        elif name == "response_format":
+            values[name] = _format_from_pb(value)
+        elif name == "guided":
+            values[name] = _guided_from_pb(value)
+    return Sampling(**values)
 
 
 def _part(p: PB2.ContentPart, path: str) -> ContentPart:

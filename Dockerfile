@@ -12,10 +12,11 @@ ARG BASE=docker.io/library/python:3.11-slim-bookworm
 
 FROM ${BASE} AS build
 ARG KV=false
-# KV=true only: the torch requirement and the index it comes from. The default index
-# serves CPU wheels (~200 MB); a public PyPI torch is the CUDA build (several GB).
+# KV=true only: the torch requirement and pip's arguments for it. The default index
+# serves CPU wheels (~200 MB); a public PyPI torch is the CUDA build (several GB):
+# --build-arg TORCH_PIP_ARGS= (empty) takes that one, --find-links DIR_OR_URL a local wheel.
 ARG TORCH=torch==2.13.0
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
@@ -28,8 +29,9 @@ RUN --mount=type=secret,id=cacert \
     if [ -s /run/secrets/cacert ]; then export PIP_CERT=/run/secrets/cacert; fi; \
     python3 -m venv /opt/infercache; \
     /opt/infercache/bin/pip install --quiet ./clients/python .; \
+    # TORCH_PIP_ARGS unquoted on purpose: it holds several arguments.
     if [ "$KV" = true ]; then \
-        /opt/infercache/bin/pip install --quiet --index-url "$TORCH_INDEX_URL" "$TORCH"; \
+        /opt/infercache/bin/pip install --quiet $TORCH_PIP_ARGS "$TORCH"; \
     fi; \
     # pip, setuptools and bytecode caches are build leftovers, not part of the runtime.
     /opt/infercache/bin/pip uninstall --quiet --yes pip setuptools; \

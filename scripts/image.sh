@@ -3,7 +3,8 @@
 #
 #   scripts/image.sh tools               install podman, buildah, debootstrap, runc if missing
 #   scripts/image.sh base                the local Debian bookworm base (debootstrap), cached
-#   scripts/image.sh build IMAGE [BASE]  podman build (chroot isolation, host network)
+#   scripts/image.sh build IMAGE [BASE]  podman build (chroot isolation, host network);
+#                                        KV=true and TORCH_PIP_ARGS=... pass through
 #   scripts/image.sh smoke IMAGE         run the image's entrypoint, check it (image_smoke.py)
 #
 # Without BASE the Dockerfile's default (the public python slim image) is used. The
@@ -58,6 +59,7 @@ build() {
   local image=$1 base_image=${2:-} started=$SECONDS args=()
   [ -n "$base_image" ] && args+=(--build-arg "BASE=$base_image")
   [ -n "${KV:-}" ] && args+=(--build-arg "KV=$KV")
+  [ -n "${TORCH_PIP_ARGS+set}" ] && args+=(--build-arg "TORCH_PIP_ARGS=$TORCH_PIP_ARGS")
   [ -s "$CA_BUNDLE" ] && args+=(--secret "id=cacert,src=$CA_BUNDLE")
   say "building $image${base_image:+ on $base_image}"
   podman build --isolation=chroot --network host --layers "${args[@]}" -t "$image" .

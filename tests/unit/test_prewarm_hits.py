@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
 from sidecar.keys import (
     ChatMessage,
+    ChatTemplateOptions,
     FormatType,
+    GuidedDecoding,
     InputKind,
     KeyDigest,
     KeyRequest,
+    OutputOptions,
     ResponseFormat,
     Sampling,
     build_key,
@@ -175,3 +179,30 @@ def test_tally_eta_and_reports() -> None:
     assert (p.done, p.stored, p.failed, p.eta_ms) == (2, 1, 1, 1000)
     assert [i.reason for i in p.items] == ["upstream_timeout"]
     assert t.snapshot(RunState.RUNNING, elapsed_ms=1000).items == ()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tools": ('{"type":"function"}',)},
+        {"tool_choice": "auto"},
+        {"parallel_tool_calls": False},
+        {"endpoint": "embeddings"},
+        {"chat_template": ChatTemplateOptions(add_generation_prompt=False)},
+        {"output": OutputOptions(suffix="x")},
+        {"sampling": Sampling(bad_words=("x",))},
+        {"sampling": Sampling(return_logprobs=True)},
+        {"sampling": Sampling(guided=GuidedDecoding(regex="a+"))},
+        {"sampling": Sampling(response_format=ResponseFormat(FormatType.JSON_OBJECT, strict=True))},
+        {"input": (ChatMessage("assistant", None),), "input_kind": InputKind.CHAT},
+        {"input": (ChatMessage("user", "x", reasoning_content="r"),), "input_kind": InputKind.CHAT},
+    ],
+    ids=lambda c: next(iter(c)) if "sampling" not in c else repr(c["sampling"])[:40],
+)
+def test_requests_with_fields_prewarm_does_not_send_are_not_replayable(
+    changes: dict[str, object],
+) -> None:
+    """A record is replayable only if prewarm's upstream call sends every key field it
+    sets: otherwise the model would answer without it, under a key that has it."""
+    assert replay.replayable(req())
+    assert not replay.replayable(dataclasses.replace(req(), **changes))  # type: ignore[arg-type]

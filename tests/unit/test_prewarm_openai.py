@@ -116,3 +116,11 @@ def test_unusable_answers_are_refused(body: bytes, reason: str) -> None:
     with pytest.raises(BadAnswer) as err:
         parse_answer(call, "m", body, TEXT)
     assert err.value.reason == reason
+
+
+def test_max_tokens_zero_is_sent_as_set() -> None:
+    """Key schema v2 keeps max_tokens 0 apart from unset, so prewarm sends exactly what was
+    set (schema v1's prewarm dropped 0 and stored the unset request's answer under it)."""
+    call = upstream_call(request("hi", InputKind.TEXT, max_tokens=0), "m", TEXT)
+    assert call.body["max_tokens"] == 0
+    assert "max_tokens" not in upstream_call(request("hi", InputKind.TEXT), "m", TEXT).body

@@ -1,13 +1,16 @@
-"""Shared fixtures: a real redis-server per session, flushed between tests."""
+"""Fixtures only (helpers live in tests/support/ and sidecar/testing.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
 
 import pytest
 from hypothesis import settings
 
-from tests.redis_server import RedisServer
+from sidecar.testing import Clock, FlakyWarmTier, InProcessSidecar, Setting, in_process_sidecar
+from tests.support.processes import RedisServer
+from tests.support.sidecars import StartSidecar
 
 # Per-example deadlines measure the machine, not the code: on a loaded 2-core CI
 # runner a first example that imports or warms caches can take 400 ms. Example
@@ -41,3 +44,31 @@ def own_redis() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+async def start_sidecar() -> AsyncIterator[StartSidecar]:
+    """Factory: start_sidecar(setting=value, ...) starts an in-process sidecar with a
+    client; all stop after the test.
+
+    Settings are Config field names with text values, as `infercache serve` flags take
+    them, over sidecar.testing.ISOLATED (no admin plane, no /metrics unless asked for).
+    """
+    async with AsyncExitStack() as stack:
+
+        async def start(**settings: Setting) -> InProcessSidecar:
+            return await stack.enter_async_context(in_process_sidecar(settings))
+
+        yield start
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A millisecond clock the test moves by hand."""
+    return Clock()
+
+
+@pytest.fixture
+def flaky_warm(clock: Clock) -> FlakyWarmTier:
+    """An embedded warm tier on `clock` that the test can take down (flaky_warm.down = True)."""
+    return FlakyWarmTier(clock)

@@ -25,7 +25,7 @@ import torch
 from infercache_client.kv import Allocation, HotTier, KvCacheClient, chain_hashes
 
 from sidecar.kv.layout import version_tag
-from tests.kv_model.model import (
+from tests.support.kv_model.model import (
     TinyCausalLM,
     TinyConfig,
     fine_tuned,
@@ -33,7 +33,7 @@ from tests.kv_model.model import (
     random_state,
     write_checkpoint,
 )
-from tests.kv_model.serving import (
+from tests.support.kv_model.serving import (
     TENANT,
     TOKENS_PER_BLOCK,
     attach,
@@ -42,8 +42,8 @@ from tests.kv_model.serving import (
     prompt,
     run_request,
 )
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import REPO, SidecarProcess, cli_env
+from tests.support.processes import REPO, RedisServer
+from tests.support.sidecars import SidecarProcess, cli_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -118,12 +118,12 @@ class KvSidecar:
         return self._models[ckpt]
 
     def request_in_other_process(self, ckpt: Path, tokens: list[int]) -> dict[str, object]:
-        """Serve one request from a separate model process (python -m tests.kv_model.serving)."""
+        """Serve one request from a separate model process (tests.support.kv_model.serving)."""
         out = subprocess.run(
             [
                 sys.executable,
                 "-m",
-                "tests.kv_model.serving",
+                "tests.support.kv_model.serving",
                 self.proc.target,
                 str(ckpt),
                 self.device,

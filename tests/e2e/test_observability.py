@@ -22,7 +22,9 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metric
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.sidecar_harness import REPO, SidecarProcess, cli_env, key, run_cli
+from tests.support.keys import key
+from tests.support.processes import REPO
+from tests.support.sidecars import SidecarProcess, cli_env, run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 

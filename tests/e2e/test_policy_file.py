@@ -15,8 +15,7 @@ import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient, make_key
 
-from tests.e2e.process import INFERCACHE, Served, clean_env
-from tests.redis_server import free_port
+from tests.support.sidecars import INFERCACHE, SidecarProcess, isolated_env
 
 pytestmark = pytest.mark.e2e
 
@@ -32,8 +31,8 @@ def test_invalid_policy_file_stops_the_start(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("defaults:\n  max_ttl_s: 60\ntenants:\n  acme:\n    max_tll_s: 10\n")
     result = subprocess.run(
-        [str(INFERCACHE), "serve", "--admin-listen", "", "--listen", f"127.0.0.1:{free_port()}"],
-        env=clean_env(INFERCACHE_POLICY_FILE=str(path)),
+        [str(INFERCACHE), "serve"],
+        env=isolated_env(INFERCACHE_POLICY_FILE=str(path)),
         capture_output=True,
         text=True,
         timeout=30,
@@ -46,8 +45,8 @@ def test_missing_policy_file_stops_the_start(tmp_path: Path) -> None:
     """A configured policy file that does not exist is an error too, not 'no policy'."""
     missing = tmp_path / "nope.yaml"
     result = subprocess.run(
-        [str(INFERCACHE), "serve", "--admin-listen", "", "--policy-file", str(missing)],
-        env=clean_env(),
+        [str(INFERCACHE), "serve", "--policy-file", str(missing)],
+        env=isolated_env(),
         capture_output=True,
         text=True,
         timeout=30,
@@ -57,26 +56,24 @@ def test_missing_policy_file_stops_the_start(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def serve_with_policy(tmp_path: Path) -> Iterator[Callable[[int], tuple[Served, str, Path]]]:
+def serve_with_policy(
+    tmp_path: Path,
+) -> Iterator[Callable[[int], tuple[SidecarProcess, str, Path]]]:
     """Start `serve` with billing not cacheable; poll interval as given (0 = SIGHUP only)."""
-    started: list[Served] = []
+    started: list[SidecarProcess] = []
 
-    def start(poll_ms: int) -> tuple[Served, str, Path]:
+    def start(poll_ms: int) -> tuple[SidecarProcess, str, Path]:
         path = tmp_path / "policy.yaml"
         path.write_text(CLOSED)
-        target = f"127.0.0.1:{free_port()}"
-        proc = Served(
-            tmp_path,
-            "--listen",
-            target,
-            "--policy-file",
-            str(path),
-            "--policy-poll-ms",
-            str(poll_ms),
+        proc = SidecarProcess(
+            operator=True,
+            log_path=tmp_path / "serve.stderr",
+            policy_file=str(path),
+            policy_poll_ms=poll_ms,
         )
         started.append(proc)
-        proc.wait_serving(target)
-        return proc, target, path
+        proc.wait_ready()
+        return proc, proc.target, path
 
     yield start
     for proc in started:
@@ -95,7 +92,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> N
         time.sleep(0.05)
 
 
-def events(proc: Served, name: str) -> list[dict[str, object]]:
+def events(proc: SidecarProcess, name: str) -> list[dict[str, object]]:
     """The JSON log records with this event name."""
     out = []
     for line in proc.stderr().splitlines():
@@ -116,7 +113,7 @@ def rewrite(path: Path, text: str) -> None:
 
 @pytest.mark.parametrize("trigger", ["sighup", "file_change"])
 def test_bad_reload_keeps_the_policy_and_a_good_one_applies(
-    serve_with_policy: Callable[[int], tuple[Served, str, Path]], trigger: str
+    serve_with_policy: Callable[[int], tuple[SidecarProcess, str, Path]], trigger: str
 ) -> None:
     """An invalid file at reload is logged with line and field and the old policy stays in force;
     a valid one then takes effect. Reload by SIGHUP (polling off) or by the file changing."""

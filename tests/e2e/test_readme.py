@@ -11,8 +11,7 @@ import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
-from tests.e2e.process import Served
-from tests.redis_server import free_port
+from tests.support.sidecars import SidecarProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -37,11 +36,10 @@ def readme_example() -> str:
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[str]:
     """`infercache serve` with its defaults except the port; yields host:port."""
-    target = f"127.0.0.1:{free_port()}"
-    proc = Served(tmp_path, "--listen", target)
+    proc = SidecarProcess(operator=True, log_path=tmp_path / "serve.stderr")
     try:
-        proc.wait_serving(target)
-        yield target
+        proc.wait_ready()
+        yield proc.target
     finally:
         proc.stop()
 

@@ -20,10 +20,10 @@ import yaml
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient, make_key
 
-from tests.sidecar_harness import TOKENS, SidecarProcess, cli_env, run_cli
+from tests.support.checkpoints import llama_tensors, write_model
 from tests.support.model_server import answer_for
 from tests.support.processes import ModelServerProcess, RedisServer, free_port
-from tests.unit.checkpoints import llama_tensors, write_model
+from tests.support.sidecars import TOKENS, SidecarProcess, cli_env, run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 

@@ -16,8 +16,8 @@ from grpc_health.v1 import health_pb2
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient, make_key
 
-from tests.e2e.process import INFERCACHE, Served, clean_env, health_status
-from tests.redis_server import free_port
+from tests.support.processes import free_port
+from tests.support.sidecars import INFERCACHE, SidecarProcess, health_status, isolated_env
 
 pytestmark = pytest.mark.e2e
 
@@ -32,20 +32,24 @@ def secret_key(**extra: Any) -> pb.CacheKey:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, str, str]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SidecarProcess, str, str]]:
     """One sidecar listening on TCP and on a Unix socket: (process, tcp target, unix target)."""
     tmp = tmp_path_factory.mktemp("serve")
     tcp = f"127.0.0.1:{free_port()}"
     unix = f"unix:{tmp / 'ic.sock'}"
-    proc = Served(tmp, "--listen", f"{tcp},{unix}", "--log-level", "debug")
+    proc = SidecarProcess(
+        operator=True, log_path=tmp / "serve.stderr", listen=f"{tcp},{unix}", log_level="debug"
+    )
     try:
-        proc.wait_serving(tcp)
+        proc.wait_ready()
         yield proc, tcp, unix
     finally:
         proc.stop()
 
 
-def test_store_over_tcp_then_hit_over_unix_and_back(served: tuple[Served, str, str]) -> None:
+def test_store_over_tcp_then_hit_over_unix_and_back(
+    served: tuple[SidecarProcess, str, str],
+) -> None:
     """A result stored through one listener is a HIT through the other."""
     _, tcp, unix = served
     with CacheClient(tcp) as over_tcp, CacheClient(unix) as over_unix:
@@ -63,7 +67,7 @@ def test_store_over_tcp_then_hit_over_unix_and_back(served: tuple[Served, str, s
         assert (hit.outcome, hit.payload) == (pb.LOOKUP_OUTCOME_HIT, b"stored over unix")
 
 
-def test_health_is_serving_on_both_listeners(served: tuple[Served, str, str]) -> None:
+def test_health_is_serving_on_both_listeners(served: tuple[SidecarProcess, str, str]) -> None:
     """grpc.health.v1 answers SERVING over TCP and over the Unix socket."""
     _, tcp, unix = served
     assert health_status(tcp) == health_pb2.HealthCheckResponse.SERVING
@@ -72,11 +76,10 @@ def test_health_is_serving_on_both_listeners(served: tuple[Served, str, str]) ->
 
 def test_sigterm_exits_zero_within_the_grace_period(tmp_path: Path) -> None:
     """On SIGTERM the server drains and exits 0 well within its grace period."""
-    tcp = f"127.0.0.1:{free_port()}"
-    proc = Served(tmp_path, "--listen", tcp, "--grace-period-s", str(GRACE_S))
+    proc = SidecarProcess(operator=True, log_path=tmp_path / "serve.stderr", grace_period_s=GRACE_S)
     try:
-        proc.wait_serving(tcp)
-        with CacheClient(tcp) as client:
+        proc.wait_ready()
+        with CacheClient(proc.target) as client:
             assert client.lookup(secret_key()).outcome == pb.LOOKUP_OUTCOME_MISS
         started = time.monotonic()
         proc.proc.send_signal(signal.SIGTERM)
@@ -93,11 +96,12 @@ def test_sigterm_exits_zero_within_the_grace_period(tmp_path: Path) -> None:
 
 def test_logs_are_json_lines_without_prompt_text(tmp_path: Path) -> None:
     """Every log line is a JSON object, and none contains the prompt of a request served."""
-    tcp = f"127.0.0.1:{free_port()}"
-    proc = Served(tmp_path, "--listen", tcp, "--log-level", "debug", "--max-payload-bytes", "64")
+    proc = SidecarProcess(
+        operator=True, log_path=tmp_path / "serve.stderr", log_level="debug", max_payload_bytes=64
+    )
     try:
-        proc.wait_serving(tcp)
-        with CacheClient(tcp) as client:
+        proc.wait_ready()
+        with CacheClient(proc.target) as client:
             k = secret_key()
             miss = client.lookup(k)
             client.store(k, b"answer", lease=miss.lease)
@@ -137,8 +141,8 @@ def test_bad_config_exits_2_naming_the_setting(
 ) -> None:
     """An invalid setting stops `serve` with exit status 2 and names the variable or flag."""
     result = subprocess.run(
-        [str(INFERCACHE), "serve", "--admin-listen", "", *flags],
-        env=clean_env(**env),
+        [str(INFERCACHE), "serve", *flags],
+        env=isolated_env(**env),
         capture_output=True,
         text=True,
         timeout=30,

@@ -15,8 +15,9 @@ import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient, join_chunks, make_pacing
 
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import REPO, SidecarProcess, cli_env, key
+from tests.support.keys import key
+from tests.support.processes import REPO, RedisServer
+from tests.support.sidecars import SidecarProcess, cli_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(90)]
 
@@ -89,7 +90,7 @@ _WRITER = textwrap.dedent(
     import sys, time
     from infercache.v1 import cache_pb2 as pb
     from infercache_client import CacheClient
-    from tests.sidecar_harness import key
+    from tests.support.keys import key
 
     k = key("killed writer")
     with CacheClient(sys.argv[1]) as c:

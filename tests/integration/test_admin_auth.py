@@ -11,8 +11,9 @@ from infercache.v1 import admin_pb2 as admin_pb
 from infercache.v1 import admin_pb2_grpc, cache_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import TOKENS, Sidecar, bearer, key, sidecar
+from tests.support.keys import key
+from tests.support.processes import RedisServer
+from tests.support.sidecars import TOKENS, Sidecar, bearer, sidecar
 
 pytestmark = pytest.mark.timeout(60)
 

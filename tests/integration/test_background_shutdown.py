@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.config import load_config
 from sidecar.server import start_server
-from tests.sidecar_harness import config_overrides
+from tests.support.sidecars import config_overrides
 
 pytestmark = pytest.mark.timeout(30)
 

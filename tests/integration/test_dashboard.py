@@ -14,7 +14,7 @@ from infercache_client import make_key
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.observability.stats import CacheStats
-from tests.integration.conftest import StartSidecar
+from tests.support.sidecars import StartSidecar
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "infercache.json"
 METRIC = re.compile(r"\binfercache_[a-z_]+\b")

@@ -16,8 +16,9 @@ import redis.asyncio as aioredis
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient
 
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import REPO, Sidecar, SidecarProcess, cli_env, key, sidecar
+from tests.support.keys import key
+from tests.support.processes import REPO, RedisServer
+from tests.support.sidecars import Sidecar, SidecarProcess, cli_env, sidecar
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 

@@ -14,15 +14,17 @@ from infercache_client import make_key
 
 from sidecar import __version__
 from sidecar.keys import KEY_SCHEMA_VERSION
-from tests.integration.conftest import Sidecar, StartSidecar, key
+from sidecar.testing import InProcessSidecar
+from tests.support.keys import key
+from tests.support.sidecars import StartSidecar
 
 
 @pytest.fixture
-async def sidecar(start_sidecar: StartSidecar) -> Sidecar:
+async def sidecar(start_sidecar: StartSidecar) -> InProcessSidecar:
     return await start_sidecar(max_payload_bytes="1KiB", max_batch="4")
 
 
-async def test_store_then_lookup_hits(sidecar: Sidecar) -> None:
+async def test_store_then_lookup_hits(sidecar: InProcessSidecar) -> None:
     """A stored payload comes back on the next lookup with its digest and cost."""
     k = key()
     miss = await sidecar.client.lookup(k)
@@ -42,7 +44,7 @@ async def test_store_then_lookup_hits(sidecar: Sidecar) -> None:
     assert not hit.degraded
 
 
-async def test_same_request_for_another_tenant_misses(sidecar: Sidecar) -> None:
+async def test_same_request_for_another_tenant_misses(sidecar: InProcessSidecar) -> None:
     """A result stored for one tenant is never returned to another."""
     await sidecar.store(key(tenant="acme"), b"acme's answer")
     other = await sidecar.client.lookup(key(tenant="globex"))
@@ -61,31 +63,32 @@ async def test_same_request_for_another_tenant_misses(sidecar: Sidecar) -> None:
     ],
     ids=lambda d: next(iter(d)),
 )
-async def test_any_other_dimension_misses(sidecar: Sidecar, dims: dict[str, Any]) -> None:
+async def test_any_other_dimension_misses(sidecar: InProcessSidecar, dims: dict[str, Any]) -> None:
     """Changing any dimension of a stored request is a MISS."""
     await sidecar.store(key(), b"answer")
     assert (await sidecar.client.lookup(key(**dims))).outcome == pb.LOOKUP_OUTCOME_MISS
 
 
-async def test_equivalent_requests_share_a_key_over_the_wire(sidecar: Sidecar) -> None:
+async def test_equivalent_requests_share_a_key_over_the_wire(sidecar: InProcessSidecar) -> None:
     """Request ids, the order of sets (stop token ids) and of maps (extra) do not change the
     key; explicit defaults and stop order do (schema v2: unset is not a default, and the
     first stop string that matches wins)."""
-    k1 = key(stop_token_ids=[7, 2], extra={"a": "1", "b": "2"})
-    k2 = key(stop_token_ids=[2, 7, 2], extra={"b": "2", "a": "1"})
+    k1 = key(stop_token_ids=[7, 2], extra={"a": "1", "b": "2"}, temperature=None)
+    k2 = key(stop_token_ids=[2, 7, 2], extra={"b": "2", "a": "1"}, temperature=None)
     await sidecar.store(k1, b"same")
     async with grpc.aio.insecure_channel(sidecar.target) as channel:
         stub = cache_pb2_grpc.CacheServiceStub(channel)
         hit = await stub.Lookup(pb.LookupRequest(key=k2, request_id="req-123"), timeout=2)
         assert hit.outcome == pb.LOOKUP_OUTCOME_HIT
         assert hit.payload == b"same"
-        await sidecar.store(key(stop=["b", "a"]), b"stops")
-        for other in (key(stop=["a", "b"]), key(stop=["b", "a"], temperature=1.0, top_k=-1, n=1)):
+        await sidecar.store(key(stop=["b", "a"], temperature=None), b"stops")
+        unset = key(stop=["a", "b"], temperature=None)
+        for other in (unset, key(stop=["b", "a"], temperature=1.0, top_k=-1, n=1)):
             miss = await stub.Lookup(pb.LookupRequest(key=other), timeout=2)
             assert miss.outcome == pb.LOOKUP_OUTCOME_MISS, other
 
 
-async def test_token_id_inputs_work(sidecar: Sidecar) -> None:
+async def test_token_id_inputs_work(sidecar: InProcessSidecar) -> None:
     """A token-id key can be looked up and stored like a text key."""
     k = make_key(tenant="acme", model_version="m", prompt_version="p", token_ids=[1, 2, 3])
     await sidecar.store(k, b"tokens")
@@ -96,9 +99,10 @@ async def test_token_id_inputs_work(sidecar: Sidecar) -> None:
 
 
 @pytest.mark.parametrize("field", ["tenant", "model_version", "prompt_version"])
-async def test_missing_dimension_is_invalid_argument(sidecar: Sidecar, field: str) -> None:
+async def test_missing_dimension_is_invalid_argument(sidecar: InProcessSidecar, field: str) -> None:
     """An empty required dimension is INVALID_ARGUMENT naming key.<field>, for lookup and store."""
-    k = key(**{field: ""})
+    missing: dict[str, Any] = {field: ""}
+    k = key(**missing)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await sidecar.client.lookup(k)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -109,7 +113,7 @@ async def test_missing_dimension_is_invalid_argument(sidecar: Sidecar, field: st
     assert f"key.{field}" in (err.value.details() or "")
 
 
-async def test_missing_input_is_invalid_argument(sidecar: Sidecar) -> None:
+async def test_missing_input_is_invalid_argument(sidecar: InProcessSidecar) -> None:
     """A key without any input is INVALID_ARGUMENT naming key.input."""
     k = pb.CacheKey(tenant="acme", model_version="m", prompt_version="p")
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -135,7 +139,7 @@ async def test_missing_input_is_invalid_argument(sidecar: Sidecar) -> None:
     ids=["schema-nested-too-deep", "format-type-from-the-future"],
 )
 async def test_hostile_response_format_is_invalid_argument(
-    sidecar: Sidecar, fmt: pb.ResponseFormat, field: str
+    sidecar: InProcessSidecar, fmt: pb.ResponseFormat, field: str
 ) -> None:
     """Response formats the server cannot use are INVALID_ARGUMENT naming the field, not UNKNOWN."""
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -144,7 +148,7 @@ async def test_hostile_response_format_is_invalid_argument(
     assert field in (err.value.details() or "")
 
 
-async def test_oversized_payload_is_refused_and_not_stored(sidecar: Sidecar) -> None:
+async def test_oversized_payload_is_refused_and_not_stored(sidecar: InProcessSidecar) -> None:
     """A payload over max_payload_bytes is INVALID_ARGUMENT naming payload; the key still misses."""
     k = key()
     miss = await sidecar.client.lookup(k)
@@ -158,7 +162,7 @@ async def test_oversized_payload_is_refused_and_not_stored(sidecar: Sidecar) -> 
     assert at_limit.outcome == pb.STORE_OUTCOME_STORED
 
 
-async def test_lookup_batch_keeps_order(sidecar: Sidecar) -> None:
+async def test_lookup_batch_keeps_order(sidecar: InProcessSidecar) -> None:
     """LookupBatch answers each request in order, hits and misses mixed."""
     await sidecar.store(key("one"), b"1")
     await sidecar.store(key("three"), b"3")
@@ -175,7 +179,7 @@ async def test_lookup_batch_keeps_order(sidecar: Sidecar) -> None:
     assert [r.key_digest for r in results] == [r.key_digest for r in singles]
 
 
-async def test_batch_over_the_limit_is_invalid_argument(sidecar: Sidecar) -> None:
+async def test_batch_over_the_limit_is_invalid_argument(sidecar: InProcessSidecar) -> None:
     """A batch larger than max_batch is INVALID_ARGUMENT naming requests."""
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await sidecar.client.lookup_batch([key(str(i)) for i in range(5)])
@@ -184,7 +188,7 @@ async def test_batch_over_the_limit_is_invalid_argument(sidecar: Sidecar) -> Non
     assert len(await sidecar.client.lookup_batch([key(str(i)) for i in range(4)])) == 4
 
 
-async def test_bad_item_in_batch_names_its_index(sidecar: Sidecar) -> None:
+async def test_bad_item_in_batch_names_its_index(sidecar: InProcessSidecar) -> None:
     """A malformed key inside a batch is INVALID_ARGUMENT naming requests[i] and the field."""
     keys = [key("a"), key("b"), key("c", tenant="")]
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -193,7 +197,7 @@ async def test_bad_item_in_batch_names_its_index(sidecar: Sidecar) -> None:
     assert "requests[2].key.tenant" in (err.value.details() or "")
 
 
-async def test_store_without_lease_is_refused(sidecar: Sidecar) -> None:
+async def test_store_without_lease_is_refused(sidecar: InProcessSidecar) -> None:
     """By default a Store must carry the lease of a MISS; nothing is stored otherwise."""
     k = key()
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -202,7 +206,7 @@ async def test_store_without_lease_is_refused(sidecar: Sidecar) -> None:
     assert (await sidecar.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_MISS
 
 
-async def test_lease_of_another_key_is_refused(sidecar: Sidecar) -> None:
+async def test_lease_of_another_key_is_refused(sidecar: InProcessSidecar) -> None:
     """A lease issued for one key cannot store a result under another."""
     lease = (await sidecar.client.lookup(key("a"))).lease
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -219,7 +223,7 @@ async def test_ttl_is_clamped_and_reported(start_sidecar: StartSidecar) -> None:
     assert (await sidecar.store(key("c"), b"x", ttl_seconds=5)).ttl_seconds == 5
 
 
-async def test_server_info(sidecar: Sidecar) -> None:
+async def test_server_info(sidecar: InProcessSidecar) -> None:
     """GetServerInfo reports the version, key schema and warm tier."""
     info = await sidecar.client.server_info()
     assert info.server_version == __version__
@@ -227,7 +231,7 @@ async def test_server_info(sidecar: Sidecar) -> None:
     assert info.warm_tier == "embedded"
 
 
-async def test_health_is_serving(sidecar: Sidecar) -> None:
+async def test_health_is_serving(sidecar: InProcessSidecar) -> None:
     """grpc.health.v1 reports SERVING overall and for CacheService."""
     async with grpc.aio.insecure_channel(sidecar.target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -236,7 +240,7 @@ async def test_health_is_serving(sidecar: Sidecar) -> None:
             assert resp.status == health_pb2.HealthCheckResponse.SERVING
 
 
-async def test_reflection_lists_the_services(sidecar: Sidecar) -> None:
+async def test_reflection_lists_the_services(sidecar: InProcessSidecar) -> None:
     """Server reflection lists CacheService and health."""
     async with grpc.aio.insecure_channel(sidecar.target) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -248,7 +252,7 @@ async def test_reflection_lists_the_services(sidecar: Sidecar) -> None:
     assert "grpc.health.v1.Health" in services
 
 
-async def test_memoised_keys_never_blur_close_requests(sidecar: Sidecar) -> None:
+async def test_memoised_keys_never_blur_close_requests(sidecar: InProcessSidecar) -> None:
     """Keys seen before (memoised) and keys differing in one bit of one field stay apart."""
     base = key(temperature=0.5)
     near = key(temperature=0.5000001)  # a different float32, so a different key

@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.keys import KeyDigest
-from tests.redis_server import RedisServer
+from tests.support.processes import RedisServer
 
 pytestmark = pytest.mark.redis
 

@@ -8,8 +8,9 @@ from infercache.v1 import cache_pb2 as pb
 
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.invalidation.rules import Selector
-from tests.integration.conftest import StartSidecar, key
-from tests.redis_server import RedisServer
+from tests.support.keys import key
+from tests.support.processes import RedisServer
+from tests.support.sidecars import StartSidecar
 
 pytestmark = pytest.mark.redis
 

@@ -39,9 +39,10 @@ from sidecar.results.cache import (
     TtlPolicy,
 )
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.testing import Clock
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
-from tests.strategies import (
+from tests.support.strategies import (
     ADAPTER_POOL,
     MODEL_POOL,
     PROMPT_POOL,
@@ -75,16 +76,6 @@ KEYS: list[CacheKey] = [
     )
 ]
 key_indices = st.integers(min_value=0, max_value=len(KEYS) - 1)
-
-
-class Clock:
-    """A millisecond clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now_ms = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 @dataclass(frozen=True)
@@ -176,7 +167,7 @@ class InvalidationMachine(RuleBasedStateMachine):
     def expected_hit(self, i: int) -> bytes | None:
         """The payload a lookup must return, or None for a MISS."""
         entry = self.stored.get(i)
-        if entry is None or entry.expires_at_ms <= self.clock.now_ms:
+        if entry is None or entry.expires_at_ms <= self.clock.now:
             return None
         if self.newest_rule(i) > entry.stamp:
             return None
@@ -197,9 +188,9 @@ class InvalidationMachine(RuleBasedStateMachine):
         assert result.lease
         _, _, epoch, expires, lease_id = _LEASE_BODY.unpack(result.lease[: _LEASE_BODY.size])
         assert epoch == self.epoch, "a lease carries the epoch current when it was issued"
-        assert expires == self.clock.now_ms + LEASE_TTL_S * 1000
+        assert expires == self.clock.now + LEASE_TTL_S * 1000
         holder = self.holders.get(i)
-        free = holder is None or holder[1] <= self.clock.now_ms
+        free = holder is None or holder[1] <= self.clock.now
         assert result.lease_holder is free
         if free:
             self.holders[i] = (lease_id, expires)
@@ -237,7 +228,7 @@ class InvalidationMachine(RuleBasedStateMachine):
     def store(self, lease: HeldLease, ttl: int) -> None:
         """Store with a remembered lease, perhaps after invalidations or past its expiry."""
         payload = f"{lease.key}:{next(self.payloads)}".encode()
-        now = self.clock.now_ms
+        now = self.clock.now
         if lease.expires_at_ms <= now:
             event("store: expired lease")
             with pytest.raises(FailedPrecondition):
@@ -257,7 +248,7 @@ class InvalidationMachine(RuleBasedStateMachine):
     def store_unleased(self, i: int, ttl: int) -> None:
         """An unleased store is stamped with the epoch of unleased_window_s ago."""
         payload = f"{i}:{next(self.payloads)}".encode()
-        now = self.clock.now_ms
+        now = self.clock.now
         cutoff = now - UNLEASED_WINDOW_S * 1000
         stamp = max((r.epoch for r in self.model_rules if r.time_ms <= cutoff), default=0)
         result = self.run(self.cache.store(KEYS[i], payload, ttl))
@@ -274,12 +265,12 @@ class InvalidationMachine(RuleBasedStateMachine):
         self.epoch += 1
         assert record.epoch == self.epoch
         assert record.selector == selector
-        self.model_rules.append(ModelRule(selector, self.epoch, self.clock.now_ms))
+        self.model_rules.append(ModelRule(selector, self.epoch, self.clock.now))
 
     @rule(ms=clock_steps_ms())
     def advance(self, ms: int) -> None:
         """Move time: entries, leases and holder keys expire."""
-        self.clock.now_ms += ms
+        self.clock.now += ms
 
     @rule()
     def reclaim(self) -> None:

@@ -7,7 +7,7 @@ import pytest
 from infercache.v1 import kv_pb2 as pb
 from infercache.v1 import kv_pb2_grpc
 
-from tests.integration.conftest import StartSidecar
+from tests.support.sidecars import StartSidecar
 
 pytest.importorskip("torch")
 

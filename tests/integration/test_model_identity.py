@@ -14,11 +14,10 @@ from infercache.v1 import kv_pb2 as kv_pb
 from infercache.v1 import kv_pb2_grpc
 from infercache_client import AsyncCacheClient, make_key
 
-from sidecar.app import identify_pod
-from sidecar.config import load_config
 from sidecar.fingerprint import fingerprint
-from sidecar.server import start_server
-from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
+from sidecar.testing import in_process_sidecar
+from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
+from tests.support.sidecars import isolated_env
 
 
 @pytest.fixture(scope="module")
@@ -31,20 +30,8 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 async def _client(**settings: str) -> AsyncIterator[AsyncCacheClient]:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "admin_listen": "",
-        "metrics_listen": "",
-        "uvloop": "false",
-    }
-    config = load_config({}, overrides | settings)
-    running = await start_server(config, await identify_pod(config))
-    client = AsyncCacheClient(f"127.0.0.1:{running.ports[0]}")
-    try:
-        yield client
-    finally:
-        await client.close()
-        await running.stop(0)
+    async with in_process_sidecar(settings, fingerprint=True) as sc:
+        yield sc.client
 
 
 @pytest.fixture
@@ -178,6 +165,7 @@ def test_unreadable_model_path_stops_the_start(tmp_path: Path) -> None:
             "--model-path",
             str(tmp_path),
         ],
+        env=isolated_env(),
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,7 +11,9 @@ from infercache.v1 import cache_pb2 as pb
 from infercache.v1 import cache_pb2_grpc
 from infercache_client import make_key, make_traits
 
-from tests.integration.conftest import Sidecar, StartSidecar, key
+from sidecar.testing import InProcessSidecar
+from tests.support.keys import key
+from tests.support.sidecars import StartSidecar
 
 POLICY = """
 defaults:
@@ -28,10 +30,6 @@ tenants:
 """
 
 
-def greedy(text: str = "q", **dims: object) -> pb.CacheKey:
-    return key(text, temperature=0.0, **dims)
-
-
 @pytest.fixture
 def policy_file(tmp_path: Path) -> Path:
     path = tmp_path / "policy.yaml"
@@ -40,7 +38,7 @@ def policy_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def sidecar(start_sidecar: StartSidecar, policy_file: Path) -> Sidecar:
+async def sidecar(start_sidecar: StartSidecar, policy_file: Path) -> InProcessSidecar:
     # Reloads in these tests are explicit (watcher.reload), not timed.
     return await start_sidecar(policy_file=str(policy_file), policy_poll_ms="0")
 
@@ -48,18 +46,18 @@ async def sidecar(start_sidecar: StartSidecar, policy_file: Path) -> Sidecar:
 @pytest.mark.parametrize(
     ("k", "traits", "code"),
     [
-        (greedy(tenant="billing"), None, pb.BYPASS_REASON_NOT_CACHEABLE),
-        (key("q"), None, pb.BYPASS_REASON_NON_DETERMINISTIC),  # temperature unset = 1.0
-        (greedy(), make_traits(side_effects=True), pb.BYPASS_REASON_SIDE_EFFECTS),
-        (greedy(), make_traits(private_data=True), pb.BYPASS_REASON_PRIVATE_DATA),
-        (greedy(), make_traits(real_time=True), pb.BYPASS_REASON_REAL_TIME),
-        (greedy(), make_traits(tools=True), pb.BYPASS_REASON_TOOLS),
-        (greedy(tools=[{"type": "function", "name": "book"}]), None, pb.BYPASS_REASON_TOOLS),
+        (key(tenant="billing"), None, pb.BYPASS_REASON_NOT_CACHEABLE),
+        (key("q", temperature=None), None, pb.BYPASS_REASON_NON_DETERMINISTIC),  # unset = 1.0
+        (key("q"), make_traits(side_effects=True), pb.BYPASS_REASON_SIDE_EFFECTS),
+        (key("q"), make_traits(private_data=True), pb.BYPASS_REASON_PRIVATE_DATA),
+        (key("q"), make_traits(real_time=True), pb.BYPASS_REASON_REAL_TIME),
+        (key("q"), make_traits(tools=True), pb.BYPASS_REASON_TOOLS),
+        (key(tools=[{"type": "function", "name": "book"}]), None, pb.BYPASS_REASON_TOOLS),
     ],
     ids=["not_cacheable", "sampled", "side_effects", "private", "real_time", "tools", "tools_key"],
 )
 async def test_lookup_bypass_carries_the_reason_and_no_lease(
-    sidecar: Sidecar, k: pb.CacheKey, traits: pb.RequestTraits | None, code: int
+    sidecar: InProcessSidecar, k: pb.CacheKey, traits: pb.RequestTraits | None, code: int
 ) -> None:
     """Each rule answers Lookup BYPASS with its bypass_code, a reason text and no lease."""
     resp = await sidecar.client.lookup(k, traits=traits)
@@ -71,18 +69,18 @@ async def test_lookup_bypass_carries_the_reason_and_no_lease(
     assert sidecar.stats.total("bypasses") == 1
 
 
-async def test_cacheable_request_is_unaffected(sidecar: Sidecar) -> None:
+async def test_cacheable_request_is_unaffected(sidecar: InProcessSidecar) -> None:
     """A deterministic request without traits still misses, stores and hits."""
-    resp = await sidecar.store(greedy("fine"), b"cached")
+    resp = await sidecar.store(key("fine"), b"cached")
     assert resp.outcome == pb.STORE_OUTCOME_STORED
     assert resp.bypass_code == pb.BYPASS_REASON_UNSPECIFIED
-    hit = await sidecar.client.lookup(greedy("fine"))
+    hit = await sidecar.client.lookup(key("fine"))
     assert (hit.outcome, hit.payload) == (pb.LOOKUP_OUTCOME_HIT, b"cached")
 
 
-async def test_lookup_batch_mixes_bypass_and_miss(sidecar: Sidecar) -> None:
+async def test_lookup_batch_mixes_bypass_and_miss(sidecar: InProcessSidecar) -> None:
     """LookupBatch answers each key by the policy of its own tenant, in order."""
-    keys = [greedy("a"), greedy("a", tenant="billing"), key("a", tenant="search")]
+    keys = [key("a"), key("a", tenant="billing"), key("a", tenant="search", temperature=None)]
     responses = await sidecar.client.lookup_batch(keys)
     assert [r.outcome for r in responses] == [
         pb.LOOKUP_OUTCOME_MISS,
@@ -94,9 +92,9 @@ async def test_lookup_batch_mixes_bypass_and_miss(sidecar: Sidecar) -> None:
     assert declared[0].bypass_code == pb.BYPASS_REASON_REAL_TIME
 
 
-async def test_store_bypassed_with_reason_and_nothing_stored(sidecar: Sidecar) -> None:
+async def test_store_bypassed_with_reason_and_nothing_stored(sidecar: InProcessSidecar) -> None:
     """Store of a request declaring side effects is BYPASSED; the key stays a MISS."""
-    k = greedy("mail the invoice")
+    k = key("mail the invoice")
     miss = await sidecar.client.lookup(k)
     resp = await sidecar.client.store(
         k, b"sent", lease=miss.lease, traits=make_traits(side_effects=True)
@@ -107,9 +105,9 @@ async def test_store_bypassed_with_reason_and_nothing_stored(sidecar: Sidecar) -
     assert (await sidecar.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_MISS
 
 
-async def test_store_over_the_tenant_entry_size_is_bypassed(sidecar: Sidecar) -> None:
+async def test_store_over_the_tenant_entry_size_is_bypassed(sidecar: InProcessSidecar) -> None:
     """A result above the tenant's max_entry_bytes is BYPASSED with ENTRY_TOO_LARGE."""
-    k = greedy("long answer")
+    k = key("long answer")
     miss = await sidecar.client.lookup(k)
     resp = await sidecar.client.store(k, b"x" * 65, lease=miss.lease)
     assert (resp.outcome, resp.bypass_code) == (
@@ -118,20 +116,20 @@ async def test_store_over_the_tenant_entry_size_is_bypassed(sidecar: Sidecar) ->
     )
 
 
-async def test_policy_ttl_caps_the_requested_ttl(sidecar: Sidecar) -> None:
+async def test_policy_ttl_caps_the_requested_ttl(sidecar: InProcessSidecar) -> None:
     """A tenant's max_ttl_s caps whatever TTL the Store asks for."""
-    resp = await sidecar.store(key("q", tenant="search"), b"a", ttl_seconds=86400)
+    resp = await sidecar.store(key("q", tenant="search", temperature=None), b"a", ttl_seconds=86400)
     assert (resp.outcome, resp.ttl_seconds) == (pb.STORE_OUTCOME_STORED, 30)
-    resp = await sidecar.store(greedy("q"), b"a", ttl_seconds=86400)
+    resp = await sidecar.store(key("q"), b"a", ttl_seconds=86400)
     assert resp.ttl_seconds == 600
 
 
 async def test_a_client_cannot_store_for_a_tenant_that_is_not_cacheable(
-    sidecar: Sidecar, policy_file: Path
+    sidecar: InProcessSidecar, policy_file: Path
 ) -> None:
     """Once a tenant is not cacheable no Store lands for it: not with a valid lease from an
     earlier MISS, not without a lease, whatever traits, TTL or cost the request carries."""
-    k = greedy("answer", tenant="globex")
+    k = key("answer", tenant="globex")
     miss = await sidecar.client.lookup(k)
     assert miss.outcome == pb.LOOKUP_OUTCOME_MISS
     assert miss.lease
@@ -189,7 +187,7 @@ async def test_only_tenants_whose_policy_retains_inputs_are_recorded_for_prewarm
     path.write_text("tenants:\n  acme:\n    retain_inputs: true\n")
     sidecar = await start_sidecar(policy_file=str(path), hit_sample_rate="1")
     for tenant in ("acme", "globex"):
-        k = greedy("popular question", tenant=tenant)
+        k = key("popular question", tenant=tenant)
         await sidecar.store(k, b"answer")
         assert (await sidecar.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_HIT
     recorder = sidecar.running.app.recorder

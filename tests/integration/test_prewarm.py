@@ -13,17 +13,13 @@ import grpc
 import pytest
 import redis
 from infercache.v1 import admin_pb2 as admin_pb
-from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
-from infercache_client import AsyncCacheClient, make_key
+from infercache_client import make_key
 
-from sidecar.app import identify_pod
-from sidecar.config import load_config
-from sidecar.server import start_server
-from tests.model_server import ModelServerProcess, answer_for, chat_prompt, token_prompt
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import Sidecar, bearer, config_overrides, run_cli
-from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
+from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
+from tests.support.model_server import answer_for, chat_prompt, token_prompt
+from tests.support.processes import ModelServerProcess, RedisServer
+from tests.support.sidecars import Sidecar, bearer, config_overrides, fleet_sidecar, run_cli
 
 MODEL = "tiny"
 
@@ -51,23 +47,15 @@ async def pod(
     model_dir: Path, upstream: ModelServerProcess, redis_url: str | None = None, **settings: Any
 ) -> AsyncIterator[Sidecar]:
     """An in-process sidecar fingerprinting `model_dir`, prewarming from `upstream`."""
-    base = {
+    base: dict[str, Any] = {
         "freshness_bound_ms": 500,
         "model_path": str(model_dir),
         "model_server_url": upstream.url,
         "model_server_model": MODEL,
     }
-    overrides = config_overrides(redis_url, **(base | settings))
-    config = load_config({}, overrides)
-    running = await start_server(config, await identify_pod(config))
-    client = AsyncCacheClient(f"127.0.0.1:{running.ports[0]}")
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.admin_ports[0]}")
-    try:
-        yield Sidecar(running, client, channel, admin_pb2_grpc.AdminServiceStub(channel))
-    finally:
-        await client.close()
-        await channel.close()
-        await running.stop(0)
+    settings = config_overrides(redis_url, **(base | settings))
+    async with fleet_sidecar(settings, fingerprint=True) as sc:
+        yield sc
 
 
 def text_key(text: str, tenant: str = "acme", **kw: Any) -> pb.CacheKey:

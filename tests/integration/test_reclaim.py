@@ -23,7 +23,7 @@ from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
-from tests.redis_server import RedisServer
+from tests.support.processes import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,8 +15,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient
 
-from tests.integration.conftest import Sidecar, StartSidecar, key
-from tests.redis_server import RedisServer
+from sidecar.testing import InProcessSidecar
+from tests.support.keys import key
+from tests.support.processes import RedisServer
+from tests.support.sidecars import StartSidecar
 
 pytestmark = pytest.mark.redis
 
@@ -44,7 +46,7 @@ def redis_proc(own_redis: RedisServer) -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-async def sidecar(redis_proc: RedisServer, start_sidecar: StartSidecar) -> Sidecar:
+async def sidecar(redis_proc: RedisServer, start_sidecar: StartSidecar) -> InProcessSidecar:
     """A Redis-backed sidecar with a 50 ms lookup deadline and its hot tier off."""
     return await start_sidecar(
         redis_url=redis_proc.url,
@@ -68,7 +70,9 @@ async def health_status(target: str) -> int:
     return int(resp.status)
 
 
-async def wait_for_hit(sidecar: Sidecar, k: pb.CacheKey, payload: bytes, *, restore: bool) -> float:
+async def wait_for_hit(
+    sidecar: InProcessSidecar, k: pb.CacheKey, payload: bytes, *, restore: bool
+) -> float:
     """Poll (bounded) until `k` hits; with `restore`, store it once a MISS is healthy."""
     started = time.monotonic()
     while True:
@@ -84,7 +88,7 @@ async def wait_for_hit(sidecar: Sidecar, k: pb.CacheKey, payload: bytes, *, rest
 
 
 async def test_killed_redis_gives_fast_degraded_misses_and_heals(
-    sidecar: Sidecar, redis_proc: RedisServer
+    sidecar: InProcessSidecar, redis_proc: RedisServer
 ) -> None:
     """SIGKILLed Redis under load: fast degraded MISSes, SERVING, WRITE_FAILED, then hits resume."""
     keys = [key(f"q{i}") for i in range(8)]
@@ -133,7 +137,7 @@ async def test_killed_redis_gives_fast_degraded_misses_and_heals(
 
 
 async def test_frozen_redis_gives_misses_within_the_deadline(
-    sidecar: Sidecar, redis_proc: RedisServer
+    sidecar: InProcessSidecar, redis_proc: RedisServer
 ) -> None:
     """A SIGSTOPped (slow, not dead) Redis: lookups MISS within the deadline; SIGCONT heals."""
     k = key("q")

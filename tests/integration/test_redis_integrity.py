@@ -11,8 +11,10 @@ import redis
 from infercache.v1 import cache_pb2 as pb
 
 from sidecar.backends.redis.warm import RedisWarmTier
-from tests.integration.conftest import Sidecar, StartSidecar, key
-from tests.redis_server import RedisServer
+from sidecar.testing import InProcessSidecar
+from tests.support.keys import key
+from tests.support.processes import RedisServer
+from tests.support.sidecars import StartSidecar
 
 pytestmark = pytest.mark.redis
 
@@ -26,18 +28,18 @@ def raw(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-async def sidecar(start_sidecar: StartSidecar, redis_server: RedisServer) -> Sidecar:
+async def sidecar(start_sidecar: StartSidecar, redis_server: RedisServer) -> InProcessSidecar:
     """A Redis-backed sidecar with its hot tier off, so every lookup reads Redis."""
     return await start_sidecar(redis_url=redis_server.url, hot_max_entries="0")
 
 
-def redis_key(sidecar: Sidecar, digest: bytes) -> bytes:
+def redis_key(sidecar: InProcessSidecar, digest: bytes) -> bytes:
     warm = sidecar.running.cache.warm
     assert isinstance(warm, RedisWarmTier)
     return warm.redis_key(digest)  # type: ignore[arg-type]
 
 
-async def stored(sidecar: Sidecar, raw: redis.Redis, text: str, payload: bytes) -> bytes:
+async def stored(sidecar: InProcessSidecar, raw: redis.Redis, text: str, payload: bytes) -> bytes:
     """Store through the sidecar; return the Redis key holding the entry."""
     resp = await sidecar.store(key(text), payload)
     assert resp.outcome == pb.STORE_OUTCOME_STORED
@@ -59,7 +61,9 @@ async def wait_deleted(raw: redis.Redis, rkey: bytes, timeout_s: float = 3.0) ->
         await asyncio.sleep(0.02)
 
 
-async def assert_rejected_miss(sidecar: Sidecar, text: str, reason: str, payload: bytes) -> None:
+async def assert_rejected_miss(
+    sidecar: InProcessSidecar, text: str, reason: str, payload: bytes
+) -> None:
     before = sidecar.stats.total("rejected", reason=reason)
     resp = await sidecar.client.lookup(key(text))
     assert resp.outcome == pb.LOOKUP_OUTCOME_MISS
@@ -69,7 +73,7 @@ async def assert_rejected_miss(sidecar: Sidecar, text: str, reason: str, payload
     assert sidecar.stats.total("rejected", reason=reason) == before + 1
 
 
-async def test_hit_before_tampering(sidecar: Sidecar, raw: redis.Redis) -> None:
+async def test_hit_before_tampering(sidecar: InProcessSidecar, raw: redis.Redis) -> None:
     """Untouched, the stored value is a WARM hit (the baseline the other tests break)."""
     await stored(sidecar, raw, "q", b"the real answer")
     hit = await sidecar.client.lookup(key("q"))
@@ -82,7 +86,7 @@ async def test_hit_before_tampering(sidecar: Sidecar, raw: redis.Redis) -> None:
 
 @pytest.mark.parametrize("where", ["payload", "header", "checksum"])
 async def test_flipped_byte_is_a_counted_miss_and_deleted(
-    sidecar: Sidecar, raw: redis.Redis, where: str
+    sidecar: InProcessSidecar, raw: redis.Redis, where: str
 ) -> None:
     """A value with one flipped byte is a MISS, counted as corrupt, never returned, deleted."""
     payload = b"the real answer, long enough to damage in the middle"
@@ -97,7 +101,7 @@ async def test_flipped_byte_is_a_counted_miss_and_deleted(
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
 async def test_unreadable_value_is_a_counted_miss_and_deleted(
-    sidecar: Sidecar, raw: redis.Redis, damage: str
+    sidecar: InProcessSidecar, raw: redis.Redis, damage: str
 ) -> None:
     """A truncated, foreign-format or empty value is a MISS counted as corrupt, then deleted."""
     rkey = await stored(sidecar, raw, "q", b"the real answer")
@@ -108,7 +112,9 @@ async def test_unreadable_value_is_a_counted_miss_and_deleted(
     await wait_deleted(raw, rkey)
 
 
-async def test_entry_of_another_key_is_a_foreign_miss(sidecar: Sidecar, raw: redis.Redis) -> None:
+async def test_entry_of_another_key_is_a_foreign_miss(
+    sidecar: InProcessSidecar, raw: redis.Redis
+) -> None:
     """A valid entry copied under another key's Redis key is a MISS counted as foreign."""
     mine = await stored(sidecar, raw, "mine", b"my answer")
     theirs = await stored(sidecar, raw, "theirs", b"THEIR ANSWER")
@@ -120,7 +126,9 @@ async def test_entry_of_another_key_is_a_foreign_miss(sidecar: Sidecar, raw: red
     assert (hit.outcome, hit.payload) == (pb.LOOKUP_OUTCOME_HIT, b"THEIR ANSWER")
 
 
-async def test_key_is_usable_again_after_a_rejection(sidecar: Sidecar, raw: redis.Redis) -> None:
+async def test_key_is_usable_again_after_a_rejection(
+    sidecar: InProcessSidecar, raw: redis.Redis
+) -> None:
     """After a corrupt value is dropped, a fresh store under the key hits again."""
     rkey = await stored(sidecar, raw, "q", b"v1")
     raw.set(rkey, b"junk", keepttl=True)

@@ -6,17 +6,21 @@ import grpc
 import pytest
 from infercache.v1 import cache_pb2 as pb
 
-from tests.integration.conftest import Sidecar, StartSidecar, key
+from sidecar.testing import InProcessSidecar
+from tests.support.keys import key
+from tests.support.sidecars import StartSidecar
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-async def sc(start_sidecar: StartSidecar) -> Sidecar:
+async def sc(start_sidecar: StartSidecar) -> InProcessSidecar:
     return await start_sidecar()
 
 
-async def hit_digest(s: Sidecar, k: pb.CacheKey, payload: bytes = b"cached answer") -> bytes:
+async def hit_digest(
+    s: InProcessSidecar, k: pb.CacheKey, payload: bytes = b"cached answer"
+) -> bytes:
     """Store k, look it up (must HIT) and return the digest the hit carries."""
     await s.store(k, payload)
     hit = await s.client.lookup(k)
@@ -24,23 +28,23 @@ async def hit_digest(s: Sidecar, k: pb.CacheKey, payload: bytes = b"cached answe
     return hit.key_digest
 
 
-async def test_rejected_answer_is_evicted_and_the_next_lookup_misses(sc: Sidecar) -> None:
+async def test_rejected_answer_is_evicted_and_the_next_lookup_misses(sc: InProcessSidecar) -> None:
     """ReportOutcome(rejected) evicts the entry (hot and warm): the next request recomputes."""
     k = key()
     digest = await hit_digest(sc, k)
     resp = await sc.client.report_outcome(digest, accepted=False, reason="safety")
     assert resp.evicted
-    assert resp.model_version == "fp1-test"
+    assert resp.model_version == "m1"
     after = await sc.client.lookup(k)
     assert after.outcome == pb.LOOKUP_OUTCOME_MISS
-    assert sc.stats.downstream[("fp1-test", "rejected", "safety")] == 1
+    assert sc.stats.downstream[("m1", "rejected", "safety")] == 1
     # The digest names nothing any more.
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await sc.client.report_outcome(digest, accepted=False, reason="safety")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-async def test_accepted_answer_stays_and_is_counted(sc: Sidecar) -> None:
+async def test_accepted_answer_stays_and_is_counted(sc: InProcessSidecar) -> None:
     """ReportOutcome(accepted) keeps the entry and counts the verdict under its model version."""
     k = key(model_version="fp2-other")
     digest = await hit_digest(sc, k)
@@ -52,7 +56,7 @@ async def test_accepted_answer_stays_and_is_counted(sc: Sidecar) -> None:
     assert sc.stats.snapshot()["downstream.accepted.unspecified"] == 1
 
 
-async def test_unknown_digest_is_not_found(sc: Sidecar) -> None:
+async def test_unknown_digest_is_not_found(sc: InProcessSidecar) -> None:
     """A digest no live entry has is NOT_FOUND, and nothing is counted."""
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await sc.client.report_outcome(bytes(range(32)), accepted=False, reason="format")
@@ -60,7 +64,7 @@ async def test_unknown_digest_is_not_found(sc: Sidecar) -> None:
     assert not sc.stats.downstream
 
 
-async def test_digest_of_a_missed_key_is_not_found(sc: Sidecar) -> None:
+async def test_digest_of_a_missed_key_is_not_found(sc: InProcessSidecar) -> None:
     """The digest a MISS returns names no entry: NOT_FOUND."""
     miss = await sc.client.lookup(key("not cached"))
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -78,7 +82,7 @@ async def test_digest_of_a_missed_key_is_not_found(sc: Sidecar) -> None:
     ],
 )
 async def test_malformed_reports_are_invalid_argument(
-    sc: Sidecar, digest: bytes, verdict: pb.ReportOutcomeVerdict, reason: str, field: str
+    sc: InProcessSidecar, digest: bytes, verdict: pb.ReportOutcomeVerdict, reason: str, field: str
 ) -> None:
     """A bad digest, a missing verdict or a reason that is not a short label names its field."""
     from infercache.v1 import cache_pb2_grpc
@@ -101,7 +105,7 @@ async def test_eviction_can_be_turned_off(start_sidecar: StartSidecar) -> None:
     resp = await s.client.report_outcome(digest, accepted=False, reason="format")
     assert not resp.evicted
     assert (await s.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_HIT
-    assert s.stats.downstream[("fp1-test", "rejected", "format")] == 1
+    assert s.stats.downstream[("m1", "rejected", "format")] == 1
 
 
 @pytest.mark.redis

@@ -19,8 +19,9 @@ from sidecar.keys import InputKind, KeyRequest, build_key
 from sidecar.results.cache import LookupQuery, Outcome, ResultCache, TtlPolicy
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.tiers.hot import HotTier
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import key, sidecar
+from tests.support.keys import key
+from tests.support.processes import RedisServer
+from tests.support.sidecars import sidecar
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 

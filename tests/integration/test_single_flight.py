@@ -7,8 +7,9 @@ import asyncio
 import pytest
 from infercache.v1 import cache_pb2 as pb
 
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import Sidecar, key, sidecar
+from tests.support.keys import key
+from tests.support.processes import RedisServer
+from tests.support.sidecars import Sidecar, sidecar
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 

@@ -14,8 +14,9 @@ import grpc
 import pytest
 from infercache.v1 import cache_pb2 as pb
 
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import key, sidecar
+from tests.support.keys import key
+from tests.support.processes import RedisServer
+from tests.support.sidecars import sidecar
 
 pytestmark = pytest.mark.timeout(60)
 

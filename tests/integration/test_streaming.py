@@ -12,8 +12,10 @@ from infercache.v1 import cache_pb2 as pb
 from infercache.v1 import cache_pb2_grpc
 from infercache_client import CACHE_MARKER, join_chunks, make_pacing
 
-from tests.integration.conftest import Sidecar, StartSidecar, key
-from tests.sidecar_harness import sidecar as harness_sidecar
+from sidecar.testing import InProcessSidecar
+from tests.support.keys import key
+from tests.support.sidecars import StartSidecar
+from tests.support.sidecars import sidecar as harness_sidecar
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,14 +23,14 @@ ANSWER = ["Click ", "'Forgot ", "password'", " on the", " sign-in page."]
 
 
 @pytest.fixture
-async def sc(start_sidecar: StartSidecar) -> Sidecar:
+async def sc(start_sidecar: StartSidecar) -> InProcessSidecar:
     return await start_sidecar(
         max_payload_bytes="1KiB", max_chunks="8", stream_idle_timeout_ms="400"
     )
 
 
 async def stream_store(
-    s: Sidecar, k: pb.CacheKey, parts: list[str], *, tokens: int = 1, reason: str = "stop"
+    s: InProcessSidecar, k: pb.CacheKey, parts: list[str], *, tokens: int = 1, reason: str = "stop"
 ) -> pb.StoreStreamResponse:
     """Lookup for a lease (must MISS), then StoreStream `parts` and finish."""
     miss = await s.client.lookup(k)
@@ -41,7 +43,7 @@ async def stream_store(
     return w.response
 
 
-async def replay(s: Sidecar, k: pb.CacheKey, **kw: Any) -> tuple[str, Any, list[pb.Chunk]]:
+async def replay(s: InProcessSidecar, k: pb.CacheKey, **kw: Any) -> tuple[str, Any, list[pb.Chunk]]:
     """(marker, header, chunks) of one LookupStream."""
     stream = s.client.lookup_stream(k, **kw)
     header = await stream.header()
@@ -57,7 +59,9 @@ async def wait_for(cond: Any, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_replay_returns_exactly_the_stored_chunks_flagged_cached(sc: Sidecar) -> None:
+async def test_replay_returns_exactly_the_stored_chunks_flagged_cached(
+    sc: InProcessSidecar,
+) -> None:
     """StoreStream then LookupStream: header first, then the same chunks in order, all cached."""
     k = key()
     stored = await stream_store(sc, k, ANSWER, tokens=2)
@@ -70,7 +74,7 @@ async def test_replay_returns_exactly_the_stored_chunks_flagged_cached(sc: Sidec
     assert header.lookup.key_digest == stored.store.key_digest
     assert header.lookup.payload == b"", "the header never carries the payload"
     assert header.lookup.cost.latency_ms == 900
-    assert header.model_version == "fp1-test"
+    assert header.model_version == "m1"
     assert header.finish_reason == "stop"
     assert (header.chunk_count, header.total_bytes) == (5, len("".join(ANSWER)))
     assert [c.data.decode() for c in chunks] == ANSWER
@@ -83,7 +87,7 @@ async def test_replay_returns_exactly_the_stored_chunks_flagged_cached(sc: Sidec
     assert hit.payload == "".join(ANSWER).encode()
 
 
-async def test_miss_header_carries_the_lease_and_the_marker(sc: Sidecar) -> None:
+async def test_miss_header_carries_the_lease_and_the_marker(sc: InProcessSidecar) -> None:
     """A MISS is a header with a usable lease and no chunks; the marker says miss."""
     k = key("never stored")
     marker, header, chunks = await replay(sc, k)
@@ -99,7 +103,7 @@ async def test_miss_header_carries_the_lease_and_the_marker(sc: Sidecar) -> None
     assert w.response.store.outcome == pb.STORE_OUTCOME_STORED
 
 
-async def test_plain_store_with_chunk_boundaries_replays_them(sc: Sidecar) -> None:
+async def test_plain_store_with_chunk_boundaries_replays_them(sc: InProcessSidecar) -> None:
     """Store(payload, chunks) keeps the boundaries; LookupStream replays them."""
     k = key("plain store")
     payload, bounds = join_chunks(ANSWER, tokens=[1, 2, 1, 2, 3])
@@ -112,7 +116,7 @@ async def test_plain_store_with_chunk_boundaries_replays_them(sc: Sidecar) -> No
     assert [c.tokens for c in chunks] == [1, 2, 1, 2, 3]
 
 
-async def test_plain_store_without_chunks_replays_as_one_chunk(sc: Sidecar) -> None:
+async def test_plain_store_without_chunks_replays_as_one_chunk(sc: InProcessSidecar) -> None:
     """A result stored in one piece replays as one cached chunk with its completion tokens."""
     k = key("one piece")
     miss = await sc.client.lookup(k)
@@ -129,7 +133,7 @@ async def test_plain_store_without_chunks_replays_as_one_chunk(sc: Sidecar) -> N
     [([3, 3], "chunks"), ([1] * 9, "chunks"), ([6, 6], "chunks")],
 )
 async def test_chunk_boundaries_that_do_not_fit_are_invalid(
-    sc: Sidecar, sizes: list[int], field: str
+    sc: InProcessSidecar, sizes: list[int], field: str
 ) -> None:
     """Boundaries that do not add up to the payload, or too many, are INVALID_ARGUMENT."""
     k = key("bad bounds")
@@ -143,7 +147,7 @@ async def test_chunk_boundaries_that_do_not_fit_are_invalid(
 
 
 async def test_pacing_at_n_tokens_per_second_takes_about_the_expected_time(
-    sc: Sidecar,
+    sc: InProcessSidecar,
 ) -> None:
     """8 one-token chunks at 20 tokens/s: the 7 gaps take about 0.35 s (wide bounds)."""
     k = key("paced")
@@ -155,7 +159,7 @@ async def test_pacing_at_n_tokens_per_second_takes_about_the_expected_time(
     assert 0.3 <= elapsed < 3.0, elapsed
 
 
-async def test_original_pacing_is_capped_by_max_delay(sc: Sidecar) -> None:
+async def test_original_pacing_is_capped_by_max_delay(sc: InProcessSidecar) -> None:
     """Original gaps of 1 s each, capped at 100 ms, replay in about 0.2 s, not 2 s."""
     k = key("original timing")
     miss = await sc.client.lookup(k)
@@ -170,7 +174,7 @@ async def test_original_pacing_is_capped_by_max_delay(sc: Sidecar) -> None:
     assert 0.18 <= elapsed < 1.5, elapsed
 
 
-async def test_invalid_pacing_is_invalid_argument(sc: Sidecar) -> None:
+async def test_invalid_pacing_is_invalid_argument(sc: InProcessSidecar) -> None:
     """A non-positive rate is refused before anything is looked up."""
     stream = sc.client.lookup_stream(
         key(), pacing=pb.Pacing(mode=pb.PACING_MODE_TOKENS_PER_SECOND, tokens_per_second=0)
@@ -181,7 +185,7 @@ async def test_invalid_pacing_is_invalid_argument(sc: Sidecar) -> None:
     assert "pacing.tokens_per_second" in (err.value.details() or "")
 
 
-async def test_cancelled_replay_costs_nothing_further(sc: Sidecar) -> None:
+async def test_cancelled_replay_costs_nothing_further(sc: InProcessSidecar) -> None:
     """A client that cancels after two chunks of a slow replay stops the sidecar's work for it."""
     k = key("long answer")
     await stream_store(sc, k, [f"w{i}" for i in range(8)], tokens=1)
@@ -201,7 +205,7 @@ async def test_cancelled_replay_costs_nothing_further(sc: Sidecar) -> None:
     assert stats.total("streams", event="replay.completed") == 0
 
 
-async def test_store_stream_abandoned_by_an_exception_stores_nothing(sc: Sidecar) -> None:
+async def test_store_stream_abandoned_by_an_exception_stores_nothing(sc: InProcessSidecar) -> None:
     """An exception inside the writer block abandons the stream: nothing stored, and the
     single-flight hold is given up at once (the next lookup holds), not at lease expiry."""
     k = key("abandoned")
@@ -226,7 +230,7 @@ async def test_store_stream_abandoned_by_an_exception_stores_nothing(sc: Sidecar
     assert sc.stats.total("stores", result="stored") == 0
 
 
-async def test_store_stream_cancelled_midway_stores_nothing(sc: Sidecar) -> None:
+async def test_store_stream_cancelled_midway_stores_nothing(sc: InProcessSidecar) -> None:
     """A writer task cancelled mid-stream (the client going away): nothing stored."""
     k = key("cancelled")
     miss = await sc.client.lookup(k)
@@ -249,7 +253,7 @@ async def test_store_stream_cancelled_midway_stores_nothing(sc: Sidecar) -> None
     assert sc.stats.total("stores", result="stored") == 0
 
 
-async def test_stream_without_finish_stores_nothing(sc: Sidecar) -> None:
+async def test_stream_without_finish_stores_nothing(sc: InProcessSidecar) -> None:
     """A stream that half-closes without a finish message is INVALID_ARGUMENT; nothing stored."""
     k = key("no finish")
     miss = await sc.client.lookup(k)
@@ -275,7 +279,7 @@ async def test_stream_without_finish_stores_nothing(sc: Sidecar) -> None:
     ids=["bytes", "chunks", "idle"],
 )
 async def test_over_limit_stream_stores_nothing(
-    sc: Sidecar, parts: list[str], pause_s: float, code: grpc.StatusCode
+    sc: InProcessSidecar, parts: list[str], pause_s: float, code: grpc.StatusCode
 ) -> None:
     """Too many bytes, too many chunks or too long a silence: the right status, nothing stored."""
     k = key(f"over limit {code}")
@@ -293,10 +297,10 @@ async def test_over_limit_stream_stores_nothing(
     assert "nothing was stored" in (err.value.details() or "")
     assert (await sc.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_MISS
     assert sc.stats.total("stores", result="stored") == 0
-    assert sc.stats.total("streams", version="fp1-test", event="store.failed") == 1
+    assert sc.stats.total("streams", version="m1", event="store.failed") == 1
 
 
-async def test_bad_lease_fails_at_open_not_at_the_end(sc: Sidecar) -> None:
+async def test_bad_lease_fails_at_open_not_at_the_end(sc: InProcessSidecar) -> None:
     """A forged lease is refused as soon as the opening message arrives."""
     k = key("forged")
     async with grpc.aio.insecure_channel(sc.target) as ch:
@@ -320,7 +324,7 @@ async def test_bad_lease_fails_at_open_not_at_the_end(sc: Sidecar) -> None:
     ids=["chunk-first", "payload-in-open", "bad-key", "empty"],
 )
 async def test_malformed_stream_is_invalid_argument(
-    sc: Sidecar, first: pb.StoreStreamRequest, detail: str
+    sc: InProcessSidecar, first: pb.StoreStreamRequest, detail: str
 ) -> None:
     """A stream that does not open properly is INVALID_ARGUMENT naming the field."""
     async with grpc.aio.insecure_channel(sc.target) as ch:
@@ -332,7 +336,7 @@ async def test_malformed_stream_is_invalid_argument(
     assert (err.value.details() or "").startswith(detail), err.value.details()
 
 
-async def test_missing_finish_reason_is_invalid(sc: Sidecar) -> None:
+async def test_missing_finish_reason_is_invalid(sc: InProcessSidecar) -> None:
     """A finish message without a reason does not commit."""
     k = key("no reason")
     miss = await sc.client.lookup(k)
@@ -375,7 +379,7 @@ async def test_invalidate_during_the_stream_refuses_the_commit() -> None:
         assert (await s.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_MISS
 
 
-async def test_sync_client_streams_both_ways(sc: Sidecar) -> None:
+async def test_sync_client_streams_both_ways(sc: InProcessSidecar) -> None:
     """The blocking client's store_stream and lookup_stream do what the async ones do."""
     from infercache_client import CacheClient
 
@@ -399,7 +403,9 @@ async def test_sync_client_streams_both_ways(sc: Sidecar) -> None:
     assert [c.decode() for c in chunks] == ANSWER
 
 
-async def test_marker_is_initial_metadata_visible_without_reading_messages(sc: Sidecar) -> None:
+async def test_marker_is_initial_metadata_visible_without_reading_messages(
+    sc: InProcessSidecar,
+) -> None:
     """A proxy can read x-infercache-cache from the initial metadata alone."""
     k = key("marker")
     await stream_store(sc, k, ["a", "b"])
@@ -422,13 +428,15 @@ tenants:
 
 
 @pytest.fixture
-async def with_policy(start_sidecar: StartSidecar, tmp_path: Any) -> Sidecar:
+async def with_policy(start_sidecar: StartSidecar, tmp_path: Any) -> InProcessSidecar:
     path = tmp_path / "policy.yaml"
     path.write_text(POLICY)
     return await start_sidecar(policy_file=str(path), policy_poll_ms="0")
 
 
-async def test_lookup_stream_bypass_is_marked_and_carries_the_reason(with_policy: Sidecar) -> None:
+async def test_lookup_stream_bypass_is_marked_and_carries_the_reason(
+    with_policy: InProcessSidecar,
+) -> None:
     """A request the policy bypasses: marker bypass, BYPASS header with its code, no chunks."""
     marker, header, chunks = await replay(with_policy, key(tenant="billing"))
     assert marker == "bypass"
@@ -438,7 +446,9 @@ async def test_lookup_stream_bypass_is_marked_and_carries_the_reason(with_policy
     assert chunks == []
 
 
-async def test_store_stream_bypassed_by_policy_stores_nothing(with_policy: Sidecar) -> None:
+async def test_store_stream_bypassed_by_policy_stores_nothing(
+    with_policy: InProcessSidecar,
+) -> None:
     """A StoreStream the policy bypasses (decided at its opening message) answers BYPASSED."""
     k = key("not for caching", tenant="billing")
     async with with_policy.client.store_stream(k) as w:
@@ -451,7 +461,9 @@ async def test_store_stream_bypassed_by_policy_stores_nothing(with_policy: Sidec
     assert with_policy.stats.total("stores", result="stored") == 0
 
 
-async def test_store_stream_over_the_policy_entry_size_is_bypassed(with_policy: Sidecar) -> None:
+async def test_store_stream_over_the_policy_entry_size_is_bypassed(
+    with_policy: InProcessSidecar,
+) -> None:
     """The policy's size cap is applied to the assembled stream at commit: BYPASSED, no entry."""
     k = key("too long for the policy")
     miss = await with_policy.client.lookup(k)

@@ -27,10 +27,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import StatusCode
 
-from sidecar.config import load_config
 from sidecar.observability.logs import processors
 from sidecar.observability.telemetry import Telemetry
-from sidecar.server import RunningServer, start_server
+from sidecar.server import RunningServer
+from sidecar.testing import in_process_sidecar
 from sidecar.tiers.base import WarmItem
 
 TENANT = "acme-secret-tenant"
@@ -92,24 +92,11 @@ async def captured(log_buffer: io.StringIO) -> AsyncIterator[Captured]:
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
     telemetry = Telemetry(tracer_provider, meter_provider, tenants_in_clear=False, tracing=True)
-    config = load_config(
-        {},
-        {
-            "listen": "127.0.0.1:0",
-            "admin_listen": "",
-            "metrics_listen": "",
-            "uvloop": "false",
-            "allow_unleased_store": "true",
-            "log_level": "debug",
-        },
-    )
-    running = await start_server(config, telemetry=telemetry)
-    client = AsyncCacheClient(f"127.0.0.1:{running.ports[0]}")
+    settings = {"allow_unleased_store": "true", "log_level": "debug"}
     try:
-        yield Captured(running, client, spans, reader, log_buffer)
+        async with in_process_sidecar(settings, telemetry=telemetry) as sc:
+            yield Captured(sc.running, sc.client, spans, reader, log_buffer)
     finally:
-        await client.close()
-        await running.stop(0)
         tracer_provider.shutdown()
         meter_provider.shutdown()
 
@@ -294,15 +281,8 @@ async def test_tenant_in_clear_when_configured(log_buffer: io.StringIO) -> None:
     tracer_provider = TracerProvider(sampler=ALWAYS_ON)
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = Telemetry(tracer_provider, tenants_in_clear=True, tracing=True)
-    config = load_config(
-        {}, {"listen": "127.0.0.1:0", "admin_listen": "", "metrics_listen": "", "uvloop": "false"}
-    )
-    running = await start_server(config, telemetry=telemetry)
-    try:
-        async with AsyncCacheClient(f"127.0.0.1:{running.ports[0]}") as client:
-            await client.lookup(_key("A", "q"))
-    finally:
-        await running.stop(0)
+    async with in_process_sidecar(telemetry=telemetry) as sc:
+        await sc.client.lookup(_key("A", "q"))
     (span,) = spans.get_finished_spans()
     assert (span.attributes or {})["infercache.tenant"] == TENANT
 

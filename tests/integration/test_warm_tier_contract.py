@@ -15,7 +15,7 @@ from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
-from tests.redis_server import RedisServer, free_port
+from tests.support.processes import RedisServer, free_port
 
 LONG_MS = 60_000
 

@@ -9,11 +9,11 @@ import pytest
 from sidecar import entries
 from sidecar.config import LimitsConfig
 from sidecar.entries import ComputeCost, Entry
-from sidecar.errors import InvalidArgument, TierUnavailable
+from sidecar.errors import InvalidArgument
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import RuleSet
-from sidecar.keys import CacheKey, InputKind, KeyDigest, KeyRequest, build_key
+from sidecar.keys import CacheKey
 from sidecar.observability.stats import CacheStats
 from sidecar.results.cache import (
     LookupQuery,
@@ -25,94 +25,20 @@ from sidecar.results.cache import (
     TtlPolicy,
 )
 from sidecar.results.observers import LookupLog
+from sidecar.testing import T0_MS, Clock, FlakyWarmTier
 from sidecar.tiers.base import WarmItem
-from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
+from tests.support.keys import cache_key
 
-T0 = 1_700_000_000_000
 MAX_PAYLOAD = 1024
 
 
-class Clock:
-    """A settable millisecond clock shared by the cache and its embedded tier."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += int(seconds * 1000)
-
-
-class FlakyWarmTier:
-    """An embedded warm tier that can be switched off: then every call raises TierUnavailable."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.inner = EmbeddedWarmTier(10**8, 10**6, clock_ms=clock)
-        self.name = "flaky"
-        self.down = False
-        self.reads = 0
-
-    def _check(self) -> None:
-        if self.down:
-            raise TierUnavailable("flaky: down")
-
-    async def get_many(self, digests: Sequence[KeyDigest]) -> list[bytes | None]:
-        self._check()
-        self.reads += 1
-        return await self.inner.get_many(digests)
-
-    async def get_many_with_epoch(
-        self, digests: Sequence[KeyDigest]
-    ) -> tuple[list[bytes | None], int]:
-        self._check()
-        self.reads += 1
-        return await self.inner.get_many_with_epoch(digests)
-
-    async def put_many(self, items: Sequence[WarmItem]) -> None:
-        self._check()
-        await self.inner.put_many(items)
-
-    async def delete_many(self, digests: Sequence[KeyDigest]) -> None:
-        self._check()
-        await self.inner.delete_many(digests)
-
-    async def scan_page(self, cursor: int, count: int) -> tuple[int, list[tuple[KeyDigest, bytes]]]:
-        self._check()
-        return await self.inner.scan_page(cursor, count)
-
-    async def approx_entries(self) -> int:
-        self._check()
-        return await self.inner.approx_entries()
-
-    def usage(self) -> tuple[int, int]:
-        return self.inner.usage()
-
-    async def ping(self) -> None:
-        self._check()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def warm(clock: Clock) -> FlakyWarmTier:
-    return FlakyWarmTier(clock)
-
-
 def make_cache(
-    warm: FlakyWarmTier, clock: Clock, ttl: TtlPolicy | None = None, hot_entries: int = 1000
+    flaky_warm: FlakyWarmTier, clock: Clock, ttl: TtlPolicy | None = None, hot_entries: int = 1000
 ) -> ResultCache:
     return ResultCache(
         HotTier(10**7, hot_entries),
-        warm,
+        flaky_warm,
         ttl=ttl or TtlPolicy(default_s=3600, max_s=86400),
         max_payload_bytes=MAX_PAYLOAD,
         max_chunks=LimitsConfig().max_chunks,
@@ -122,12 +48,8 @@ def make_cache(
 
 
 @pytest.fixture
-def cache(warm: FlakyWarmTier, clock: Clock) -> ResultCache:
-    return make_cache(warm, clock)
-
-
-def key(text: str = "question", tenant: str = "acme") -> CacheKey:
-    return build_key(KeyRequest(tenant, "m1", "p1", input=text, input_kind=InputKind.TEXT))
+def cache(flaky_warm: FlakyWarmTier, clock: Clock) -> ResultCache:
+    return make_cache(flaky_warm, clock)
 
 
 async def lookup(cache: ResultCache, k: CacheKey, max_age_s: int = 0) -> LookupResult:
@@ -145,7 +67,7 @@ async def store(
 
 async def test_store_then_lookup_is_a_hot_hit(cache: ResultCache, clock: Clock) -> None:
     """A stored result is served from the hot tier with its payload, cost and age."""
-    k = key()
+    k = cache_key()
     miss = await lookup(cache, k)
     assert miss.outcome is Outcome.MISS
     stored = await cache.store(k, b"answer", lease_token=miss.lease, cost=ComputeCost(900, 10, 5))
@@ -161,7 +83,7 @@ async def test_store_then_lookup_is_a_hot_hit(cache: ResultCache, clock: Clock) 
 
 
 async def test_observers_see_each_lookup_call_once_with_its_final_results(
-    warm: FlakyWarmTier, clock: Clock
+    flaky_warm: FlakyWarmTier, clock: Clock
 ) -> None:
     """Every observer gets one call per lookup_many, after the counters, with the
     queries and the results as answered (a MISS already carrying its lease)."""
@@ -175,7 +97,7 @@ async def test_observers_see_each_lookup_call_once_with_its_final_results(
 
     cache = ResultCache(
         HotTier(10**7, 1000),
-        warm,
+        flaky_warm,
         ttl=TtlPolicy(default_s=3600, max_s=86400),
         max_payload_bytes=MAX_PAYLOAD,
         max_chunks=LimitsConfig().max_chunks,
@@ -184,7 +106,7 @@ async def test_observers_see_each_lookup_call_once_with_its_final_results(
         observers=(log, CountsFirst()),
         clock_ms=clock,
     )
-    stored, fresh = key("stored"), key("fresh")
+    stored, fresh = cache_key("stored"), cache_key("fresh")
     await store(cache, stored)
     batch = [LookupQuery(stored), LookupQuery(fresh)]
     results = await cache.lookup_many(batch)
@@ -199,23 +121,23 @@ async def test_observers_see_each_lookup_call_once_with_its_final_results(
 
 
 async def test_hot_hit_does_not_touch_the_warm_tier(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """A hot hit costs no warm-tier round trip."""
-    k = key()
+    k = cache_key()
     await store(cache, k)
-    reads = warm.reads
+    reads = flaky_warm.reads
     assert (await lookup(cache, k)).tier is TierName.HOT
-    assert warm.reads == reads
+    assert flaky_warm.reads == reads
 
 
 async def test_warm_hit_is_promoted_to_hot(
-    cache: ResultCache, warm: FlakyWarmTier, clock: Clock
+    cache: ResultCache, flaky_warm: FlakyWarmTier, clock: Clock
 ) -> None:
     """A result only in the warm tier is a WARM hit, then a HOT hit."""
-    k = key()
+    k = cache_key()
     await store(cache, k)
-    other_pod = make_cache(warm, clock)  # same warm tier, empty hot tier
+    other_pod = make_cache(flaky_warm, clock)  # same warm tier, empty hot tier
     first = await lookup(other_pod, k)
     assert (first.outcome, first.tier) == (Outcome.HIT, TierName.WARM)
     assert first.entry is not None
@@ -226,10 +148,10 @@ async def test_warm_hit_is_promoted_to_hot(
     assert other_pod.stats.total("lookups", outcome="hit", tier="hot") == 1
 
 
-async def test_hot_tier_disabled_still_hits_warm(warm: FlakyWarmTier, clock: Clock) -> None:
+async def test_hot_tier_disabled_still_hits_warm(flaky_warm: FlakyWarmTier, clock: Clock) -> None:
     """With hot_max_entries=0 every hit comes from the warm tier."""
-    cache = make_cache(warm, clock, hot_entries=0)
-    k = key()
+    cache = make_cache(flaky_warm, clock, hot_entries=0)
+    k = cache_key()
     await store(cache, k)
     for _ in range(2):
         assert (await lookup(cache, k)).tier is TierName.WARM
@@ -237,10 +159,12 @@ async def test_hot_tier_disabled_still_hits_warm(warm: FlakyWarmTier, clock: Clo
 
 
 @pytest.mark.parametrize("tier", [TierName.HOT, TierName.WARM])
-async def test_max_age_is_respected(warm: FlakyWarmTier, clock: Clock, tier: TierName) -> None:
+async def test_max_age_is_respected(
+    flaky_warm: FlakyWarmTier, clock: Clock, tier: TierName
+) -> None:
     """An entry older than the caller's max_age_s is a MISS; a younger one is a HIT."""
-    cache = make_cache(warm, clock, hot_entries=1000 if tier is TierName.HOT else 0)
-    k = key()
+    cache = make_cache(flaky_warm, clock, hot_entries=1000 if tier is TierName.HOT else 0)
+    k = cache_key()
     await store(cache, k)
     clock.advance(10)
     assert (await lookup(cache, k, max_age_s=9)).outcome is Outcome.MISS
@@ -269,10 +193,12 @@ def test_ttl_policy_clamps(tenant: str, requested: int, expected: int) -> None:
     assert policy.effective(tenant, requested) == expected
 
 
-async def test_store_applies_the_clamped_ttl(warm: FlakyWarmTier, clock: Clock) -> None:
+async def test_store_applies_the_clamped_ttl(flaky_warm: FlakyWarmTier, clock: Clock) -> None:
     """A store reports the clamped TTL and the entry expires then, in both tiers."""
-    cache = make_cache(warm, clock, TtlPolicy(default_s=60, max_s=120, tenant_max_s={"t": 30}))
-    k = key(tenant="t")
+    cache = make_cache(
+        flaky_warm, clock, TtlPolicy(default_s=60, max_s=120, tenant_max_s={"t": 30})
+    )
+    k = cache_key(tenant="t")
     miss = await lookup(cache, k)
     result = await cache.store(k, b"a", ttl_s=3600, lease_token=miss.lease)
     assert result.ttl_s == 30
@@ -280,37 +206,37 @@ async def test_store_applies_the_clamped_ttl(warm: FlakyWarmTier, clock: Clock) 
     assert (await lookup(cache, k)).outcome is Outcome.HIT
     clock.advance(0.1)
     assert (await lookup(cache, k)).outcome is Outcome.MISS
-    assert await warm.inner.get_many([k.digest]) == [None]
+    assert await flaky_warm.inner.get_many([k.digest]) == [None]
     assert len(cache.hot) == 0
 
 
 async def test_store_with_failing_warm_tier_stores_nothing(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """When the warm write fails the store is WRITE_FAILED and nothing lands in the hot tier."""
-    k = key()
+    k = cache_key()
     miss = await lookup(cache, k)
-    warm.down = True
+    flaky_warm.down = True
     result = await cache.store(k, b"answer", lease_token=miss.lease)
     assert result.status is StoreStatus.WRITE_FAILED
     assert len(cache.hot) == 0
     assert cache.stats.warm_write_failures == 1
     assert cache.stats.total("stores", result="stored") == 0
-    warm.down = False
+    flaky_warm.down = False
     assert (await lookup(cache, k)).outcome is Outcome.MISS
 
 
 async def test_failed_overwrite_drops_the_old_hot_copy(
-    cache: ResultCache, warm: FlakyWarmTier, clock: Clock
+    cache: ResultCache, flaky_warm: FlakyWarmTier, clock: Clock
 ) -> None:
     """A failed store of a new result must not leave the previous result hot."""
-    k = key()
+    k = cache_key()
     await store(cache, k, b"v1")
     clock.advance(2)
     refresh = await lookup(cache, k, max_age_s=1)  # too old for this caller: MISS + lease
     assert refresh.outcome is Outcome.MISS
     assert len(cache.hot) == 1
-    warm.down = True
+    flaky_warm.down = True
     result = await cache.store(k, b"v2", lease_token=refresh.lease)
     assert result.status is StoreStatus.WRITE_FAILED
     assert len(cache.hot) == 0
@@ -320,107 +246,109 @@ async def test_failed_overwrite_drops_the_old_hot_copy(
 
 
 async def test_lookup_with_failing_warm_tier_is_a_degraded_miss(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """A warm-tier failure turns a lookup into MISS with degraded=True, never an error."""
-    warm.down = True
-    results = await cache.lookup_many([LookupQuery(key("a")), LookupQuery(key("b"))])
+    flaky_warm.down = True
+    results = await cache.lookup_many([LookupQuery(cache_key("a")), LookupQuery(cache_key("b"))])
     assert [(r.outcome, r.degraded) for r in results] == [(Outcome.MISS, True)] * 2
     assert cache.stats.warm_read_failures == 1
 
 
-async def test_hot_hits_survive_a_warm_tier_outage(cache: ResultCache, warm: FlakyWarmTier) -> None:
+async def test_hot_hits_survive_a_warm_tier_outage(
+    cache: ResultCache, flaky_warm: FlakyWarmTier
+) -> None:
     """With a single-process control store, hot entries keep hitting while the warm tier is down."""
-    k = key()
+    k = cache_key()
     await store(cache, k)
-    warm.down = True
+    flaky_warm.down = True
     hit = await lookup(cache, k)
     assert (hit.outcome, hit.tier, hit.degraded) == (Outcome.HIT, TierName.HOT, False)
 
 
 async def test_oversized_payload_is_refused_and_nothing_is_stored(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """A payload over max_payload_bytes is InvalidArgument naming 'payload'; no tier changes."""
-    k = key()
+    k = cache_key()
     miss = await lookup(cache, k)
     with pytest.raises(InvalidArgument) as err:
         await cache.store(k, b"x" * (MAX_PAYLOAD + 1), lease_token=miss.lease)
     assert err.value.field == "payload"
-    assert (len(cache.hot), len(warm.inner)) == (0, 0)
+    assert (len(cache.hot), len(flaky_warm.inner)) == (0, 0)
     ok = await cache.store(k, b"x" * MAX_PAYLOAD, lease_token=miss.lease)
     assert ok.status is StoreStatus.STORED
 
 
-async def _plant(warm: FlakyWarmTier, k: CacheKey, value: bytes) -> None:
-    await warm.put_many([WarmItem(k.digest, value, 3_600_000)])
+async def _plant(flaky_warm: FlakyWarmTier, k: CacheKey, value: bytes) -> None:
+    await flaky_warm.put_many([WarmItem(k.digest, value, 3_600_000)])
 
 
-def _valid_value(k: CacheKey, payload: bytes = b"planted", created: int = T0) -> bytes:
+def _valid_value(k: CacheKey, payload: bytes = b"planted", created: int = T0_MS) -> bytes:
     return entries.encode(Entry(k.material, payload, created_at_ms=created, ttl_s=3600))
 
 
 async def test_corrupted_warm_value_is_a_counted_miss_and_deleted(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """A warm value failing its checksum is a MISS, counted as corrupt, never served, deleted."""
-    k = key()
+    k = cache_key()
     damaged = bytearray(_valid_value(k))
     damaged[-40] ^= 0x01  # inside the payload
-    await _plant(warm, k, bytes(damaged))
+    await _plant(flaky_warm, k, bytes(damaged))
     result = await lookup(cache, k)
     assert (result.outcome, result.entry, result.degraded) == (Outcome.MISS, None, False)
     assert cache.stats.total("rejected", reason="corrupt") == 1
     assert len(cache.hot) == 0
     await cache.drain()
-    assert await warm.inner.get_many([k.digest]) == [None]
+    assert await flaky_warm.inner.get_many([k.digest]) == [None]
 
 
 async def test_foreign_warm_value_is_a_counted_miss_and_deleted(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """A valid entry of another key found under this key's digest is a MISS counted as foreign."""
-    k, other = key("mine"), key("someone else's")
-    await _plant(warm, k, _valid_value(other, b"not yours"))
+    k, other = cache_key("mine"), cache_key("someone else's")
+    await _plant(flaky_warm, k, _valid_value(other, b"not yours"))
     result = await lookup(cache, k)
     assert (result.outcome, result.entry) == (Outcome.MISS, None)
     assert cache.stats.total("rejected", reason="foreign") == 1
     await cache.drain()
-    assert await warm.inner.get_many([k.digest]) == [None]
+    assert await flaky_warm.inner.get_many([k.digest]) == [None]
 
 
 async def test_expired_entry_in_the_warm_tier_is_a_miss(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """An entry past its own expiry is a MISS even if the warm tier still holds it."""
-    k = key()
-    stale = entries.encode(Entry(k.material, b"old", created_at_ms=T0 - 7_200_000, ttl_s=3600))
-    await _plant(warm, k, stale)
+    k = cache_key()
+    stale = entries.encode(Entry(k.material, b"old", created_at_ms=T0_MS - 7_200_000, ttl_s=3600))
+    await _plant(flaky_warm, k, stale)
     assert (await lookup(cache, k)).outcome is Outcome.MISS
     assert len(cache.hot) == 0
 
 
 async def test_hot_entry_of_another_key_is_never_served(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """A hot entry whose material differs from the key (a digest collision) is not a hit."""
-    k, other = key("mine"), key("other")
-    cache.hot.put(k.digest, Entry(other.material, b"wrong", created_at_ms=T0, ttl_s=3600))
+    k, other = cache_key("mine"), cache_key("other")
+    cache.hot.put(k.digest, Entry(other.material, b"wrong", created_at_ms=T0_MS, ttl_s=3600))
     result = await lookup(cache, k)
     assert result.outcome is Outcome.MISS
-    await _plant(warm, k, _valid_value(k, b"right"))
+    await _plant(flaky_warm, k, _valid_value(k, b"right"))
     hit = await lookup(cache, k)
     assert hit.entry is not None
     assert hit.entry.payload == b"right"
 
 
 async def test_lookup_many_keeps_order_across_tiers(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """Batch results follow request order whatever tier answers each item."""
-    hot_k, warm_k, miss_k = key("hot"), key("warm"), key("missing")
+    hot_k, warm_k, miss_k = cache_key("hot"), cache_key("warm"), cache_key("missing")
     await store(cache, hot_k, b"H")
-    await _plant(warm, warm_k, _valid_value(warm_k, b"W"))
+    await _plant(flaky_warm, warm_k, _valid_value(warm_k, b"W"))
     results = await cache.lookup_many(
         [LookupQuery(miss_k), LookupQuery(warm_k), LookupQuery(hot_k), LookupQuery(miss_k)]
     )

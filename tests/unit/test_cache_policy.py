@@ -11,7 +11,6 @@ from sidecar.errors import InvalidArgument
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import RuleSet
-from sidecar.keys import CacheKey, InputKind, KeyRequest, Sampling, build_key
 from sidecar.policy.cacheability import (
     BypassReason,
     Policy,
@@ -20,8 +19,11 @@ from sidecar.policy.cacheability import (
     TenantPolicy,
 )
 from sidecar.results.cache import LookupQuery, Outcome, ResultCache, StoreStatus, TtlPolicy
+from sidecar.testing import Clock, FlakyWarmTier
 from sidecar.tiers.hot import HotTier
-from tests.unit.test_cache import MAX_PAYLOAD, Clock, FlakyWarmTier
+from tests.support.keys import cache_key
+
+MAX_PAYLOAD = 1024
 
 CLOSED = Policy(
     TenantPolicy(deterministic_only=True, max_entry_bytes=100),
@@ -31,25 +33,15 @@ CLOSED = Policy(
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def warm(clock: Clock) -> FlakyWarmTier:
-    return FlakyWarmTier(clock)
-
-
-@pytest.fixture
 def holder() -> PolicyHolder:
     return PolicyHolder(CLOSED)
 
 
 @pytest.fixture
-def cache(warm: FlakyWarmTier, clock: Clock, holder: PolicyHolder) -> ResultCache:
+def cache(flaky_warm: FlakyWarmTier, clock: Clock, holder: PolicyHolder) -> ResultCache:
     return ResultCache(
         HotTier(10**7, 1000),
-        warm,
+        flaky_warm,
         ttl=TtlPolicy(3600, 86400),
         max_payload_bytes=MAX_PAYLOAD,
         max_chunks=LimitsConfig().max_chunks,
@@ -59,29 +51,17 @@ def cache(warm: FlakyWarmTier, clock: Clock, holder: PolicyHolder) -> ResultCach
     )
 
 
-def key(
-    text: str = "q",
-    tenant: str = "acme",
-    *,
-    temperature: float | None = 0.0,
-    seed: int | None = None,
-) -> CacheKey:
-    """A text key; greedy (temperature 0) unless told otherwise (None = unset = 1.0)."""
-    s = Sampling(temperature=temperature, seed=seed)
-    return build_key(KeyRequest(tenant, "m1", "p1", text, InputKind.TEXT, sampling=s))
-
-
 async def test_bypass_lookup_touches_no_tier_and_hands_out_no_lease(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """A bypassed lookup reads no tier, holds no lease and is counted by reason and version."""
-    warm.down = True  # any tier access would show as degraded
-    result = await cache.lookup(LookupQuery(key(tenant="billing")))
+    flaky_warm.down = True  # any tier access would show as degraded
+    result = await cache.lookup(LookupQuery(cache_key(tenant="billing")))
     assert result.outcome is Outcome.BYPASS
     assert result.bypass is not None
     assert result.bypass.reason is BypassReason.NOT_CACHEABLE
     assert (result.lease, result.lease_holder, result.degraded) == (b"", False, False)
-    assert warm.reads == 0
+    assert flaky_warm.reads == 0
     assert cache.stats.lookups[("m1", "bypass", "")] == 1
     assert cache.stats.bypasses[("m1", "not_cacheable")] == 1
     assert cache.stats.snapshot()["bypasses.not_cacheable"] == 1
@@ -89,7 +69,7 @@ async def test_bypass_lookup_touches_no_tier_and_hands_out_no_lease(
 
 async def test_declared_traits_bypass_and_undeclared_do_not(cache: ResultCache) -> None:
     """The same key is a MISS without traits and BYPASS when the request declares side effects."""
-    k = key()
+    k = cache_key()
     assert (await cache.lookup(LookupQuery(k))).outcome is Outcome.MISS
     declared = await cache.lookup(LookupQuery(k, traits=RequestTraits(side_effects=True)))
     assert declared.outcome is Outcome.BYPASS
@@ -98,14 +78,14 @@ async def test_declared_traits_bypass_and_undeclared_do_not(cache: ResultCache) 
 
 
 async def test_batch_answers_bypass_in_place_and_reads_only_the_rest(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """In a batch, bypassed keys keep their positions; the others get MISS with leases."""
     queries = [
-        LookupQuery(key("a")),
-        LookupQuery(key("b", temperature=None)),  # unset = 1.0, no seed
-        LookupQuery(key("c", tenant="billing")),
-        LookupQuery(key("d", temperature=None, seed=3)),
+        LookupQuery(cache_key("a")),
+        LookupQuery(cache_key("b", temperature=None)),  # unset = 1.0, no seed
+        LookupQuery(cache_key("c", tenant="billing")),
+        LookupQuery(cache_key("d", temperature=None, seed=3)),
     ]
     results = await cache.lookup_many(queries)
     assert [r.outcome for r in results] == [
@@ -118,20 +98,20 @@ async def test_batch_answers_bypass_in_place_and_reads_only_the_rest(
     assert [bool(r.lease) for r in results] == [True, False, False, True]
     assert results[1].bypass is not None
     assert results[1].bypass.reason is BypassReason.NON_DETERMINISTIC
-    assert warm.reads == 1
+    assert flaky_warm.reads == 1
 
 
 async def test_store_of_a_bypassed_request_writes_nothing(
-    cache: ResultCache, warm: FlakyWarmTier
+    cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
     """Store is BYPASSED (even without a lease) and no tier receives the entry."""
-    k = key(tenant="billing")
+    k = cache_key(tenant="billing")
     result = await cache.store(k, b"secret invoice")
     assert result.status is StoreStatus.BYPASSED
     assert result.bypass is not None
     assert result.bypass.reason is BypassReason.NOT_CACHEABLE
     assert result.ttl_s == 0
-    assert await warm.inner.get_many([k.digest]) == [None]
+    assert await flaky_warm.inner.get_many([k.digest]) == [None]
     assert len(cache.hot) == 0
     assert cache.stats.total("stores", result="stored") == 0
     assert cache.stats.stores[("m1", "refused", "not_cacheable")] == 1
@@ -140,7 +120,7 @@ async def test_store_of_a_bypassed_request_writes_nothing(
 
 async def test_store_declaring_traits_is_bypassed_even_with_a_lease(cache: ResultCache) -> None:
     """A lease from a MISS does not override the policy: traits at Store bypass it."""
-    k = key()
+    k = cache_key()
     miss = await cache.lookup(LookupQuery(k))
     result = await cache.store(
         k, b"x", lease_token=miss.lease, traits=RequestTraits(private_data=True)
@@ -153,7 +133,7 @@ async def test_store_declaring_traits_is_bypassed_even_with_a_lease(cache: Resul
 
 async def test_store_over_the_tenant_entry_size_is_bypassed(cache: ResultCache) -> None:
     """max_entry_bytes: a larger result is BYPASSED, a result at the limit is stored."""
-    k = key()
+    k = cache_key()
     miss = await cache.lookup(LookupQuery(k))
     big = await cache.store(k, b"x" * 101, lease_token=miss.lease)
     assert big.status is StoreStatus.BYPASSED
@@ -166,14 +146,14 @@ async def test_store_over_the_tenant_entry_size_is_bypassed(cache: ResultCache) 
 async def test_global_payload_limit_stays_an_error(cache: ResultCache) -> None:
     """Over INFERCACHE_MAX_PAYLOAD_BYTES is INVALID_ARGUMENT, whatever the policy says."""
     with pytest.raises(InvalidArgument, match="payload"):
-        await cache.store(key(tenant="billing"), b"x" * (MAX_PAYLOAD + 1))
+        await cache.store(cache_key(tenant="billing"), b"x" * (MAX_PAYLOAD + 1))
 
 
 async def test_policy_change_after_the_miss_still_bypasses_the_store(
     cache: ResultCache, holder: PolicyHolder
 ) -> None:
     """A tenant made non-cacheable while computing gets BYPASSED and its lease is released."""
-    k = key()
+    k = cache_key()
     miss = await cache.lookup(LookupQuery(k))
     assert miss.lease_holder
     holder.current = Policy(TenantPolicy(cacheable=False))
@@ -188,7 +168,7 @@ async def test_policy_change_after_the_miss_still_bypasses_the_store(
 async def test_policy_ttl_is_applied(cache: ResultCache, holder: PolicyHolder) -> None:
     """The tenant's default and maximum TTL from the policy decide the stored TTL."""
     holder.current = Policy(TenantPolicy(default_ttl_s=120, max_ttl_s=300))
-    k1, k2 = key("one"), key("two")
+    k1, k2 = cache_key("one"), cache_key("two")
     miss = await cache.lookup(LookupQuery(k1))
     assert (await cache.store(k1, b"a", lease_token=miss.lease)).ttl_s == 120
     miss = await cache.lookup(LookupQuery(k2))
@@ -204,9 +184,12 @@ async def test_skip_for_inert_policies_still_sees_the_one_strict_tenant(
         TenantPolicy(), MappingProxyType({"billing": TenantPolicy(cacheable=False)})
     )
     results = await cache.lookup_many(
-        [LookupQuery(key("a", temperature=None)), LookupQuery(key("b", tenant="billing"))]
+        [
+            LookupQuery(cache_key("a", temperature=None)),
+            LookupQuery(cache_key("b", tenant="billing")),
+        ]
     )
     assert [r.outcome for r in results] == [Outcome.MISS, Outcome.BYPASS]
     holder.current = Policy()
-    declared = await cache.lookup(LookupQuery(key("c"), traits=RequestTraits(real_time=True)))
+    declared = await cache.lookup(LookupQuery(cache_key("c"), traits=RequestTraits(real_time=True)))
     assert declared.outcome is Outcome.BYPASS

@@ -30,7 +30,7 @@ from sidecar.fingerprint import api as fp_api
 from sidecar.fingerprint import weights as fp_weights
 from sidecar.fingerprint.hashing import WHOLE_BYTES, WINDOW_BYTES, sample_spans
 from sidecar.fingerprint.safetensors_header import TensorEntry
-from tests.unit.checkpoints import (
+from tests.support.checkpoints import (
     HIDDEN,
     edit,
     hf_cache_layout,

@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.cli.fingerprint import add_parser
 from sidecar.fingerprint import fingerprint
-from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
+from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 
 REPO = Path(__file__).resolve().parents[2]
 

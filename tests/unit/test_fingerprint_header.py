@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 
 from sidecar.fingerprint import FingerprintError, Mode, fingerprint
 from sidecar.fingerprint.safetensors_header import read_header
-from tests.unit.checkpoints import llama_tensors, write_model, write_raw_safetensors
+from tests.support.checkpoints import llama_tensors, write_model, write_raw_safetensors
 
 MODES: tuple[Mode, ...] = ("fast", "full")
 

@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.fingerprint import FingerprintError, default_cache_file, fingerprint, hashing
 from sidecar.fingerprint.safetensors_header import TensorEntry
-from tests.unit.checkpoints import backdate, llama_tensors, write_model
+from tests.support.checkpoints import backdate, llama_tensors, write_model
 
 
 @pytest.fixture

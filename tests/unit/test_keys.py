@@ -29,7 +29,7 @@ from sidecar.keys import (
     ToolCall,
     build_key,
 )
-from tests.strategies import (
+from tests.support.strategies import (
     KELVIN,
     KEY_DIMENSIONS,
     NFC_E,

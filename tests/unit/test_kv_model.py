@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.kv_model.model import (
+from tests.support.kv_model.model import (
     TinyConfig,
     fine_tuned,
     load_checkpoint,
     random_state,
     write_checkpoint,
 )
-from tests.kv_model.serving import full_logits, prompt
+from tests.support.kv_model.serving import full_logits, prompt
 
 
 @pytest.fixture(scope="module")

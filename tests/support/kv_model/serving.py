@@ -18,7 +18,7 @@ from infercache.v1 import kv_pb2 as pb
 from infercache_client.kv import HotTier, KvCacheClient, chain_hashes, kv_layout
 
 from sidecar.fingerprint.api import fingerprint
-from tests.kv_model.model import LayerKV, TinyCausalLM, TinyConfig, load_checkpoint
+from tests.support.kv_model.model import LayerKV, TinyCausalLM, TinyConfig, load_checkpoint
 
 TOKENS_PER_BLOCK = 16
 TENANT = "acme"
@@ -119,7 +119,7 @@ def digest(t: torch.Tensor) -> str:
 
 
 def main() -> None:
-    """`python -m tests.kv_model.serving TARGET CHECKPOINT DEVICE TOKENS_JSON`: one request.
+    """`python -m tests.support.kv_model.serving TARGET CHECKPOINT DEVICE TOKENS_JSON`: one request.
 
     Prints a JSON line with the request's outcome; the process then exits, so the
     blocks it committed live on only in the sidecar's pool.

@@ -1,4 +1,4 @@
-"""Builders for small, real Hugging Face style checkpoints (fingerprint tests only).
+"""Builders for small, real Hugging Face style checkpoints (fingerprint and prewarm tests).
 
 Weights are written with `safetensors.numpy.save_file`; `write_raw_safetensors`
 writes arbitrary (also malformed) headers. Files are back-dated by default so the

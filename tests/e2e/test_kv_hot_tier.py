@@ -19,8 +19,8 @@ from infercache.v1 import kv_pb2 as pb
 from infercache.v1 import kv_pb2_grpc
 
 from sidecar.kv.layout import version_tag
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import SidecarProcess
+from tests.support.processes import RedisServer
+from tests.support.sidecars import SidecarProcess
 
 torch = pytest.importorskip("torch")
 

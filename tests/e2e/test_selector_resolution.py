@@ -11,9 +11,10 @@ from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
 from sidecar.fingerprint import fingerprint
-from tests.sidecar_harness import SidecarProcess, cli_env, key, run_cli
+from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
+from tests.support.keys import key
 from tests.support.processes import RedisServer
-from tests.unit.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
+from tests.support.sidecars import SidecarProcess, cli_env, run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]
 

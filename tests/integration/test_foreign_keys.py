@@ -11,8 +11,9 @@ from infercache.v1 import cache_pb2 as pb
 from infercache_client import make_key
 
 from sidecar.backends.redis.warm import PEEK_BYTES, RedisWarmTier
-from tests.sidecar_harness import Sidecar, key, sidecar
+from tests.support.keys import key
 from tests.support.processes import RedisServer
+from tests.support.sidecars import Sidecar, sidecar
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 

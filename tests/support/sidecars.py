@@ -185,35 +185,44 @@ class SidecarProcess:
         """`env`: extra environment (OTEL_*, INFERCACHE_*) over a clean one; `metrics`:
         serve /metrics on `metrics_port`; `log_path`: where stderr goes (default: a
         temporary file). A `listen` setting replaces the free data-plane port."""
+        self._redis_url, self._metrics, self._operator = redis_url, metrics, operator
+        self._env, self._log_path = clean_env(**dict(env or {})), log_path
+        self._listen = str(settings.pop("listen")) if "listen" in settings else None
+        self._settings = settings
+        self._spawn()
+
+    def _spawn(self) -> None:
+        """Pick free ports and start the process."""
         self.port = free_port()
         self.admin_port = free_port()
-        self.metrics_port = free_port() if metrics else None
-        listen = str(settings.pop("listen", f"127.0.0.1:{self.port}"))
+        self.metrics_port = free_port() if self._metrics else None
+        listen = self._listen or f"127.0.0.1:{self.port}"
         self.target = listen.split(",")[0]
         ports: dict[str, Setting] = {
             "listen": listen,
-            "admin_listen": "" if operator else f"127.0.0.1:{self.admin_port}",
+            "admin_listen": "" if self._operator else f"127.0.0.1:{self.admin_port}",
             "metrics_listen": f"127.0.0.1:{self.metrics_port}" if self.metrics_port else "",
         }
-        if operator:
-            if redis_url:
-                settings["redis_url"] = redis_url
+        settings = self._settings
+        if self._operator:
+            if self._redis_url:
+                settings = settings | {"redis_url": self._redis_url}
             flags, argv = settings_text(settings | ports), [str(INFERCACHE), "serve"]
             assert INFERCACHE.exists(), f"{INFERCACHE} missing: install the project"
         else:
             settings = {"log_level": "warning"} | settings | ports
-            flags, argv = config_overrides(redis_url, **settings), [sys.executable, "-m"]
-            argv += ["sidecar", "serve"]
+            flags = config_overrides(self._redis_url, **settings)
+            argv = [sys.executable, "-m", "sidecar", "serve"]
         for name, value in flags.items():
             argv += [f"--{name.replace('_', '-')}", value]
         # A file, not a pipe: a chatty sidecar must never block on a full pipe.
         self._log: IO[bytes] = (
-            log_path.open("w+b") if log_path else tempfile.TemporaryFile()  # noqa: SIM115
+            self._log_path.open("w+b") if self._log_path else tempfile.TemporaryFile()  # noqa: SIM115
         )
         self.proc = subprocess.Popen(
             argv,
             cwd=REPO,
-            env=clean_env(**dict(env or {})),
+            env=self._env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._log,
@@ -225,10 +234,21 @@ class SidecarProcess:
         return f"127.0.0.1:{self.admin_port}"
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:
-        """Poll gRPC health (bounded) until SERVING; fail if the process exits first."""
+        """Poll gRPC health (bounded) until SERVING; fail if the process exits first.
+
+        A free port can be taken by someone else before the sidecar binds it (other
+        suites share the machine): then, on ports it picked itself, it starts again on
+        new ones (twice at most)."""
         deadline = time.monotonic() + timeout_s
+        respawns = 0
         while True:
             if self.proc.poll() is not None:
+                lost_port = "cannot listen on" in self.log() and self._listen is None
+                if lost_port and respawns < 2:
+                    respawns += 1
+                    self._log.close()
+                    self._spawn()
+                    continue
                 raise RuntimeError(f"sidecar exited with {self.proc.returncode}: {self.log()}")
             if health_status(self.target, 0.5) == health_pb2.HealthCheckResponse.SERVING:
                 return
@@ -252,7 +272,9 @@ class SidecarProcess:
         self._log.close()
 
     def stderr(self) -> str:
-        """Everything the sidecar wrote to stderr so far."""
+        """Everything the sidecar wrote to stderr so far (after stop() too, with log_path)."""
+        if self._log.closed and self._log_path is not None:
+            return self._log_path.read_text(encoding="utf-8", errors="replace")
         self._log.flush()
         self._log.seek(0)
         return self._log.read().decode(errors="replace")

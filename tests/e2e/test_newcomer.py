@@ -18,9 +18,8 @@ from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
 from sidecar.cli.main import build_parser
-from tests.e2e.process import INFERCACHE, Served, clean_env
-from tests.e2e.test_readme import DOCUMENTED_ADDRESS, readme_example, run_example
-from tests.support.processes import free_port
+from tests.support.readme import DOCUMENTED_ADDRESS, readme_example, run_example
+from tests.support.sidecars import INFERCACHE, SidecarProcess, clean_env
 
 pytestmark = pytest.mark.e2e
 
@@ -52,18 +51,15 @@ def readme_walkthrough() -> Readme:
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """`infercache serve` with the README's admin token setting: (data, admin) addresses."""
-    data, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    proc = Served(
-        tmp_path,
-        "--listen",
-        data,
-        "--admin-listen",
-        admin,
-        env=clean_env(INFERCACHE_ADMIN_TOKENS=readme_walkthrough().server_tokens),
+    proc = SidecarProcess(
+        operator=True,
+        admin=True,
+        log_path=tmp_path / "serve.stderr",
+        env={"INFERCACHE_ADMIN_TOKENS": readme_walkthrough().server_tokens},
     )
     try:
-        proc.wait_serving(data)
-        yield data, admin
+        proc.wait_ready()
+        yield proc.target, proc.admin_target
     finally:
         proc.stop()
 
@@ -209,10 +205,10 @@ def test_boolean_settings_are_switches(argv: list[str], value: str | None) -> No
 def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
     """A second sidecar on a taken port exits 1 with one line naming the address,
     without gRPC's own C-core error line."""
-    data = f"127.0.0.1:{free_port()}"
-    first = Served(tmp_path, "--listen", data)
+    first = SidecarProcess(operator=True, log_path=tmp_path / "serve.stderr")
     try:
-        first.wait_serving(data)
+        first.wait_ready()
+        data = first.target
         second = subprocess.run(
             [
                 str(INFERCACHE),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,26 +10,10 @@ import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
+from tests.support.readme import DOCUMENTED_ADDRESS, readme_example, readme_examples, run_example
 from tests.support.sidecars import SidecarProcess
 
 pytestmark = pytest.mark.e2e
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-DOCUMENTED_ADDRESS = "127.0.0.1:50051"
-
-
-def readme_examples() -> list[str]:
-    """The ```python blocks of README.md: the unary example, then the streaming one."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    assert len(blocks) == 2, f"expected two python blocks in README.md, found {len(blocks)}"
-    for code in blocks:
-        assert DOCUMENTED_ADDRESS in code, "an example no longer talks to the `make run` address"
-    return [str(b) for b in blocks]
-
-
-def readme_example() -> str:
-    """The first ```python block of README.md (Lookup / Store)."""
-    return readme_examples()[0]
 
 
 @pytest.fixture
@@ -42,12 +25,6 @@ def sidecar(tmp_path: Path) -> Iterator[str]:
         yield proc.target
     finally:
         proc.stop()
-
-
-def run_example(code: str) -> dict[str, Any]:
-    namespace: dict[str, Any] = {"__name__": "__readme__"}
-    exec(compile(code, str(README), "exec"), namespace)
-    return namespace
 
 
 def test_readme_example_stores_then_hits(sidecar: str) -> None:

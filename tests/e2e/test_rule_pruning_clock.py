@@ -18,8 +18,9 @@ from infercache_client import CacheClient
 
 from sidecar.backends.redis.control import RedisControlStore
 from sidecar.invalidation.rules import Selector
-from tests.sidecar_harness import SidecarProcess, bearer, key
+from tests.support.keys import key
 from tests.support.processes import RedisServer
+from tests.support.sidecars import SidecarProcess, bearer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]
 

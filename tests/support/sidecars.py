@@ -179,13 +179,16 @@ class SidecarProcess:
         env: Mapping[str, str] | None = None,
         metrics: bool = False,
         operator: bool = False,
+        admin: bool | None = None,
         log_path: Path | None = None,
         **settings: Setting,
     ) -> None:
         """`env`: extra environment (OTEL_*, INFERCACHE_*) over a clean one; `metrics`:
-        serve /metrics on `metrics_port`; `log_path`: where stderr goes (default: a
-        temporary file). A `listen` setting replaces the free data-plane port."""
+        serve /metrics on `metrics_port`; `admin`: serve the admin plane on `admin_port`
+        (default: unless operator); `log_path`: where stderr goes (default: a temporary
+        file). A `listen` setting replaces the free data-plane port."""
         self._redis_url, self._metrics, self._operator = redis_url, metrics, operator
+        self._admin = not operator if admin is None else admin
         self._env, self._log_path = clean_env(**dict(env or {})), log_path
         self._listen = str(settings.pop("listen")) if "listen" in settings else None
         self._settings = settings
@@ -200,7 +203,7 @@ class SidecarProcess:
         self.target = listen.split(",")[0]
         ports: dict[str, Setting] = {
             "listen": listen,
-            "admin_listen": "" if self._operator else f"127.0.0.1:{self.admin_port}",
+            "admin_listen": f"127.0.0.1:{self.admin_port}" if self._admin else "",
             "metrics_listen": f"127.0.0.1:{self.metrics_port}" if self.metrics_port else "",
         }
         settings = self._settings
@@ -230,7 +233,7 @@ class SidecarProcess:
 
     @property
     def admin_target(self) -> str:
-        """Admin-plane address (not served with operator=True)."""
+        """Admin-plane address (when served)."""
         return f"127.0.0.1:{self.admin_port}"
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:

@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
-from tests.e2e.process import INFERCACHE, Served, clean_env, health_status
 from tests.support.processes import free_port
+from tests.support.sidecars import INFERCACHE, SidecarProcess, clean_env, health_status
 
 pytestmark = pytest.mark.e2e
 
@@ -25,19 +25,17 @@ TOKEN = "health-test-token-0123456789"
 def test_health_port_serves_health_only_and_follows_the_server(tmp_path: Path) -> None:
     """The health port answers SERVING, refuses every data-plane RPC (UNIMPLEMENTED),
     GetStats carries GetServerInfo's answer, and SIGTERM still exits 0."""
-    data, health, admin = (f"127.0.0.1:{free_port()}" for _ in range(3))
-    proc = Served(
-        tmp_path,
-        "--listen",
-        data,
-        "--health-listen",
-        health,
-        "--admin-listen",
-        admin,
-        env=clean_env(INFERCACHE_ADMIN_TOKENS=f"ops={TOKEN}"),
+    health = f"127.0.0.1:{free_port()}"
+    proc = SidecarProcess(
+        operator=True,
+        admin=True,
+        log_path=tmp_path / "serve.stderr",
+        health_listen=health,
+        env={"INFERCACHE_ADMIN_TOKENS": f"ops={TOKEN}"},
     )
     try:
-        proc.wait_serving(data)
+        proc.wait_ready()
+        data, admin = proc.target, proc.admin_target
         assert health_status(health) == health_pb2.HealthCheckResponse.SERVING
         with CacheClient(health) as on_health_port:
             with pytest.raises(grpc.RpcError) as refused:

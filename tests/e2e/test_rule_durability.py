@@ -15,8 +15,9 @@ from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
-from tests.sidecar_harness import SidecarProcess, bearer, key
+from tests.support.keys import key
 from tests.support.processes import RedisServer
+from tests.support.sidecars import SidecarProcess, bearer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]
 

@@ -11,8 +11,8 @@ import grpc
 import pytest
 import redis
 
-from tests.sidecar_harness import sidecar
 from tests.support.processes import RedisServer, free_port, redis_command
+from tests.support.sidecars import sidecar
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 

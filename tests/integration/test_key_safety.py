@@ -16,18 +16,22 @@ from infercache.v1 import cache_pb2 as pb
 from infercache.v1 import cache_pb2_grpc
 from infercache_client import make_key
 
-from tests.integration.conftest import Sidecar, StartSidecar, key
+from sidecar.testing import InProcessSidecar
+from tests.support.keys import key
+from tests.support.sidecars import StartSidecar
 
 LOOKUP = "/infercache.v1.CacheService/Lookup"
 STORE = "/infercache.v1.CacheService/Store"
 
 
 @pytest.fixture
-async def sidecar(start_sidecar: StartSidecar) -> Sidecar:
+async def sidecar(start_sidecar: StartSidecar) -> InProcessSidecar:
     return await start_sidecar()
 
 
-async def _misses_after_storing(sidecar: Sidecar, stored: pb.CacheKey, other: pb.CacheKey) -> None:
+async def _misses_after_storing(
+    sidecar: InProcessSidecar, stored: pb.CacheKey, other: pb.CacheKey
+) -> None:
     await sidecar.store(stored, b"answer for the first spelling")
     assert (await sidecar.client.lookup(stored)).outcome == pb.LOOKUP_OUTCOME_HIT
     found = await sidecar.client.lookup(other)
@@ -48,13 +52,13 @@ async def _misses_after_storing(sidecar: Sidecar, stored: pb.CacheKey, other: pb
     ids=["kelvin-tenant", "ohm-tenant", "greek-question-mark-text", "nfd-text", "stop", "extra"],
 )
 async def test_strings_are_byte_exact(
-    sidecar: Sidecar, first: dict[str, Any], second: dict[str, Any]
+    sidecar: InProcessSidecar, first: dict[str, Any], second: dict[str, Any]
 ) -> None:
     """Strings that NFC would merge are different keys (schema v1: the second one HIT)."""
     await _misses_after_storing(sidecar, key(**first), key(**second))
 
 
-async def test_chat_content_is_byte_exact(sidecar: Sidecar) -> None:
+async def test_chat_content_is_byte_exact(sidecar: InProcessSidecar) -> None:
     """Chat content that NFC would merge is a different key."""
     a = make_key(
         tenant="acme",
@@ -78,7 +82,7 @@ async def test_chat_content_is_byte_exact(sidecar: Sidecar) -> None:
         ({}, {"top_k": -1}),
         ({}, {"top_k": 0}),
         ({"top_k": -1}, {"top_k": 0}),
-        ({"seed": 7}, {"seed": 7, "temperature": 1.0}),
+        ({"seed": 7, "temperature": None}, {"seed": 7, "temperature": 1.0}),
         ({"temperature": 0.0}, {"temperature": 0.0, "max_tokens": 0}),
         ({"temperature": 0.0}, {"temperature": 0.0, "n": 1}),
     ],
@@ -93,7 +97,7 @@ async def test_chat_content_is_byte_exact(sidecar: Sidecar) -> None:
     ],
 )
 async def test_unset_is_not_a_default(
-    sidecar: Sidecar, first: dict[str, Any], second: dict[str, Any]
+    sidecar: InProcessSidecar, first: dict[str, Any], second: dict[str, Any]
 ) -> None:
     """vLLM takes unset parameters from the model's generation config: an explicit default
     is another request (schema v1 hashed unset as the default: the second one HIT)."""
@@ -124,7 +128,7 @@ BAD_JSON = '{"a": "\\ud800"}'  # valid UTF-8 text; the JSON string is a lone sur
     ids=["json-schema", "guided-json", "tool", "chat-template-kwargs"],
 )
 async def test_lone_surrogate_in_json_is_invalid_argument_naming_the_field(
-    sidecar: Sidecar, fields: dict[str, Any], field: str
+    sidecar: InProcessSidecar, fields: dict[str, Any], field: str
 ) -> None:
     """A JSON text whose string is a lone surrogate is INVALID_ARGUMENT naming the field, for
     Lookup and Store (schema v1: UnicodeEncodeError in the key builder, answered UNKNOWN)."""
@@ -160,14 +164,16 @@ def _field(number: int, payload: bytes) -> bytes:
     return bytes([number << 3 | 2, len(payload)]) + payload
 
 
-async def _raw_lookup(sidecar: Sidecar, request: bytes) -> pb.LookupResponse:
+async def _raw_lookup(sidecar: InProcessSidecar, request: bytes) -> pb.LookupResponse:
     async with grpc.aio.insecure_channel(sidecar.target) as channel:
         call = channel.unary_unary(LOOKUP, response_deserializer=pb.LookupResponse.FromString)
         response: pb.LookupResponse = await call(request, timeout=5)
         return response
 
 
-async def test_unknown_key_field_is_invalid_argument_naming_its_number(sidecar: Sidecar) -> None:
+async def test_unknown_key_field_is_invalid_argument_naming_its_number(
+    sidecar: InProcessSidecar,
+) -> None:
     """A newer client's key field 20 is refused, not dropped (schema v1: two keys that
     differed only in field 20 shared a digest, so the second one HIT)."""
     k = key(temperature=0.0)
@@ -189,7 +195,7 @@ async def test_unknown_key_field_is_invalid_argument_naming_its_number(sidecar: 
     ids=["sampling", "chat-message", "traits"],
 )
 async def test_unknown_nested_field_is_invalid_argument_naming_its_place(
-    sidecar: Sidecar, path: str, number: int
+    sidecar: InProcessSidecar, path: str, number: int
 ) -> None:
     """Unknown fields anywhere in the key's message tree (and in the declared traits) are
     refused, naming where and which number, for Lookup and for Store."""
@@ -223,7 +229,7 @@ async def test_unknown_nested_field_is_invalid_argument_naming_its_place(
             assert f"field number {number}" in details, details
 
 
-async def test_unknown_field_in_a_stream_opening_key_is_refused(sidecar: Sidecar) -> None:
+async def test_unknown_field_in_a_stream_opening_key_is_refused(sidecar: InProcessSidecar) -> None:
     """StoreStream's opening message goes through the same key conversion."""
     k = key()
     k.MergeFromString(_with_unknown_field(b"", 20, 1))
@@ -319,7 +325,7 @@ SURFACE: dict[str, tuple[pb.CacheKey, pb.CacheKey]] = {
 
 
 @pytest.mark.parametrize("case", sorted(SURFACE))
-async def test_openai_request_surface_is_in_the_key(sidecar: Sidecar, case: str) -> None:
+async def test_openai_request_surface_is_in_the_key(sidecar: InProcessSidecar, case: str) -> None:
     """Each OpenAI / vLLM request field the schema now holds separates keys (schema v1 had no
     place for them: callers flattened or dropped them)."""
     first, second = SURFACE[case]

@@ -6,7 +6,9 @@ bench/ imports these too, so they depend on nothing but the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -26,6 +28,31 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def listening_ports(pid: int) -> set[int] | None:
+    """The TCP ports process `pid` listens on (Linux /proc), or None where /proc cannot tell.
+
+    A server answering on a port is not proof that it is ours: a free port can be taken
+    by another process before ours binds it."""
+    inodes: set[str] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:[") : -1])
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def stop_process(proc: subprocess.Popen[bytes] | None, timeout_s: float = 5.0) -> None:

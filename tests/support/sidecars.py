@@ -27,7 +27,7 @@ from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 
 from sidecar.testing import InProcessSidecar, Setting, in_process_sidecar, settings_text
-from tests.support.processes import REPO, free_port, stop_process
+from tests.support.processes import REPO, free_port, listening_ports, stop_process
 
 INFERCACHE = Path(sys.executable).with_name("infercache")
 """The console script installed next to this interpreter (what `make run` starts)."""
@@ -253,11 +253,21 @@ class SidecarProcess:
                     self._spawn()
                     continue
                 raise RuntimeError(f"sidecar exited with {self.proc.returncode}: {self.log()}")
-            if health_status(self.target, 0.5) == health_pb2.HealthCheckResponse.SERVING:
+            if self._listens_on_target() and (
+                health_status(self.target, 0.5) == health_pb2.HealthCheckResponse.SERVING
+            ):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"sidecar not SERVING within {timeout_s} s: {self.log()}")
             time.sleep(0.05)
+
+    def _listens_on_target(self) -> bool:
+        """Whether this process (not another one that took the port) holds the target."""
+        host, _, port = self.target.rpartition(":")
+        if not host or host.startswith("unix") or not port.isdigit():
+            return True
+        ports = listening_ports(self.proc.pid)
+        return ports is None or int(port) in ports
 
     def freeze(self) -> None:
         """SIGSTOP: a sidecar that is alive but makes no progress (GC pause, CPU starvation)."""

@@ -113,26 +113,18 @@ async def test_kv_attach_with_other_weights_is_refused_unless_allowed(
     fingerprint always attaches."""
     pytest.importorskip("torch")
     model, _ = model_dirs
-    config = load_config(
-        {},
-        {
-            "listen": "127.0.0.1:0",
-            "admin_listen": "",
-            "metrics_listen": "",
-            "uvloop": "false",
-            "model_path": str(model),
-            "kv_pool_bytes": "4KiB",
-            "allow_foreign_model_store": str(allow_foreign).lower(),
-        },
-    )
-    pod = await identify_pod(config)
-    running = await start_server(config, pod)
+    settings = {
+        "model_path": str(model),
+        "kv_pool_bytes": "4KiB",
+        "allow_foreign_model_store": str(allow_foreign).lower(),
+    }
     layout = kv_pb.KvLayout(
         num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=2, dtype=kv_pb.KV_DTYPE_FLOAT16
     )
-    try:
+    async with in_process_sidecar(settings, fingerprint=True) as sc:
+        running, pod = sc.running, sc.running.app.pod
         assert running.kv is not None
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.ports[0]}") as channel:
+        async with grpc.aio.insecure_channel(sc.target) as channel:
             stub = kv_pb2_grpc.KvCacheServiceStub(channel)
             other = kv_pb.AttachHotTierRequest(model_fingerprint="fp1-other", layout=layout)
             if allow_foreign:
@@ -146,8 +138,6 @@ async def test_kv_attach_with_other_weights_is_refused_unless_allowed(
             own = kv_pb.AttachHotTierRequest(model_fingerprint=pod.model_version, layout=layout)
             assert (await stub.AttachHotTier(own, timeout=60)).attachment_id
         assert running.kv.stats.foreign_attachments_refused == (0 if allow_foreign else 1)
-    finally:
-        await running.stop(0)
 
 
 def test_unreadable_model_path_stops_the_start(tmp_path: Path) -> None:

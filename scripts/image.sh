@@ -62,7 +62,15 @@ build() {
   [ -n "${TORCH_PIP_ARGS+set}" ] && args+=(--build-arg "TORCH_PIP_ARGS=$TORCH_PIP_ARGS")
   [ -s "$CA_BUNDLE" ] && args+=(--secret "id=cacert,src=$CA_BUNDLE")
   say "building $image${base_image:+ on $base_image}"
-  podman build --isolation=chroot --network host --layers "${args[@]}" -t "$image" .
+  local previous
+  previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+  # No layer cache: every commit changes the source layer anyway, and cached stages would
+  # pile up in a long-lived runner's storage.
+  podman build --isolation=chroot --network host --layers=false "${args[@]}" -t "$image" .
+  # The image this tag named before is ours to drop (storage is shared: never prune all).
+  if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
+    podman rmi "$previous" >/dev/null 2>&1 || true
+  fi
   say "built $image in $((SECONDS - started)) s, $(podman image inspect --format '{{.Size}}' "$image" \
     | awk '{printf "%.0f MB", $1 / 1e6}')"
 }

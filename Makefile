@@ -16,7 +16,7 @@ IMAGE ?= localhost/infercache:dev
 TS := clients/typescript
 BASE ?=
 
-.PHONY: install install-serve run test lint protos protos-check config-table bench bench-smoke \
+.PHONY: install install-serve run test lint protos protos-check config-table docs-layout bench bench-smoke \
 	image image-smoke k8s-check ts-test clean
 
 $(BIN)/python:
@@ -75,6 +75,10 @@ ts-test: install-serve $(TS)/node_modules/.installed
 # The README configuration table is generated from sidecar/config/sections.py.
 config-table: install
 	$(BIN)/python scripts/gen_config_table.py
+
+# The package table of docs/architecture.md is generated from the package docstrings.
+docs-layout: install
+	$(BIN)/python scripts/gen_layout.py
 
 bench: install
 	$(BIN)/python -m bench.lookup --quick

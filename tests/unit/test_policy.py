@@ -20,7 +20,7 @@ from sidecar.policy.cacheability import (
 from sidecar.policy.file import PolicyBounds, PolicyError, parse_policy, read_policy_file
 from sidecar.results.cache import TtlPolicy
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+POLICY_DOC = Path(__file__).resolve().parents[2] / "docs" / "policy.md"
 
 
 @dataclass(frozen=True)
@@ -382,17 +382,17 @@ def test_oversized_file_is_refused(tmp_path: Path) -> None:
         read_policy_file(str(big))
 
 
-def readme_policy() -> str:
-    """The one ```yaml block of README.md (the documented policy file)."""
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    assert len(blocks) == 1, f"expected one yaml block in README.md, found {len(blocks)}"
+def documented_policy() -> str:
+    """The one ```yaml block of docs/policy.md (the documented policy file)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", POLICY_DOC.read_text(encoding="utf-8"), re.DOTALL)
+    assert len(blocks) == 1, f"expected one yaml block in docs/policy.md, found {len(blocks)}"
     text: str = blocks[0]
     return text
 
 
-def test_readme_policy_example_loads_and_means_what_it_says() -> None:
-    """The README's complete example is a valid file whose tenants behave as described."""
-    policy = parse_policy(readme_policy(), "README.md")
+def test_documented_policy_example_loads_and_means_what_it_says() -> None:
+    """docs/policy.md's complete example is a valid file whose tenants behave as described."""
+    policy = parse_policy(documented_policy(), "docs/policy.md")
     defaults = policy.for_tenant("any-other-tenant")
     assert defaults.deterministic_only
     assert defaults.bypass_tools

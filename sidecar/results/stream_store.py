@@ -21,8 +21,9 @@ from sidecar.entries import ChunkMeta, ComputeCost
 from sidecar.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 from sidecar.keys import CacheKey
 from sidecar.policy.cacheability import NO_TRAITS, RequestTraits
-from sidecar.results.cache import ResultCache, StoreResult
+from sidecar.results.cache import ResultCache
 from sidecar.results.chunks import check_finish_reason
+from sidecar.results.types import StoreResult
 
 log = structlog.get_logger("infercache.stream_store")
 

@@ -235,8 +235,11 @@ class ResultCache:
             )
             if store_epoch > self.rules.epoch:
                 await self.freshness.sync_to(store_epoch)
-            if self.freshness.settling:
-                # A restarted store may lack rules until the fleet re-publishes them.
+            if self.freshness.settling or store_epoch < self.rules.epoch:
+                # A restarted store may lack rules until the fleet re-publishes them
+                # (an epoch below the one applied here: it lost writes). The refresh
+                # this pokes re-publishes and re-reads; until then, nothing is a hit.
+                self.freshness.poke()
                 raise TierUnavailable("control store restarted; waiting for rules to settle")
         except TierUnavailable as exc:
             self.stats.warm_read_failures += 1

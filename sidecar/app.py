@@ -7,6 +7,7 @@ The backend (Redis or the embedded stores) is decided once, in build_stores.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -109,6 +110,12 @@ async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
         "set INFERCACHE_LEASE_SECRET to avoid this",
     )
     return LeaseSigner(os.urandom(32))
+
+
+async def readopt_secret(signer: LeaseSigner, control: ControlStore) -> None:
+    """After the store lost its data (and the shared secret with it): offer ours again
+    and sign with whichever the store now holds, so every sidecar agrees once more."""
+    signer.rekey(await control.shared_secret(signer.secret))
 
 
 def policy_watcher(config: Config) -> PolicyWatcher:
@@ -285,11 +292,14 @@ async def build_app(
         recorder = HitRecorder(
             hits, policy.holder.retains_inputs, sample_rate=config.hits.sample_rate
         )
+    signer = await lease_signer(config, stores.control)
+    if not config.lease.secret:
+        freshness.on_data_set_lost.append(functools.partial(readopt_secret, signer, stores.control))
     cache = build_cache(
         config,
         stores,
         freshness,
-        await lease_signer(config, stores.control),
+        signer,
         policy.holder,
         observers=() if recorder is None else (recorder,),
         pod=pod,

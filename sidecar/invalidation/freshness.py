@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -61,12 +61,13 @@ class Freshness:
         self._wake = asyncio.Event()
         self._sync_lock = asyncio.Lock()
         self.refresh_failures = 0
-        self._dataset_proposal = uuid.uuid4().hex
         self._state: StoreState | None = None
         """The store as last trusted (None before the first refresh)."""
         self.settling = False
         """True while waiting for a restarted store to settle: no hits are served."""
         self.store_changes = 0
+        self.on_data_set_lost: list[Callable[[], Awaitable[None]]] = []
+        """Run (in order) when the store lost its data set, after the local rule."""
 
     def confirmed(self) -> bool:
         """True while this sidecar is known to hold every committed rule."""
@@ -87,7 +88,9 @@ class Freshness:
         # Confirmed without a gap up to now: then this sidecar holds every rule the
         # fleet confirmed, and it can vouch for its entries across a store fault.
         continuous = started < self._confirmed_until
-        state = await self.control.state(self._dataset_proposal)
+        # A fresh proposal each time: re-proposing the id this sidecar once created
+        # would hide that the store lost it.
+        state = await self.control.state(uuid.uuid4().hex)
         changed = self._state is not None and (
             state.dataset != self._state.dataset
             or state.run != self._state.run
@@ -99,7 +102,7 @@ class Freshness:
             self.settling = True
             try:
                 await asyncio.sleep(state.settling_ms / 1000)
-                state = await self.control.state(self._dataset_proposal)
+                state = await self.control.state(uuid.uuid4().hex)
             finally:
                 self.settling = False
             changed = True
@@ -127,6 +130,8 @@ class Freshness:
             self.rules.add(Rule(epoch, Selector(all=True), state.now_ms, local=True))
             self.rules.advance(epoch)
             log.warning("store_data_set_lost", dropped_before_epoch=epoch)
+            for hook in self.on_data_set_lost:
+                await hook()
         held = [r for r in self.rules.rules() if not r.local]
         # Also raises the store's epoch above every stamp held here before the re-read
         # that follows: a rule committed after it is numbered above them and found by

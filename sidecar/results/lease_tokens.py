@@ -43,6 +43,17 @@ class LeaseSigner:
             raise ValueError("lease secret must be at least 16 bytes")
         self._secret = secret
 
+    @property
+    def secret(self) -> bytes:
+        """The secret leases are signed with."""
+        return self._secret
+
+    def rekey(self, secret: bytes) -> None:
+        """Sign and verify with `secret` from now on (leases of the old one stop verifying)."""
+        if len(secret) < 16:
+            raise ValueError("lease secret must be at least 16 bytes")
+        self._secret = secret
+
     def issue(self, digest: KeyDigest, epoch: int, expires_at_ms: int) -> tuple[Lease, bytes]:
         """A new lease and its token."""
         lease = Lease(digest, epoch, expires_at_ms, os.urandom(16))

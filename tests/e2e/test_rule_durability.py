@@ -54,6 +54,14 @@ def _fill(c: CacheClient, k: pb.CacheKey, payload: bytes) -> None:
     assert c.store(k, payload, lease=miss.lease).outcome == pb.STORE_OUTCOME_STORED
 
 
+def _store_or_code(c: CacheClient, k: pb.CacheKey, lease: bytes) -> Any:
+    """The Store's outcome, or the status code it failed with."""
+    try:
+        return c.store(k, b"answer", lease=lease).outcome
+    except grpc.RpcError as exc:
+        return exc.code()
+
+
 def _make_hot(c: CacheClient, k: pb.CacheKey) -> None:
     assert c.lookup(k).outcome == pb.LOOKUP_OUTCOME_HIT
     assert c.lookup(k).tier == pb.TIER_HOT
@@ -124,3 +132,33 @@ def test_frozen_sidecars_serve_no_stale_hit_after_a_redis_reset(
                 stale += found.outcome == pb.LOOKUP_OUTCOME_HIT
             time.sleep(0.05)
         assert stale == 0
+
+
+def test_sidecars_agree_on_the_lease_secret_again_after_a_redis_reset(
+    own_redis: RedisServer, started: list[SidecarProcess]
+) -> None:
+    """Without INFERCACHE_LEASE_SECRET the fleet shares a secret through Redis. Redis
+    restarted empty and a sidecar started afterwards made a new one; leases of the
+    older sidecar then stopped verifying on the new one (INVALID_ARGUMENT) until the
+    older one restarted. Now the older one adopts the store's secret when it sees the
+    data set lost, and a lease it issues is accepted by the new sidecar."""
+    old = SidecarProcess(own_redis.url, lease_secret="")
+    started.append(old)
+    old.wait_ready()
+    own_redis.kill()
+    own_redis.start()
+    new = SidecarProcess(own_redis.url, lease_secret="")
+    started.append(new)
+    new.wait_ready()
+    k = key("which secret?")
+    with CacheClient(old.target) as co, CacheClient(new.target) as cn:
+        deadline = time.monotonic() + 10
+        while True:
+            lease = co.lookup(k).lease
+            stored = _store_or_code(cn, k, lease) if lease else None
+            if stored == pb.STORE_OUTCOME_STORED:
+                break
+            # Until the old sidecar's next refresh it still signs with the lost secret.
+            assert stored in (None, grpc.StatusCode.INVALID_ARGUMENT)
+            assert time.monotonic() < deadline, "the old sidecar's leases never verified"
+            time.sleep(0.2)

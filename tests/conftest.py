@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 
@@ -17,6 +18,15 @@ from tests.support.sidecars import StartSidecar
 # counts stay at the default; pytest-timeout still bounds every test.
 settings.register_profile("infercache", deadline=None)
 settings.load_profile("infercache")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what imports and collection built (grpc, protobuf, every test module): it
+    lives for the whole run, and a full collection that walks it takes ~200 ms here,
+    enough to blow an in-process sidecar's 50 ms production lookup deadline."""
+    del session
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

@@ -42,7 +42,7 @@ from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.testing import Clock
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
-from tests.support.strategies import (
+from tests.support.strategies.rules import (
     ADAPTER_POOL,
     MODEL_POOL,
     PROMPT_POOL,

@@ -9,7 +9,7 @@ from infercache.v1 import cache_pb2 as pb
 from sidecar.api.cache_codec import key_request_from_pb
 from sidecar.errors import InvalidArgument
 from sidecar.keys import build_key
-from tests.support.strategies import wire_keys
+from tests.support.strategies.wire import wire_keys
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

@@ -10,7 +10,7 @@ from hypothesis import given
 
 from sidecar import entries
 from sidecar.entries import CODEC_VERSION, ChunkMeta, ComputeCost, Entry, EntryRejected, pack_chunks
-from tests.support.strategies import stored_entries, streamed_entries
+from tests.support.strategies.entries import stored_entries, streamed_entries
 
 MATERIAL = b"ICK\x01" + b"\x00\x00\x00\x04acme" + b"key material"
 ENTRY = Entry(

@@ -29,11 +29,8 @@ from sidecar.keys import (
     ToolCall,
     build_key,
 )
-from tests.support.strategies import (
-    KELVIN,
+from tests.support.strategies.keys import (
     KEY_DIMENSIONS,
-    NFC_E,
-    NFD_E,
     REQUEST_FIELDS,
     SAMPLING_FIELDS,
     key_request_pairs,
@@ -41,6 +38,7 @@ from tests.support.strategies import (
     respelled_requests,
     with_dimension,
 )
+from tests.support.strategies.pools import KELVIN, NFC_E, NFD_E
 
 BASE = KeyRequest(
     tenant="acme",

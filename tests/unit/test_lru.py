@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 
 from sidecar.tiers.lru import ByteBudgetLru
-from tests.support.strategies import LruOp, lru_ops
+from tests.support.strategies.entries import LruOp, lru_ops
 
 
 def test_bytes_are_accounted_exactly() -> None:

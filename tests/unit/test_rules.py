@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sidecar.errors import InvalidArgument
 from sidecar.invalidation.rules import DIMENSIONS, Dims, Rule, RuleSet, Selector
-from tests.support.strategies import entry_dims, rule_lists, selectors
+from tests.support.strategies.rules import entry_dims, rule_lists, selectors
 
 DIMS: Dims = ("acme", "m1", "lora7", "support-v3")
 

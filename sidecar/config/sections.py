@@ -185,6 +185,9 @@ class LeaseConfig:
     max_wait_ms: int = setting(
         30000, "Cap on a Lookup's single-flight wait_ms", p.non_negative_int, name="max_wait_ms"
     )
+    max_waiters: int = setting(
+        4096, "Most Lookups waiting on held keys at once; past it RESOURCE_EXHAUSTED", p.positive_int
+    )
 
 
 @dataclass(frozen=True, slots=True)

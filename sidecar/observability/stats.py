@@ -95,7 +95,7 @@ class CacheStats:
       rejected     (version, reason)            stored values failing verification: corrupt/foreign
       dead         (version,)                   entries found killed by an invalidation rule
       bypasses     (version, reason)            requests the cacheability policy bypassed
-      leases       (version, event)             issued, waited, wait_hit, wait_timeout
+      leases       (version, event)             issued, waited, wait_hit, wait_timeout, wait_refused
       saved_ms     (version, tier)              stored compute latency of every hit, milliseconds
       saved_tokens (version, kind)              prompt/completion tokens of every hit
       downstream   (version, verdict, reason)   ReportOutcome verdicts (accepted/rejected)
@@ -189,7 +189,8 @@ class CacheStats:
         self.dead[self.version(model_version)] += 1
 
     def count_lease(self, model_version: str, event: str) -> None:
-        """Count a lease event: issued, waited (a wait began), wait_hit, wait_timeout."""
+        """Count a lease event: issued, waited (a wait began), wait_hit, wait_timeout,
+        wait_refused (too many waiting already)."""
         self.leases[self.version(model_version), event] += 1
 
     def count_bypass(self, model_version: str, reason: str) -> None:

@@ -150,8 +150,7 @@ class ResultCache:
             results = await self._find_unbypassed(queries, bypassed)
         missed = [i for i, r in enumerate(results) if r.outcome is Outcome.MISS]
         if missed:
-            lease = self._flight.lease
-            leased = await asyncio.gather(*(lease(queries[i], results[i]) for i in missed))
+            leased = await self._flight.lease_many([(queries[i], results[i]) for i in missed])
             for i, r in zip(missed, leased, strict=True):
                 results[i] = r
         self._count(queries, results)
@@ -354,6 +353,8 @@ class ResultCache:
             return StoreResult(StoreStatus.WRITE_FAILED, key.digest, effective)
         self.hot.put(key.digest, entry)
         self.stats.count_store(key.model_version, "stored")
+        if lease is None:
+            self._flight.notify(key.digest)
         await self._flight.release(lease)
         return StoreResult(StoreStatus.STORED, key.digest, effective)
 

@@ -5,25 +5,32 @@ never come).
 A lease is signed by LeaseSigner and stamped with the invalidation epoch applied here
 when it is issued: a Store brings it back, and a result computed before a later
 invalidation is refused. The hold is a key in the control store with the lease's TTL:
-a holder that disappears stops blocking waiters when it expires.
+a holder that disappears stops blocking waiters when it expires. Waiting is bounded
+and watched once per key (see waiters.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 
 import structlog
 
 from sidecar.config import LeaseConfig
-from sidecar.errors import FailedPrecondition, InvalidArgument, TierUnavailable
+from sidecar.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+    TierUnavailable,
+)
 from sidecar.invalidation.rules import RuleSet
 from sidecar.invalidation.store import ControlStore
 from sidecar.keys import CacheKey, KeyDigest
 from sidecar.observability.stats import CacheStats
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.types import LookupQuery, LookupResult, Outcome
+from sidecar.results.waiters import Handover, KeyWaiters
 
 log = structlog.get_logger("infercache.cache")
 
@@ -51,6 +58,25 @@ class SingleFlight:
         self._stats = stats
         self._clock_ms = clock_ms
         self._find = find
+        self._waiters = KeyWaiters(policy.max_waiters, self._find_one, self._hold, self.release)
+
+    @property
+    def waiting(self) -> int:
+        """Lookups waiting on keys held elsewhere, now."""
+        return self._waiters.waiting
+
+    def notify(self, digest: KeyDigest) -> None:
+        """A result for `digest` is stored here (or will not come): wake its waiters."""
+        self._waiters.notify(digest)
+
+    async def _find_one(self, q: LookupQuery) -> LookupResult:
+        return (await self._find([q]))[0]
+
+    async def _hold(self, digest: KeyDigest) -> Handover | None:
+        lease, token = self._issue(digest)
+        if await self._try_hold(lease):
+            return Handover(lease, token)
+        return None
 
     def _issue(self, digest: KeyDigest) -> tuple[Lease, bytes]:
         expires = self._clock_ms() + self.policy.ttl_s * 1000
@@ -67,6 +93,25 @@ class SingleFlight:
             log.warning("lease_holder_unavailable", error=str(exc))
             return False
 
+    async def lease_many(
+        self, misses: Sequence[tuple[LookupQuery, LookupResult]]
+    ) -> list[LookupResult]:
+        """`lease` each (query, MISS) concurrently; ResourceExhausted if any wait is refused."""
+        if len(misses) == 1:
+            return [await self.lease(*misses[0])]
+        leased = await asyncio.gather(
+            *(self.lease(q, m) for q, m in misses), return_exceptions=True
+        )
+        refused = [r for r in leased if isinstance(r, BaseException)]
+        if refused:
+            # The call fails as a whole: holds its other queries took must not linger
+            # until they expire.
+            for r in leased:
+                if isinstance(r, LookupResult) and r.lease_holder:
+                    await self.release_token(r.lease, r.digest)
+            raise refused[0]
+        return cast(list[LookupResult], leased)
+
     async def lease(self, q: LookupQuery, miss: LookupResult) -> LookupResult:
         """Attach a lease to a MISS; with wait_ms, wait for another holder's result first."""
         lease, token = self._issue(q.key.digest)
@@ -82,20 +127,24 @@ class SingleFlight:
         if q.wait_ms <= 0:
             return _with_lease(miss, token, holder=False)
         self._stats.count_lease(mv, "waited")
-        deadline = time.monotonic() + min(q.wait_ms, self.policy.max_wait_ms) / 1000
-        pause = 0.005
-        while time.monotonic() < deadline:
-            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 1.5, 0.05)
-            found = (await self._find([q]))[0]
-            if found.outcome is Outcome.HIT:
-                self._stats.count_lease(mv, "wait_hit")
-                return found
+        try:
+            answer = await self._waiters.wait(q, min(q.wait_ms, self.policy.max_wait_ms) / 1000)
+        except ResourceExhausted:
+            self._stats.count_lease(mv, "wait_refused")
+            raise
+        if answer is None:
+            self._stats.count_lease(mv, "wait_timeout")
+            return _with_lease(miss, token, holder=False)
+        if isinstance(answer, Handover):
+            return _with_lease(miss, answer.token, holder=True)
+        if q.max_age_s and answer.age_ms > q.max_age_s * 1000:
+            # The holder's result is older than this caller accepts: compute it anew.
             lease, token = self._issue(q.key.digest)
             if await self._try_hold(lease):
                 return await self._as_holder(q, lease, token)
-        self._stats.count_lease(mv, "wait_timeout")
-        return _with_lease(miss, token, holder=False)
+            return _with_lease(miss, token, holder=False)
+        self._stats.count_lease(mv, "wait_hit")
+        return answer
 
     async def _as_holder(self, q: LookupQuery, lease: Lease, token: bytes) -> LookupResult:
         """We hold the key: answer MISS (compute it) unless a result landed meanwhile.
@@ -135,6 +184,7 @@ class SingleFlight:
         except TierUnavailable as exc:
             # Waiters fall back to the holder key's expiry.
             log.warning("lease_release_failed", error=str(exc))
+        self._waiters.notify(lease.digest)
 
     async def release_token(self, token: bytes, digest: KeyDigest) -> None:
         """Release the lease of a store that will not happen, if the token is a valid one.

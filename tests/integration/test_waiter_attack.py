@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
 WAITERS = 1000
 WAIT_MS = 4000
-PROBES = 200
+PROBES = 400
 
 
 @pytest.fixture
@@ -93,9 +93,9 @@ async def test_waiters_on_a_never_stored_key_end_on_time_and_cost_little(
     # receiving 1,000 calls on a loaded CI machine (before: up to 2.5x wait_ms).
     assert slowest < 2 * WAIT_MS, f"a waiter answered after {slowest:.0f} ms"
     # Before: one polling loop per waiter kept a core busy for the whole wait.
-    assert cpu < 0.6 * WAIT_MS / 1000, f"the sidecar used {cpu:.2f} s of CPU while they waited"
+    assert cpu < 0.35 * WAIT_MS / 1000, f"the sidecar used {cpu:.2f} s of CPU while they waited"
     p99 = lambda xs: xs[int(len(xs) * 0.99) - 1]  # noqa: E731
-    assert p99(attacked) < 4 * p99(baseline) + 2, (p99(baseline), p99(attacked))
+    assert p99(attacked) < 4 * p99(baseline) + 20, (p99(baseline), p99(attacked))
 
 
 async def test_waiters_past_the_cap_are_refused(redis_server: RedisServer) -> None:

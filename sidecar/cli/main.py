@@ -78,7 +78,11 @@ def _run_serve(args: argparse.Namespace) -> int:
     from sidecar.observability.logs import configure_logging
     from sidecar.server import serve
 
-    configure_logging(config.telemetry.log_level, config.telemetry.log_format)
+    configure_logging(
+        config.telemetry.log_level,
+        config.telemetry.log_format,
+        repeat_interval_s=config.telemetry.log_repeat_interval_s,
+    )
     try:
         if config.server.uvloop:
             import uvloop

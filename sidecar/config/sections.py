@@ -186,7 +186,9 @@ class LeaseConfig:
         30000, "Cap on a Lookup's single-flight wait_ms", p.non_negative_int, name="max_wait_ms"
     )
     max_waiters: int = setting(
-        4096, "Most Lookups waiting on held keys at once; past it RESOURCE_EXHAUSTED", p.positive_int
+        4096,
+        "Most Lookups waiting on held keys at once; past it RESOURCE_EXHAUSTED",
+        p.positive_int,
     )
 
 
@@ -367,6 +369,9 @@ class TelemetryConfig:
     log_level: str = setting("info", "debug, info, warning or error", p.log_level)
     log_format: str = setting(
         "auto", "json, console, or auto (console on a terminal, JSON lines otherwise)", p.log_format
+    )
+    log_repeat_interval_s: int = setting(
+        10, "A repeated failure is logged once per this interval, with a count", p.positive_int
     )
     metrics_listen: str = setting(
         "127.0.0.1:9464",

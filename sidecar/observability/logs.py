@@ -7,6 +7,11 @@ events logged while the RPC runs. Setting a context variable costs ~0.1 us,
 binding structlog contextvars ~1 us per field, and most RPCs log nothing: the
 fields are built only when something is logged.
 
+A warning or error that carries an `error` field is logged once per distinct
+(event, error) per interval: the first time, then at most once per interval with a
+`count` of the occurrences it stands for (a Redis outage fails every call, and one
+line per call drowned the log).
+
 Callers log digests and dimensions, never prompt text; `drop_prompt_fields`
 removes any field whose name says it could hold some (text, prompt, messages,
 payload, ...) and any bytes value, whoever logged it.
@@ -21,6 +26,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
+
+from sidecar.observability.throttle import LogThrottle
 
 if TYPE_CHECKING:
     from sidecar.keys import CacheKey
@@ -83,9 +90,32 @@ def drop_prompt_fields(logger: WrappedLogger, method: str, event: EventDict) -> 
     return event
 
 
-def processors(renderer: Processor, *, json: bool = True) -> list[Processor]:
-    """The processor chain, ending in `renderer` (exposed for tests)."""
-    chain: list[Processor] = [
+class ThrottleRepeats:
+    """Processor: drop repeats of a failure (same event and `error`) within the interval."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._throttle = LogThrottle(interval_s)
+
+    def __call__(self, logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+        """The event (with `count` when it stands for several), or DropEvent."""
+        if method not in ("warning", "error") or "error" not in event:
+            return event
+        count = self._throttle.hit(f"{event.get('event')}\0{event['error']}")
+        if count is None:
+            raise structlog.DropEvent
+        if count > 1:
+            event.setdefault("count", count)
+        return event
+
+
+def processors(
+    renderer: Processor, *, json: bool = True, repeat_interval_s: float = 0.0
+) -> list[Processor]:
+    """The processor chain, ending in `renderer` (exposed for tests).
+
+    `repeat_interval_s` > 0 throttles repeated failures (see the module docstring)."""
+    chain: list[Processor] = [ThrottleRepeats(repeat_interval_s)] if repeat_interval_s > 0 else []
+    chain += [
         structlog.contextvars.merge_contextvars,
         add_request_context,
         drop_prompt_fields,
@@ -98,10 +128,16 @@ def processors(renderer: Processor, *, json: bool = True) -> list[Processor]:
     return [*chain, renderer]
 
 
-def configure_logging(level: str, fmt: str = "auto", stream: TextIO | None = None) -> None:
+def configure_logging(
+    level: str,
+    fmt: str = "auto",
+    stream: TextIO | None = None,
+    repeat_interval_s: float = 0.0,
+) -> None:
     """Install the processors and renderer; called once by the entry point.
 
     fmt: "json", "console", or "auto" (console when `stream` is a terminal).
+    repeat_interval_s: log a repeated failure at most once per this many seconds (0: all).
     """
     out = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and out.isatty())
@@ -111,7 +147,7 @@ def configure_logging(level: str, fmt: str = "auto", stream: TextIO | None = Non
         else structlog.processors.JSONRenderer()
     )
     structlog.configure(
-        processors=processors(renderer, json=not console),
+        processors=processors(renderer, json=not console, repeat_interval_s=repeat_interval_s),
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=True,

@@ -219,8 +219,10 @@ class RedisControlStore:
         )
         self._guard = RedisGuard("redis control store")
         # Holder keys sit on the lookup path with its short deadline; their own
-        # circuit keeps a slow lookup from failing the next Invalidate or heartbeat.
-        self._holder_guard = RedisGuard("redis holder keys")
+        # circuits keep a slow lookup from failing the next Invalidate or heartbeat,
+        # and a slow take (lookup deadline) from failing the next release (write's).
+        self._hold_guard = RedisGuard("redis holder keys (take)")
+        self._release_guard = RedisGuard("redis holder keys (release)")
         self._commit = self.client.register_script(_COMMIT)
         self._heartbeat = self.client.register_script(_HEARTBEAT)
         self._unconfirmed = self.client.register_script(_UNCONFIRMED)
@@ -376,13 +378,13 @@ class RedisControlStore:
 
     async def acquire_holder(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:
         """SET NX PX."""
-        async with self._holder_guard(self._lookup_timeout):
+        async with self._hold_guard(self._lookup_timeout):
             ok = await self.client.set(self.keys.holder(digest), lease_id, nx=True, px=ttl_ms)
         return bool(ok)
 
     async def release_holder(self, digest: KeyDigest, lease_id: bytes) -> None:
         """Compare-and-delete."""
-        async with self._holder_guard(self._timeout):
+        async with self._release_guard(self._timeout):
             await self._release(keys=[self.keys.holder(digest)], args=[lease_id])
 
     async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:

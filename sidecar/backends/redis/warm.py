@@ -57,7 +57,11 @@ class RedisWarmTier:
             connect_timeout_s=max(read_timeout_s, 0.05),
             socket_timeout_s=write_timeout_s,
         )
-        self._guard = RedisGuard("redis warm tier")
+        # One circuit per kind of call, each judged by its own deadline: a read that
+        # overruns the short read deadline must not fail the next Store untried.
+        self._read_guard = RedisGuard("redis warm tier reads")
+        self._write_guard = RedisGuard("redis warm tier writes")
+        self._scan_guard = RedisGuard("redis warm tier scans")
         self.foreign_keys = 0
         """Keys under the entry prefix that are not this tier's entries (skipped by scans)."""
         self._epoch_key = self.keys.meta("epoch").encode()
@@ -72,7 +76,7 @@ class RedisWarmTier:
     @property
     def failures(self) -> int:
         """Calls that failed or timed out."""
-        return self._guard.failures
+        return self._read_guard.failures + self._write_guard.failures + self._scan_guard.failures
 
     def redis_key(self, digest: KeyDigest) -> bytes:
         """The Redis key under which a digest's entry lives."""
@@ -82,7 +86,7 @@ class RedisWarmTier:
         """MGET in one round trip."""
         if not digests:
             return []
-        async with self._guard(self._read_timeout):
+        async with self._read_guard(self._read_timeout):
             values: list[bytes | None] = await self.client.mget(  # type: ignore[assignment]
                 [self.keys.entry(d) for d in digests]
             )
@@ -98,14 +102,14 @@ class RedisWarmTier:
         the epoch key and all their entry keys; each still waits at most the read
         deadline from its own call.
         """
-        self._guard.check()  # fail fast while the circuit is open
+        self._read_guard.check()  # fail fast while the circuit is open
         return await self._reads.get([self.keys.entry(d) for d in digests])
 
     async def _mget_with_epoch(
         self, keys: list[bytes], timeout_s: float
     ) -> tuple[list[bytes | None], int]:
         """One MGET of the epoch key followed by `keys` (atomic in Redis)."""
-        async with self._guard(timeout_s):
+        async with self._read_guard(timeout_s):
             replies = await self._read_mget([self._epoch_key, *keys])
         if not isinstance(replies, list) or len(replies) != len(keys) + 1:
             raise TierUnavailable("redis warm tier: MGET answered an unexpected reply")
@@ -148,7 +152,7 @@ class RedisWarmTier:
         """SET PX for each item in one pipelined round trip."""
         if not items:
             return
-        async with self._guard(self._write_timeout):
+        async with self._write_guard(self._write_timeout):
             pipe = self.client.pipeline(transaction=False)
             for it in items:
                 pipe.set(self.keys.entry(it.digest), it.value, px=max(it.ttl_ms, 1))
@@ -158,7 +162,7 @@ class RedisWarmTier:
         """UNLINK (non-blocking delete on the Redis side)."""
         if not digests:
             return
-        async with self._guard(self._write_timeout):
+        async with self._write_guard(self._write_timeout):
             await self.client.unlink(*[self.keys.entry(d) for d in digests])
 
     async def scan_page(self, cursor: int, count: int) -> tuple[int, list[tuple[KeyDigest, bytes]]]:
@@ -168,7 +172,7 @@ class RedisWarmTier:
         Keys under the entry prefix that this tier did not write (a name that is not a
         digest, a value of another type) are skipped and counted in `foreign_keys`.
         """
-        async with self._guard(self._write_timeout):
+        async with self._scan_guard(self._write_timeout):
             cursor, found = cast(
                 tuple[int, list[bytes]],
                 await self.client.scan(cursor=cursor, match=self.keys.entry_pattern, count=count),
@@ -215,7 +219,7 @@ class RedisWarmTier:
 
     async def approx_entries(self) -> int:
         """DBSIZE: exact when the database holds only this cache, an upper bound otherwise."""
-        async with self._guard(self._write_timeout):
+        async with self._scan_guard(self._write_timeout):
             size: int = await self.client.dbsize()
         return size
 
@@ -225,7 +229,7 @@ class RedisWarmTier:
 
     async def ping(self) -> None:
         """PING within the read deadline."""
-        async with self._guard(max(self._read_timeout, 0.2)):
+        async with self._read_guard(max(self._read_timeout, 0.2)):
             await self.client.ping()
 
     async def close(self) -> None:

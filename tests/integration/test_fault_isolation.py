@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient
 
+from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.keys import KeyDigest
 from sidecar.tiers.base import WarmItem
@@ -51,6 +52,28 @@ async def test_a_timed_out_read_does_not_fail_the_next_write(
         assert await admin.exists(tier.redis_key(digest))
     finally:
         await tier.close()
+        await admin.aclose()
+
+
+async def test_a_timed_out_hold_does_not_fail_the_next_release(
+    redis_server: RedisServer,
+) -> None:
+    """A holder SET NX slower than the lookup deadline trips the take circuit only: the
+    release right after it (a Store's, on the write deadline) is tried and drops the hold."""
+    control = RedisControlStore(redis_server.url, timeout_s=5.0, lookup_timeout_s=0.05)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    mine, other = KeyDigest(bytes(32)), KeyDigest(b"\x01" * 32)
+    try:
+        assert await control.acquire_holder(mine, b"lease-1", 60_000)
+        # Writes block for 300 ms: the next take overruns its 50 ms deadline.
+        await admin.client_pause(300, all=False)
+        with pytest.raises(Exception, match="no answer within 50 ms"):
+            await control.acquire_holder(other, b"lease-2", 60_000)
+        await control.release_holder(mine, b"lease-1")
+        assert not await admin.exists(control.keys.holder(mine))
+    finally:
+        await admin.client_unpause()
+        await control.close()
         await admin.aclose()
 
 

@@ -433,6 +433,8 @@ HISTORICAL_VARIABLES = [
     "UVLOOP",
     # Added since the sections refactor (new settings, not renames):
     "HEALTH_LISTEN",
+    "LEASE_MAX_WAITERS",
+    "LOG_REPEAT_INTERVAL_S",
 ]
 
 

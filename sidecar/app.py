@@ -34,6 +34,7 @@ from sidecar.invalidation.store import ControlStore
 from sidecar.keys import KeyLimits
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
+from sidecar.kv.preload import TorchPreload
 from sidecar.observability.metrics import register_kv_metrics, register_metrics
 from sidecar.observability.stats import CacheStats, RpcStats
 from sidecar.observability.telemetry import Telemetry
@@ -186,14 +187,14 @@ def build_prewarmer(
 
 
 def build_kv(config: Config, stores: Stores, pod: PodIdentity) -> KvHotTier:
-    """The KV hot tier; its pool (and torch) comes with the first attachment. It accepts
-    attachments of the pod's own model only, when the pod knows its fingerprint."""
+    """The KV hot tier; torch starts loading now (see kv/preload.py), its pool comes
+    with the first attachment. It accepts attachments of the pod's own model only, when
+    the pod knows its fingerprint."""
     device, shm_dir = config.kv.device, config.kv.shm_dir
+    torch = TorchPreload()
 
     def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
-        from sidecar.kv.torch_pool import create_pool  # imports torch: only when needed
-
-        return create_pool(device, num_slots, slot_bytes, shm_dir)
+        return torch.create_pool(device, num_slots, slot_bytes, shm_dir)
 
     warm = None
     if stores.redis is not None:

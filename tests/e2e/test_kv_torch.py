@@ -17,9 +17,8 @@ import pytest
 from infercache.v1 import kv_pb2 as pb
 from infercache.v1 import kv_pb2_grpc
 
-from tests.e2e.process import health_status
-from tests.sidecar_harness import REPO, SidecarProcess, cli_env, config_overrides
-from tests.support.processes import free_port, stop_process
+from tests.support.processes import REPO, free_port, stop_process
+from tests.support.sidecars import SidecarProcess, cli_env, config_overrides, health_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -103,7 +102,7 @@ def test_torch_is_loaded_at_start_not_by_the_first_caller() -> None:
     """With the KV tier enabled and torch installed, torch is in the sidecar's memory soon
     after start without any KV call (before: only once some caller attached)."""
     pytest.importorskip("torch")
-    proc = SidecarProcess("", kv_enabled=True)
+    proc = SidecarProcess(None, kv_enabled=True)
     try:
         proc.wait_ready()
         deadline = time.monotonic() + 60

@@ -8,6 +8,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -18,8 +19,9 @@ from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.keys import KeyDigest
 from sidecar.tiers.base import WarmItem
-from tests.sidecar_harness import SidecarProcess, key
+from tests.support.keys import key
 from tests.support.processes import RedisServer
+from tests.support.sidecars import SidecarProcess
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 
@@ -35,7 +37,7 @@ async def test_a_timed_out_read_does_not_fail_the_next_write(
     try:
         await tier.get_many_with_epoch([digest])  # connected
         # A blocking script holds Redis for 300 ms: the read overruns its 50 ms deadline.
-        slow = asyncio.create_task(
+        slow: asyncio.Future[Any] = asyncio.ensure_future(
             admin.eval(
                 "local t = redis.call('TIME') local s = t[1] * 1e6 + t[2] "
                 "while true do local n = redis.call('TIME') "

@@ -12,8 +12,9 @@ import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient
 
-from tests.redis_server import RedisServer
-from tests.sidecar_harness import SidecarProcess, key
+from tests.support.keys import key
+from tests.support.processes import RedisServer
+from tests.support.sidecars import SidecarProcess
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -49,6 +50,11 @@ async def _probe_ms(client: AsyncCacheClient, k: pb.CacheKey, n: int) -> list[fl
         out.append((time.perf_counter() - t0) * 1000)
         assert resp.outcome == pb.LOOKUP_OUTCOME_HIT
     return sorted(out)
+
+
+def _p99(sorted_ms: list[float]) -> float:
+    """Nearest-rank 99th percentile of sorted latencies."""
+    return sorted_ms[int(len(sorted_ms) * 0.99) - 1]
 
 
 async def _wait_once(client: AsyncCacheClient, k: pb.CacheKey) -> tuple[float, str]:
@@ -94,8 +100,7 @@ async def test_waiters_on_a_never_stored_key_end_on_time_and_cost_little(
     assert slowest < 2 * WAIT_MS, f"a waiter answered after {slowest:.0f} ms"
     # Before: one polling loop per waiter kept a core busy for the whole wait.
     assert cpu < 0.35 * WAIT_MS / 1000, f"the sidecar used {cpu:.2f} s of CPU while they waited"
-    p99 = lambda xs: xs[int(len(xs) * 0.99) - 1]  # noqa: E731
-    assert p99(attacked) < 4 * p99(baseline) + 20, (p99(baseline), p99(attacked))
+    assert _p99(attacked) < 4 * _p99(baseline) + 20, (_p99(baseline), _p99(attacked))
 
 
 async def test_waiters_past_the_cap_are_refused(redis_server: RedisServer) -> None:

@@ -218,9 +218,8 @@ class RedisControlStore:
             url, connect_timeout_s=timeout_s, socket_timeout_s=timeout_s
         )
         self._guard = RedisGuard("redis control store")
-        # Holder keys sit on the lookup path with its short deadline; their own
-        # circuits keep a slow lookup from failing the next Invalidate or heartbeat,
-        # and a slow take (lookup deadline) from failing the next release (write's).
+        # Holder keys: own circuits, so a slow take (lookup deadline) fails neither the
+        # next release (write deadline) nor the next Invalidate or heartbeat.
         self._hold_guard = RedisGuard("redis holder keys (take)")
         self._release_guard = RedisGuard("redis holder keys (release)")
         self._commit = self.client.register_script(_COMMIT)

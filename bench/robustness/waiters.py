@@ -1,0 +1,75 @@
+"""Waiter attack: many Lookups with wait_ms on a key whose holder never stores, and a
+normal Lookup's latency beside them (p99 under attack / p99 before it).
+
+The attackers run in their own process, so the probes' client is not the one juggling
+the attack's calls:
+
+    python -m bench.robustness.waiters TARGET WAITERS WAIT_MS   # the attacking process
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+
+import grpc
+from infercache.v1 import cache_pb2 as pb
+from infercache_client import AsyncCacheClient
+
+from bench.harness.stats import percentile
+from tests.support.keys import key
+
+ATTACKER = [sys.executable, "-m", "bench.robustness.waiters"]
+
+
+def _key(text: str) -> pb.CacheKey:
+    return key(text, tenant="bench")
+
+
+HELD = _key("a key whose holder never stores")
+
+
+async def _probe_ms(client: AsyncCacheClient, k: pb.CacheKey, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        started = time.perf_counter()
+        await client.lookup(k, timeout=10)
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+async def waiter_attack(
+    target: str, waiters: int, wait_ms: int, probes: int
+) -> tuple[float, float, float]:
+    """(baseline p99 ms, p99 ms under attack, slowest waiter's answer ms)."""
+    async with AsyncCacheClient(target) as client:
+        probe = _key("a stored key, looked up normally")
+        miss = await client.lookup(probe)
+        if miss.lease:
+            await client.store(probe, b"answer", lease=miss.lease)
+        baseline = await _probe_ms(client, probe, probes)
+        await client.lookup(HELD)  # take the hold, and never store
+        attack = await asyncio.create_subprocess_exec(
+            *ATTACKER, target, str(waiters), str(wait_ms), stdout=asyncio.subprocess.PIPE
+        )
+        await asyncio.sleep(min(2.0, wait_ms / 3000))  # the waiters are parked
+        attacked = await _probe_ms(client, probe, probes)
+        out, _ = await attack.communicate()
+    return percentile(baseline, 0.99), percentile(attacked, 0.99), float(out.strip() or "nan")
+
+
+async def _attack(target: str, waiters: int, wait_ms: int) -> float:
+    async def one(client: AsyncCacheClient) -> float:
+        started = time.perf_counter()
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await client.lookup(HELD, wait_ms=wait_ms, timeout=wait_ms / 1000 + 30)
+        return (time.perf_counter() - started) * 1000
+
+    async with AsyncCacheClient(target) as client:
+        return max(await asyncio.gather(*(one(client) for _ in range(waiters))))
+
+
+if __name__ == "__main__":
+    print(asyncio.run(_attack(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))))

@@ -67,7 +67,9 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self._max_batch = max_batch
         self.observer = observer or RpcObserver(SERVICE, Telemetry(), RpcStats())
         self._describer = CacheDescriber(self._key, self.observer.tenant)
-        self._feedback = DownstreamFeedback(cache, evict_rejected=streams.evict_rejected)
+        self._feedback = DownstreamFeedback(
+            cache, evict_rejected=streams.evict_rejected, reasons=streams.outcome_reasons
+        )
         self._streams = StreamRpcs(
             cache,
             self._keys,

@@ -19,6 +19,7 @@ from infercache.v1 import cache_pb2 as PB2
 from sidecar.api.cache_codec import cost_from_pb, key_from_pb, query_from_pb, traits_from_pb
 from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
 from sidecar.api.rpc import rpc
+from sidecar.api.status import abort_for
 from sidecar.api.stream_codec import (
     chunk_to_pb,
     header_to_pb,
@@ -27,9 +28,9 @@ from sidecar.api.stream_codec import (
     stream_finish_from_pb,
     stream_result_to_pb,
 )
-from sidecar.config import Config
+from sidecar.config import DEFAULTS, Config
 from sidecar.entries import Entry
-from sidecar.errors import InfercacheError, InvalidArgument
+from sidecar.errors import DeadlineExceeded, InfercacheError, InvalidArgument
 from sidecar.identity import KeyResolver
 from sidecar.keys import CacheKey
 from sidecar.observability.logs import REQUEST_KEY
@@ -57,6 +58,8 @@ class StreamSettings:
     buffer_max_bytes: int
     replay_max_gap_ms: int
     evict_rejected: bool
+    outcome_reasons: tuple[str, ...] = DEFAULTS.stream.outcome_reasons
+    replay_max_duration_ms: int = DEFAULTS.stream.replay_max_duration_ms
 
     @classmethod
     def from_config(cls, config: Config) -> StreamSettings:
@@ -69,6 +72,8 @@ class StreamSettings:
             buffer_max_bytes=stream.buffer_max_bytes,
             replay_max_gap_ms=stream.replay_max_gap_ms,
             evict_rejected=stream.evict_rejected,
+            outcome_reasons=stream.outcome_reasons,
+            replay_max_duration_ms=stream.replay_max_duration_ms,
         )
 
 
@@ -117,18 +122,34 @@ class StreamRpcs:
         if entry is None:
             return
         pacing = pacing_from_pb(request.pacing)  # validated already by _lookup_head
+        settings = self._settings
         sent = 0
+        truncated: DeadlineExceeded | None = None
         try:
-            async for chunk in replay(entry, pacing, self._settings.replay_max_gap_ms):
-                yield chunk_to_pb(chunk)
-                sent += 1
+            chunks = replay(
+                entry, pacing, settings.replay_max_gap_ms, settings.replay_max_duration_ms
+            )
+            try:
+                async for chunk in chunks:
+                    yield chunk_to_pb(chunk)
+                    sent += 1
+            except DeadlineExceeded as exc:
+                truncated = exc
         finally:
             # A caller that goes away cancels this generator at its next await:
             # nothing further is read, paced or sent.
             stats = self._cache.stats
             stats.count_stream(head.model_version, "replay.chunks", sent)
-            done = "replay.completed" if sent == entry.chunk_count else "replay.cancelled"
+            if truncated is not None:
+                done = "replay.truncated"
+            elif sent == entry.chunk_count:
+                done = "replay.completed"
+            else:
+                done = "replay.cancelled"
             stats.count_stream(head.model_version, done)
+        if truncated is not None:
+            # After the chunks sent: the caller sees every one of them, then the status.
+            await abort_for(context, "LookupStream", truncated)
 
     async def _lookup_head(
         self, request: PB2.LookupStreamRequest, context: grpc.aio.ServicerContext

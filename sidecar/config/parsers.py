@@ -80,6 +80,15 @@ def optional_listen(text: str) -> tuple[str, ...]:
     return listen(text) if text.strip() else ()
 
 
+def reason_labels(text: str) -> tuple[str, ...]:
+    """Comma-separated ReportOutcome reason labels (letters, digits and _.:-, 64 at most)."""
+    labels = tuple(a.strip() for a in text.split(",") if a.strip())
+    for a in labels:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", a):
+            raise ValueError(f"{a!r} is not a reason label (letters, digits and _.:-, 64 at most)")
+    return labels
+
+
 def optional_hostport(text: str) -> str:
     """One HOST:PORT, or empty to disable."""
     addr = text.strip()

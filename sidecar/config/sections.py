@@ -120,6 +120,18 @@ class StreamConfig:
         "ReportOutcome(REJECTED) evicts the entry, so the next request recomputes",
         name="evict_rejected",
     )
+    outcome_reasons: tuple[str, ...] = setting(
+        ("format", "grader", "hallucination", "policy", "quality", "refusal", "safety", "schema"),
+        "ReportOutcome reasons that get their own metric label; any other counts as other",
+        p.reason_labels,
+        name="outcome_reasons",
+    )
+    replay_max_duration_ms: int = setting(
+        600000,
+        "Longest a LookupStream replay may pace; past it the stream ends DEADLINE_EXCEEDED",
+        p.positive_int,
+        name="replay_max_duration_ms",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,12 @@ event, no OpenTelemetry call on the request path. The metrics layer
 (sidecar/observability/metrics.py) reads copies of these counters when a scrape or an export
 asks for them, and the admin GetStats RPC returns them.
 
-Label cardinality is bounded: the first `max_versions` model versions seen get
-their own label; later ones are counted under OTHER_VERSION. Tenants are never
-a label.
+Label cardinality is bounded: a model version gets its own label only once it
+is admitted (the pod's own version, a store this pod accepted, or an entry a hit
+or a report found: what this fleet stored), and only the first
+`max_versions` admitted do; every other version, including whatever strings
+callers merely look up, is counted under OTHER_VERSION. Tenants are never a
+label.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from sidecar.config import DEFAULTS
 
 OTHER_VERSION = "_other"
-"""The model_version label of every version seen after the first max_versions."""
+"""The model_version label of versions not admitted (or admitted past max_versions)."""
 NO_VERSION = "_none"
 """The model_version label of events that belong to no version (e.g. a whole-store rule)."""
 
@@ -147,18 +150,25 @@ class CacheStats:
         """Dead entries physically removed by the background reclaimer."""
 
     def version(self, model_version: str) -> str:
-        """The label counting `model_version`: itself while fewer than max_versions are known."""
+        """The label counting `model_version`: itself once admitted, else OTHER_VERSION.
+
+        Never takes a label slot: a caller's lookup strings cannot crowd out the
+        versions this fleet serves."""
+        label = self._versions.get(model_version)
+        if label is not None:
+            return label
+        return OTHER_VERSION if model_version else NO_VERSION
+
+    def admit(self, model_version: str) -> str:
+        """Give `model_version` its own label if a slot is free (a version this fleet
+        stored: call it for a committed store or an entry found); returns its label."""
         label = self._versions.get(model_version)
         if label is None:
             if not model_version:
-                label = NO_VERSION
-            elif len(self._versions) < self.max_versions:
-                label = model_version
-            else:
-                label = OTHER_VERSION
-            # Bounded too: past the cap, unknown versions are not remembered.
-            if len(self._versions) < 4 * self.max_versions:
-                self._versions[model_version] = label
+                return NO_VERSION
+            if len(self._versions) >= self.max_versions:
+                return OTHER_VERSION
+            label = self._versions[model_version] = model_version
         return label
 
     # ---------------------------------------------------------------- recording hooks
@@ -198,7 +208,8 @@ class CacheStats:
         self.bypasses[self.version(model_version), reason] += 1
 
     def count_downstream(self, model_version: str, verdict: str, reason: str) -> None:
-        """Count a downstream check's verdict on a cached answer ("accepted"/"rejected")."""
+        """Count a downstream check's verdict on a cached answer ("accepted"/"rejected");
+        `reason` must come from a bounded set (DownstreamFeedback maps it)."""
         self.downstream[self.version(model_version), verdict, reason] += 1
 
     def count_stream(self, model_version: str, event: str, n: int = 1) -> None:

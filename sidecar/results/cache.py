@@ -106,6 +106,7 @@ class ResultCache:
         self.policy = policy or PolicyHolder()
         self.pod = pod or PodIdentity()
         """Whose results may be stored: `store` refuses keys of weights the pod does not run."""
+        self.stats.admit(self.pod.model_version)  # the pod's own version is labelled first
         self._clock_ms = clock_ms
         self._flight = SingleFlight(
             freshness.control,
@@ -283,7 +284,10 @@ class ResultCache:
     ) -> tuple[Lease | None, int]:
         """The verified lease (None when unleased stores are allowed and none came) and
         the epoch to stamp the entry with, judged at `at_ms` (see SingleFlight.check)."""
-        return self._flight.check(key, lease_token, at_ms)
+        checked = self._flight.check(key, lease_token, at_ms)
+        # A store this pod accepts is a write of this fleet: its version may take a label.
+        self.stats.admit(key.model_version)
+        return checked
 
     async def store(
         self,

@@ -9,12 +9,14 @@ is evicted (unless configured otherwise) so the next request recomputes.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
 import structlog
 
 from sidecar import entries
+from sidecar.config import DEFAULTS
 from sidecar.entries import Entry, EntryRejected
 from sidecar.errors import InvalidArgument, NotFound, TierUnavailable, Unavailable
 from sidecar.keys import KeyDigest, dims_from_material
@@ -22,10 +24,13 @@ from sidecar.results.cache import ResultCache
 
 log = structlog.get_logger("infercache.feedback")
 
-# Reasons become metric labels: short, from a small alphabet, so a caller cannot
-# blow up label cardinality with free text (or leak prompt text into metrics).
+# Reasons are short, from a small alphabet, so no free text (or prompt text) reaches
+# logs; only the configured ones become metric labels, so a caller cannot blow up
+# label cardinality either.
 _REASON = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 UNSPECIFIED_REASON = "unspecified"
+OTHER_REASON = "other"
+"""The metric label of every reason outside the allow-list."""
 
 
 class Verdict(Enum):
@@ -46,9 +51,18 @@ class FeedbackResult:
 class DownstreamFeedback:
     """Records verdicts per model version and evicts rejected entries."""
 
-    def __init__(self, cache: ResultCache, *, evict_rejected: bool = True) -> None:
+    def __init__(
+        self,
+        cache: ResultCache,
+        *,
+        evict_rejected: bool = True,
+        reasons: Iterable[str] = DEFAULTS.stream.outcome_reasons,
+    ) -> None:
+        """`reasons`: the labels counted as themselves (plus "unspecified"); others
+        are counted as "other"."""
         self._cache = cache
         self._evict_rejected = evict_rejected
+        self._reasons = frozenset((*reasons, UNSPECIFIED_REASON))
 
     async def report(self, digest: bytes, verdict: Verdict, reason: str) -> FeedbackResult:
         """Count the verdict on the live entry under `digest`; evict it when rejected.
@@ -77,14 +91,17 @@ class DownstreamFeedback:
             except TierUnavailable as exc:
                 raise Unavailable(f"could not evict the rejected entry: {exc}") from exc
             evicted = True
-        label = reason or UNSPECIFIED_REASON
-        self._cache.stats.count_downstream(model_version, verdict.value, label)
+        given = reason or UNSPECIFIED_REASON
+        label = given if given in self._reasons else OTHER_REASON
+        stats = self._cache.stats
+        # The entry was found: its version is one this fleet stored.
+        stats.count_downstream(stats.admit(model_version), verdict.value, label)
         log.info(
             "downstream_outcome",
             digest=digest.hex(),
             model_version=model_version,
             verdict=verdict.value,
-            reason=label,
+            reason=given,
             evicted=evicted,
         )
         return FeedbackResult(evicted, model_version)

@@ -32,7 +32,11 @@ class LookupCounter:
         counts = stats.lookups
         version = stats.version
         for q, r in zip(queries, results, strict=True):
-            v = version(q.key.model_version)
+            if r.entry is not None:
+                # An entry found is one this fleet stored: its version may take a label.
+                v = stats.admit(q.key.model_version)
+            else:
+                v = version(q.key.model_version)
             outcome, tier = _LOOKUP_LABELS[r.outcome, r.tier]
             counts[v, outcome, tier] += 1
             if r.entry is not None:

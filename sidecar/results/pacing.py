@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from sidecar.entries import ChunkMeta, Entry
-from sidecar.errors import InvalidArgument
+from sidecar.errors import DeadlineExceeded, InvalidArgument
 
 MAX_TOKENS_PER_SECOND = 1_000_000.0
 """Faster than this is indistinguishable from FASTEST; refusing it catches unit mix-ups."""
@@ -82,13 +82,26 @@ def schedule(chunks: list[ChunkMeta], pacing: Pacing, max_gap_ms: int) -> list[f
     return times
 
 
-async def replay(entry: Entry, pacing: Pacing, max_gap_ms: int) -> AsyncIterator[ReplayChunk]:
-    """The entry's chunks in order, each at its scheduled time."""
+async def replay(
+    entry: Entry, pacing: Pacing, max_gap_ms: int, max_duration_ms: int | None = None
+) -> AsyncIterator[ReplayChunk]:
+    """The entry's chunks in order, each at its scheduled time.
+
+    DeadlineExceeded, after the chunks sent so far, as soon as the next chunk is
+    scheduled later than `max_duration_ms` after the start (None: no cap). It is
+    raised at once rather than at the cap: waiting would only delay the verdict.
+    """
     pieces = list(entry.chunks())
     times = schedule([meta for meta, _ in pieces], pacing, max_gap_ms)
     loop = asyncio.get_running_loop()
     start = loop.time()
     for i, ((meta, data), at) in enumerate(zip(pieces, times, strict=True)):
+        if max_duration_ms is not None and at * 1000 > max_duration_ms:
+            raise DeadlineExceeded(
+                f"replay truncated: chunk {i} of {len(pieces)} is paced {at:.1f} s after "
+                f"the start; replays are capped at {max_duration_ms} ms "
+                "(INFERCACHE_REPLAY_MAX_DURATION_MS)"
+            )
         delay = start + at - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)

@@ -23,8 +23,11 @@ from sidecar.observability.usage import TierUsage
 
 
 def test_versions_past_the_cap_are_counted_as_other() -> None:
-    """The first max_versions model versions get a label each; later ones share _other."""
+    """The first max_versions admitted model versions get a label each; later ones, and
+    versions never admitted, share _other."""
     stats = CacheStats(max_versions=2)
+    for v in ("a", "b", "c"):
+        stats.admit(v)
     for v in ("a", "b", "c", "d", "a"):
         stats.count_lookup(v, "miss")
     assert stats.total("lookups", version="a") == 2
@@ -61,6 +64,7 @@ def test_duration_histogram_buckets() -> None:
 def test_stats_message_and_rendering() -> None:
     """Counters become per-version messages; --json and the table show them."""
     stats = CacheStats()
+    stats.admit("fp-a")
     stats.count_lookup("fp-a", "hit", "warm")
     stats.count_lookup("fp-a", "miss")
     stats.count_bypass("fp-a", "side_effects")

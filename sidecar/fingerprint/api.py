@@ -18,7 +18,13 @@ from sidecar.fingerprint.files import (
 )
 from sidecar.fingerprint.hashing import frame, keyed_hasher
 from sidecar.fingerprint.memo import Memo
-from sidecar.fingerprint.weights import Mode, adapter_shards, model_shards, weights_digest
+from sidecar.fingerprint.weights import (
+    Mode,
+    adapter_shards,
+    extra_weight_files,
+    model_shards,
+    weights_digest,
+)
 
 Kind = Literal["model", "adapter"]
 PREFIX = "fp1-"
@@ -127,18 +133,30 @@ def fingerprint(
     config = config_digest(root, "adapter_config.json" if kind == "adapter" else "config.json")
     shards, index = (adapter_shards(root), None) if kind == "adapter" else model_shards(root)
     weights = weights_digest(shards, index, mode, memo, max(1, threads))
+    weights_value, tensors, nbytes = weights.digest, weights.tensors, weights.nbytes
+    extras = extra_weight_files(root, kind, index)
+    if extras:
+        # Each extra file is digested on its own (its tensor names may repeat the shards')
+        # and mixed in by name; without extras the component is the shards' digest as before.
+        hasher = keyed_hasher(f"weights+extra {mode}")
+        hasher.update(frame(weights.digest.encode()))
+        for path in extras:
+            extra = weights_digest([path], None, mode, memo, max(1, threads))
+            hasher.update(frame(path.name.encode(), extra.digest.encode()))
+            tensors, nbytes = tensors + extra.tensors, nbytes + extra.nbytes
+        weights_value = hasher.hexdigest()
     components = {
         "config": config,
         "generation_config": generation_config_digest(root),
         "tokenizer": tokenizer_digest(root),
-        "weights": weights.digest,
+        "weights": weights_value,
     }
     return Fingerprint(
         value=_combine(kind, mode, components),
         kind=kind,
         mode=mode,
-        tensors=weights.tensors,
-        weight_bytes=weights.nbytes,
+        tensors=tensors,
+        weight_bytes=nbytes,
         **components,
     )
 

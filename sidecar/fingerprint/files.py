@@ -1,10 +1,12 @@
 """The non-weight components: which files shape behaviour and how each is hashed.
 
-- config: config.json (adapter_config.json for an adapter) plus any top-level
+- config: config.json (adapter_config.json for an adapter), the Mistral-format
+  params.json and GPTQ's quantize_config.json when present, plus any top-level
   remote-code `*.py` other than tokenizer code (with trust_remote_code it *is* the model).
 - generation_config: generation_config.json.
 - tokenizer: tokenizer and input-processing files, the chat template included
-  (tokenizer_config.json, chat_template.jinja, additional_chat_templates/, ...).
+  (tokenizer_config.json, chat_template.jinja, additional_chat_templates/, Mistral's
+  tekken.json and tokenizer.model.v*, ...).
 
 Small JSON config files are hashed in canonical form (sorted keys, compact), with
 top-level keys that only record where a file was saved from (PATH_KEYS) dropped, so a
@@ -38,8 +40,11 @@ CANONICAL_JSON = frozenset(
         "chat_template.json",
         "preprocessor_config.json",
         "processor_config.json",
+        "params.json",
+        "quantize_config.json",
     }
 )
+CONFIG_EXTRAS = ("params.json", "quantize_config.json")
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -53,10 +58,16 @@ TOKENIZER_FILES = (
     "merges.txt",
     "chat_template.jinja",
     "chat_template.json",
+    "tekken.json",
     "preprocessor_config.json",
     "processor_config.json",
 )
-TOKENIZER_GLOBS = ("*.tiktoken", "tokenization_*.py", "additional_chat_templates/*.jinja")
+TOKENIZER_GLOBS = (
+    "*.tiktoken",
+    "tokenization_*.py",
+    "additional_chat_templates/*.jinja",
+    "tokenizer.model.v*",
+)
 
 
 def config_digest(root: Path, config_name: str) -> str:
@@ -64,7 +75,7 @@ def config_digest(root: Path, config_name: str) -> str:
     if read_optional(root / config_name) is None:
         raise FingerprintError(f"{root}: no {config_name}; not a model or adapter directory")
     code = (p.name for p in root.glob("*.py") if not p.name.startswith("tokenization_"))
-    return component_digest("config", root, [config_name, *code])
+    return component_digest("config", root, [config_name, *CONFIG_EXTRAS, *code])
 
 
 def generation_config_digest(root: Path) -> str:

@@ -1,8 +1,10 @@
 """Persistent memo of full-mode tensor digests, so a restart does not rehash gigabytes.
 
 One JSON file maps each shard's real path to the identity it had when hashed
-(size, mtime_ns, inode) and the digest of every tensor in it. An entry is used only
-if all of these still match. Entries are stored per tensor, not per file, so a memo
+(device, inode, size, mtime_ns, ctime_ns) and the digest of every tensor in it. An
+entry is used only if all of these still match: ctime cannot be set back, so a file
+patched in place with its mtime restored misses, and so does another file system
+mounted at the same path (another device). Entries are stored per tensor, not per file, so a memo
 hit still feeds the shard-layout-independent weights digest.
 
 Files modified less than RACY_NS before hashing began are not memoised: some file
@@ -29,7 +31,7 @@ import structlog
 from sidecar.fingerprint.errors import FingerprintError
 
 FORMAT = "infercache-fingerprint-memo"
-VERSION = 1
+VERSION = 2  # 2: st_dev and st_ctime_ns joined the identity; v1 memos are ignored
 RACY_NS = 2_000_000_000
 
 log = structlog.get_logger("infercache.fingerprint")
@@ -43,11 +45,17 @@ class FileKey:
     size: int
     mtime_ns: int
     inode: int
+    device: int = 0
+    ctime_ns: int = 0
 
     @classmethod
     def of(cls, realpath: str, st: os.stat_result) -> FileKey:
         """Key for the file at `realpath` whose stat (fstat of the open fd) is `st`."""
-        return cls(realpath, st.st_size, st.st_mtime_ns, st.st_ino)
+        return cls(realpath, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns)
+
+    def identity(self) -> tuple[int, int, int, int, int]:
+        """What must match for a memo entry to be used."""
+        return (self.size, self.mtime_ns, self.inode, self.device, self.ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,7 @@ class Memo:
     def get(self, key: FileKey) -> tuple[MemoTensor, ...] | None:
         """The recorded tensors of the file `key` identifies, or None if not memoised."""
         entry = self._new.get(key.realpath) or self._files.get(key.realpath)
-        if entry is None or _identity(entry) != (key.size, key.mtime_ns, key.inode):
+        if entry is None or _identity(entry) != key.identity():
             return None
         try:
             return tuple(_tensor_from_json(item) for item in entry["tensors"])
@@ -89,6 +97,8 @@ class Memo:
             "size": key.size,
             "mtime_ns": key.mtime_ns,
             "inode": key.inode,
+            "device": key.device,
+            "ctime_ns": key.ctime_ns,
             "tensors": [[t.name, t.dtype, list(t.shape), t.digest.hex()] for t in tensors],
         }
 
@@ -136,8 +146,8 @@ def _tensor_from_json(item: Any) -> MemoTensor:
     return MemoTensor(name, dtype, tuple(shape), bytes.fromhex(digest))
 
 
-def _identity(entry: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    return entry.get("size"), entry.get("mtime_ns"), entry.get("inode")
+def _identity(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(entry.get(k) for k in ("size", "mtime_ns", "inode", "device", "ctime_ns"))
 
 
 def _load(path: Path) -> dict[str, dict[str, Any]]:

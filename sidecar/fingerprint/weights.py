@@ -33,6 +33,8 @@ Mode = Literal["fast", "full"]
 
 INDEX_FILE = "model.safetensors.index.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+NEW_EMBEDDINGS = "new_embeddings.safetensors"
+CONSOLIDATED = "consolidated.safetensors"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,14 @@ def adapter_shards(root: Path) -> list[Path]:
     if not path.exists():
         raise FingerprintError(f"{root}: no {ADAPTER_WEIGHTS} (other formats unsupported)")
     return [path]
+
+
+def extra_weight_files(root: Path, kind: str, index: Mapping[str, str] | None) -> list[Path]:
+    """Weights a loader may read besides the shards: a LoRA adapter's
+    new_embeddings.safetensors (added tokens), and a model's consolidated.safetensors
+    beside an index (vLLM's Mistral format loads it instead of the indexed shards)."""
+    names = [NEW_EMBEDDINGS] if kind == "adapter" else [CONSOLIDATED] if index is not None else []
+    return [root / n for n in names if (root / n).exists() or (root / n).is_symlink()]
 
 
 def weights_digest(

@@ -47,7 +47,8 @@ def test_second_full_run_reads_no_tensor_bytes(
 
 
 def test_memo_file_records_identity_and_is_replaced_atomically(model: Path, tmp_path: Path) -> None:
-    """The memo maps each shard's real path to size/mtime_ns/inode, leaving no temp files."""
+    """The memo maps each shard's real path to size/mtime_ns/inode/device/ctime_ns, leaving
+    no temp files."""
     memo = tmp_path / "fingerprints.json"
     fingerprint(model, mode="full", cache_file=memo)
     files = json.loads(memo.read_text())["files"]
@@ -56,12 +57,37 @@ def test_memo_file_records_identity_and_is_replaced_atomically(model: Path, tmp_
     for shard in shards:
         st = shard.stat()
         entry = files[os.path.realpath(shard)]
-        assert (entry["size"], entry["mtime_ns"], entry["inode"]) == (
-            st.st_size,
-            st.st_mtime_ns,
-            st.st_ino,
-        )
+        assert (
+            entry["size"],
+            entry["mtime_ns"],
+            entry["inode"],
+            entry["device"],
+            entry["ctime_ns"],
+        ) == (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_shard_patched_in_place_with_its_mtime_restored_is_rehashed(
+    model: Path, tmp_path: Path, hashed: list[str]
+) -> None:
+    """Same path, inode, size and mtime but new bytes: the ctime moved, so the memo is not
+    used and the fingerprint changes (a memo keyed by size/mtime/inode reused the old one)."""
+    memo = tmp_path / "fingerprints.json"
+    first = fingerprint(model, mode="full", cache_file=memo)
+    shard = sorted(model.glob("*.safetensors"))[0]
+    st = shard.stat()
+    with open(shard, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = shard.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    hashed.clear()
+    second = fingerprint(model, mode="full", cache_file=memo)
+    assert hashed
+    assert second != first
 
 
 def test_touched_shard_is_rehashed_alone(model: Path, tmp_path: Path, hashed: list[str]) -> None:

@@ -70,9 +70,13 @@ async def test_replay_past_the_duration_cap_ends_deadline_exceeded(
     started = time.monotonic()
     stream = sc.client.lookup_stream(k, pacing=make_pacing(original=True))
     got: list[pb.Chunk] = []
-    with pytest.raises(grpc.aio.AioRpcError) as err:
+
+    async def read_all() -> None:
         async for chunk in stream:
             got.append(chunk)
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await read_all()
     elapsed = time.monotonic() - started
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert "INFERCACHE_REPLAY_MAX_DURATION_MS" in (err.value.details() or "")

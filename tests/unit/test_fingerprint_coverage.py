@@ -12,9 +12,10 @@ import pytest
 from safetensors.numpy import save_file
 
 from sidecar.fingerprint import diff, fingerprint
+from sidecar.fingerprint.weights import Mode
 from tests.unit.checkpoints import backdate, llama_tensors, lora_tensors, write_adapter, write_model
 
-MODES = ("fast", "full")
+MODES: tuple[Mode, ...] = ("fast", "full")
 
 
 @pytest.fixture(scope="module")

@@ -83,7 +83,11 @@ def test_shard_patched_in_place_with_its_mtime_restored_is_rehashed(
         f.write(bytes([last[0] ^ 0xFF]))
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
     after = shard.stat()
-    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+    )
     hashed.clear()
     second = fingerprint(model, mode="full", cache_file=memo)
     assert hashed

@@ -11,6 +11,7 @@ from sidecar.errors import InvalidArgument
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import RuleSet
+from sidecar.observability.stats import CacheStats
 from sidecar.policy.cacheability import (
     BypassReason,
     Policy,
@@ -39,6 +40,8 @@ def holder() -> PolicyHolder:
 
 @pytest.fixture
 def cache(flaky_warm: FlakyWarmTier, clock: Clock, holder: PolicyHolder) -> ResultCache:
+    stats = CacheStats()
+    stats.admit("m1")  # the version this fleet stores: it has its own label
     return ResultCache(
         HotTier(10**7, 1000),
         flaky_warm,
@@ -46,6 +49,7 @@ def cache(flaky_warm: FlakyWarmTier, clock: Clock, holder: PolicyHolder) -> Resu
         max_payload_bytes=MAX_PAYLOAD,
         max_chunks=LimitsConfig().max_chunks,
         freshness=Freshness(EmbeddedControlStore(), RuleSet()),
+        stats=stats,
         policy=holder,
         clock_ms=clock,
     )

@@ -13,7 +13,8 @@ from infercache.v1 import cache_pb2 as pb
 from infercache_client import join_chunks, make_pacing
 
 from sidecar.observability.stats import OTHER_VERSION
-from tests.integration.conftest import StartSidecar, key
+from tests.support.keys import key
+from tests.support.sidecars import StartSidecar
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,7 +35,7 @@ async def test_random_reasons_take_at_most_the_allow_list_plus_other(
         await sc.client.report_outcome(digest, accepted=False, reason=reason)
     series = {r for (_, _, r) in sc.stats.downstream}
     assert series == {"safety", "other"}  # "safety" is on the default allow-list
-    assert sc.stats.downstream[("fp1-test", "rejected", "other")] == 2999
+    assert sc.stats.downstream[("m1", "rejected", "other")] == 2999
 
 
 async def test_lookup_strings_take_no_model_version_label(start_sidecar: StartSidecar) -> None:

@@ -13,7 +13,13 @@ from safetensors.numpy import save_file
 
 from sidecar.fingerprint import diff, fingerprint
 from sidecar.fingerprint.weights import Mode
-from tests.unit.checkpoints import backdate, llama_tensors, lora_tensors, write_adapter, write_model
+from tests.support.checkpoints import (
+    backdate,
+    llama_tensors,
+    lora_tensors,
+    write_adapter,
+    write_model,
+)
 
 MODES: tuple[Mode, ...] = ("fast", "full")
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
-import time
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -291,24 +292,32 @@ def run_stats(args: argparse.Namespace) -> int:
         return admin.stats(timeout=args.timeout)
 
     console = Console()
+    # --watch ends on Ctrl-C through a flag, not KeyboardInterrupt: a SIGINT that lands
+    # inside a blocking gRPC call can be swallowed there, and the loop then ran on (seen
+    # under load: the watch kept printing after SIGINT until its pipe broke).
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if args.watch else None
     try:
         resp = fetch()
         if args.json:
             print(json.dumps(stats_dict(resp)), flush=True)
-            while args.watch is not None:
-                time.sleep(args.watch)
+            while args.watch is not None and not stop.wait(args.watch):
                 print(json.dumps(stats_dict(fetch())), flush=True)
             return EXIT_OK
         if args.watch is None:
             console.print(stats_table(resp, args.admin))
             return EXIT_OK
         with Live(stats_table(resp, args.admin), console=console, auto_refresh=False) as live:
-            while True:
-                time.sleep(args.watch)
+            while not stop.wait(args.watch):
                 live.update(stats_table(fetch(), args.admin), refresh=True)
+        return EXIT_OK
     except grpc.RpcError as exc:
+        if stop.is_set():
+            return EXIT_OK  # the refresh in flight when Ctrl-C came
         return fail("stats", exc, args)
     except KeyboardInterrupt:
         return EXIT_OK
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         admin.close()

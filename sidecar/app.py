@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 from redis.asyncio import Redis
 
+from sidecar.api.cache_codec import key_request_from_record
 from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
@@ -168,7 +169,11 @@ def build_hit_store(config: Config, stores: Stores) -> HitStore:
 
 
 def build_prewarmer(
-    config: Config, cache: ResultCache, keys: KeyResolver, hits: HitStore
+    config: Config,
+    cache: ResultCache,
+    keys: KeyResolver,
+    hits: HitStore,
+    recorder: HitRecorder | None = None,
 ) -> Prewarmer:
     """The prewarm runner for this pod, talking to the configured model server."""
 
@@ -183,7 +188,7 @@ def build_prewarmer(
         )
 
     settings = PrewarmSettings.from_config(config.prewarm)
-    return Prewarmer(cache, keys, settings, model_server, hits)
+    return Prewarmer(cache, keys, settings, model_server, hits, key_request_from_record, recorder)
 
 
 def build_kv(config: Config, stores: Stores, pod: PodIdentity) -> KvHotTier:
@@ -348,7 +353,7 @@ async def build_app(
                 config.invalidation.invalidate_wait_timeout_ms,
             ),
         ),
-        prewarmer=build_prewarmer(config, cache, keys, hits),
+        prewarmer=build_prewarmer(config, cache, keys, hits, recorder),
         reclaimer=reclaimer,
         started=started,
     )

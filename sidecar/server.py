@@ -220,6 +220,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         keys=app.keys,
         observer=RpcObserver(cache_api.SERVICE, telemetry, app.rpc_stats),
         streams=StreamSettings.from_config(config),
+        recorder=app.recorder,
     )
     cache_pb2_grpc.add_CacheServiceServicer_to_server(servicer, server)
     data_services = [CACHE_SERVICE]

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from google.protobuf.message import DecodeError
 from infercache.v1 import cache_pb2 as PB2
 
 from sidecar.api.key_codec import key_request_from_known_pb
 from sidecar.api.unknown_fields import refuse_unknown_fields
 from sidecar.entries import ComputeCost
+from sidecar.errors import InvalidArgument
 from sidecar.identity import KeyResolver, ResolvedKey
 from sidecar.keys import KeyRequest
 from sidecar.policy.cacheability import NO_TRAITS, Bypass, BypassReason, RequestTraits
+from sidecar.prewarm.records import HitRecord, ReplayRequest
 from sidecar.results.types import (
     LookupQuery,
     LookupResult,
@@ -52,6 +55,37 @@ def key_request_from_pb(k: PB2.CacheKey) -> KeyRequest:
     """
     refuse_unknown_fields(k, "key")
     return key_request_from_known_pb(k)
+
+
+def replay_from_pb(msg: PB2.StoreRequest, field: str = "replay") -> ReplayRequest | None:
+    """The attached model-server request, checked (INVALID_ARGUMENT naming `field`), or None."""
+    if not msg.HasField("replay"):
+        return None
+    r = msg.replay
+    replay = ReplayRequest(r.path, r.content_type, r.body)
+    try:
+        replay.check()
+    except InvalidArgument as exc:
+        raise InvalidArgument(exc.field.replace("replay", field, 1), exc.problem) from exc
+    return replay
+
+
+def hit_record_from_pb(k: PB2.CacheKey, replay: ReplayRequest) -> HitRecord:
+    """A hit record of the key's wire form without its model version (a record is
+    replayed under whatever model the pod runs then) and its model-server request."""
+    bare = PB2.CacheKey()
+    bare.CopyFrom(k)
+    bare.ClearField("model_version")
+    return HitRecord(bare.SerializeToString(deterministic=True), replay)
+
+
+def key_request_from_record(data: bytes) -> KeyRequest:
+    """The KeyRequest of a hit record's key bytes; InvalidArgument if they do not decode."""
+    try:
+        k = PB2.CacheKey.FromString(data)
+    except DecodeError as exc:
+        raise InvalidArgument("record.key", f"is not a CacheKey ({exc})") from exc
+    return key_request_from_pb(k)
 
 
 def key_from_pb(k: PB2.CacheKey, keys: KeyResolver) -> ResolvedKey:

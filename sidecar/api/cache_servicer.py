@@ -13,10 +13,12 @@ from infercache.v1 import cache_pb2_grpc
 from sidecar import __version__
 from sidecar.api.cache_codec import (
     cost_from_pb,
+    hit_record_from_pb,
     key_from_pb,
     lookup_batch_to_pb,
     lookup_result_to_pb,
     query_from_pb,
+    replay_from_pb,
     store_result_to_pb,
     traits_from_pb,
 )
@@ -30,9 +32,10 @@ from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits
 from sidecar.observability.logs import REQUEST_KEY
 from sidecar.observability.stats import RpcStats
 from sidecar.observability.telemetry import Telemetry
+from sidecar.prewarm.hits import HitRecorder
 from sidecar.results.cache import ResultCache
 from sidecar.results.feedback import DownstreamFeedback
-from sidecar.results.types import LookupQuery
+from sidecar.results.types import LookupQuery, StoreStatus
 
 __all__ = ["CACHE_MARKER", "CacheServicer"]
 
@@ -61,10 +64,13 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         streams: StreamSettings,
         keys: KeyResolver | None = None,
         observer: RpcObserver | None = None,
+        recorder: HitRecorder | None = None,
     ) -> None:
+        """`recorder` keeps the model-server requests Stores attach (None: not kept)."""
         self._cache = cache
         self._keys = keys or KeyResolver(PodIdentity(), KeyLimits())
         self._max_batch = max_batch
+        self._recorder = recorder
         self.observer = observer or RpcObserver(SERVICE, Telemetry(), RpcStats())
         self._describer = CacheDescriber(self._key, self.observer.tenant)
         self._feedback = DownstreamFeedback(
@@ -76,6 +82,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
             self.observer,
             self._describer,
             streams,
+            recorder,
         )
 
     def _key(self, key: PB2.CacheKey) -> CacheKey:
@@ -144,15 +151,30 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         """Store a result under the MISS's lease (ResultCache.store checks the pod's model)."""
         key = self._key(request.key)
         REQUEST_KEY.set(key)
+        replay = replay_from_pb(request)  # refused before anything is stored
+        traits = traits_from_pb(request)
         result = await self._cache.store(
             key,
             request.payload,
             request.ttl_seconds,
             cost_from_pb(request.cost),
             lease_token=request.lease,
-            traits=traits_from_pb(request),
+            traits=traits,
             chunks=chunks_from_pb(request.chunks),
         )
+        if (
+            replay is not None
+            and self._recorder is not None
+            and (result.status is StoreStatus.STORED)
+        ):
+            self._recorder.attach(
+                key.tenant,
+                key.model_version,
+                key.digest,
+                hit_record_from_pb(request.key, replay),
+                ttl_s=result.ttl_s,
+                private=traits.private_data,
+            )
         return store_result_to_pb(result)
 
     async def LookupStream(

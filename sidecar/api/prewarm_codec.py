@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from infercache.v1 import admin_pb2 as PB2
 
-from sidecar.api.cache_codec import key_request_from_pb
-from sidecar.prewarm.progress import ItemOutcome, PrewarmItem, Progress, RunOptions, RunState
+from sidecar.api.cache_codec import hit_record_from_pb, key_request_from_pb
+from sidecar.errors import InvalidArgument
+from sidecar.prewarm.progress import (
+    NOT_REPLAYABLE,
+    ItemOutcome,
+    PrewarmItem,
+    Progress,
+    RunOptions,
+    RunState,
+)
+from sidecar.prewarm.records import HitRecord, ReplayRequest
 
 _STATE = {
     RunState.RUNNING: PB2.PREWARM_STATE_RUNNING,
@@ -21,8 +30,26 @@ _OUTCOME = {
 
 
 def items_from_pb(request_list: PB2.PrewarmRequestList) -> list[PrewarmItem]:
-    """Inline requests; validation happens per item when the run builds its key."""
-    return [PrewarmItem(key_request_from_pb(k)) for k in request_list.keys]
+    """Inline requests, each with its model-server request if given (replays[i] for
+    keys[i]; none: skipped not_replayable); keys are validated when the run builds them."""
+    n, given = len(request_list.keys), len(request_list.replays)
+    if given > n:
+        raise InvalidArgument("requests.replays", f"has {given} entries for {n} keys")
+    items = []
+    for i, k in enumerate(request_list.keys):
+        record: HitRecord | None = None
+        if i < given and request_list.replays[i].path:
+            r = request_list.replays[i]
+            replay = ReplayRequest(r.path, r.content_type, r.body)
+            try:
+                replay.check()
+            except InvalidArgument as exc:
+                raise InvalidArgument(
+                    exc.field.replace("replay", f"requests.replays[{i}]", 1), exc.problem
+                ) from exc
+            record = hit_record_from_pb(k, replay)
+        items.append(PrewarmItem(key_request_from_pb(k), record=record))
+    return items
 
 
 def options_from_pb(request: PB2.PrewarmRequest) -> RunOptions:
@@ -59,4 +86,5 @@ def progress_to_pb(p: Progress) -> PB2.PrewarmResponse:
         ],
         error=p.error,
         model_version=p.model_version,
+        not_replayable=p.skipped_by_reason.get(NOT_REPLAYABLE, 0),
     )

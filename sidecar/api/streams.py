@@ -16,7 +16,14 @@ import grpc
 import structlog
 from infercache.v1 import cache_pb2 as PB2
 
-from sidecar.api.cache_codec import cost_from_pb, key_from_pb, query_from_pb, traits_from_pb
+from sidecar.api.cache_codec import (
+    cost_from_pb,
+    hit_record_from_pb,
+    key_from_pb,
+    query_from_pb,
+    replay_from_pb,
+    traits_from_pb,
+)
 from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
 from sidecar.api.rpc import rpc
 from sidecar.api.status import abort_for
@@ -32,8 +39,9 @@ from sidecar.config import DEFAULTS, Config
 from sidecar.entries import Entry
 from sidecar.errors import DeadlineExceeded, InfercacheError, InvalidArgument
 from sidecar.identity import KeyResolver
-from sidecar.keys import CacheKey
 from sidecar.observability.logs import REQUEST_KEY
+from sidecar.prewarm.hits import HitRecorder
+from sidecar.prewarm.records import HitRecord
 from sidecar.results.cache import ResultCache
 from sidecar.results.pacing import replay
 from sidecar.results.stream_store import (
@@ -43,6 +51,7 @@ from sidecar.results.stream_store import (
     StreamOpen,
     store_stream,
 )
+from sidecar.results.types import StoreStatus
 
 log = structlog.get_logger("infercache.api")
 
@@ -96,8 +105,10 @@ class StreamRpcs:
         observer: RpcObserver,
         describer: CacheDescriber,
         settings: StreamSettings,
+        recorder: HitRecorder | None = None,
     ) -> None:
         self._cache = cache
+        self._recorder = recorder
         self._keys = keys
         self.observer = observer
         self._describer = describer
@@ -181,7 +192,7 @@ class StreamRpcs:
     ) -> PB2.StoreStreamResponse:
         """Buffer the stream; commit through ResultCache.store when it finishes."""
         stats = self._cache.stats
-        opened: list[CacheKey] = []  # the key, once the opening message was accepted
+        opened: list[_Opened] = []  # the opening message, once accepted
         events = self._events(requests, opened)
         try:
             result = await store_stream(self._cache, events, self._settings.limits, self._budget)
@@ -196,10 +207,25 @@ class StreamRpcs:
         finally:
             await events.aclose()
         stats.count_stream(_version(opened), "store.committed")
+        first = opened[0]
+        if (
+            first.record is not None
+            and self._recorder is not None
+            and result.store.status is StoreStatus.STORED
+        ):
+            k = first.event.key
+            self._recorder.attach(
+                k.tenant,
+                k.model_version,
+                k.digest,
+                first.record,
+                ttl_s=result.store.ttl_s,
+                private=first.event.traits.private_data,
+            )
         return stream_result_to_pb(result)
 
     async def _events(
-        self, requests: AsyncIterator[PB2.StoreStreamRequest], opened: list[CacheKey]
+        self, requests: AsyncIterator[PB2.StoreStreamRequest], opened: list[_Opened]
     ) -> AsyncGenerator[StreamEvent, None]:
         """Protobuf messages as domain events; the opening one checked like a Store."""
         async for msg in requests:
@@ -210,7 +236,9 @@ class StreamRpcs:
                 yield stream_finish_from_pb(msg.finish)
             elif which == "open":
                 event = self._open(msg.open)
-                opened.append(event.key)
+                replay = replay_from_pb(msg.open, "open.replay")
+                record = None if replay is None else hit_record_from_pb(msg.open.key, replay)
+                opened.append(_Opened(event, record))
                 yield event
             else:
                 raise InvalidArgument("message", "is empty: set open, chunk or finish")
@@ -233,5 +261,13 @@ class StreamRpcs:
         )
 
 
-def _version(opened: list[CacheKey]) -> str:
-    return opened[0].model_version if opened else ""
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """A StoreStream's accepted opening: the event and the hit record of its replay."""
+
+    event: StreamOpen
+    record: HitRecord | None
+
+
+def _version(opened: list[_Opened]) -> str:
+    return opened[0].event.key.model_version if opened else ""

@@ -4,11 +4,16 @@
     infercache prewarm --admin HOST:PORT --from-version FP --top-k K [--max-failures N]
 
 The file is read here and its requests sent inline (the sidecar never reads a
-path named by a network caller): one JSON object per line in the protobuf JSON
-shape of a Lookup key, e.g.
+path named by a network caller): one JSON object per line, the key in the protobuf
+JSON shape of a Lookup key and the exact model-server request that computes it
+(its path and JSON body; the sidecar sends it as it is and never rebuilds one from
+the key), e.g.
 
-    {"tenant": "acme", "promptVersion": "support-v3", "sampling": {"temperature": 0},
-     "text": "How do I reset my password?"}
+    {"key": {"tenant": "acme", "promptVersion": "support-v3", "text": "How do I ..."},
+     "replay": {"path": "/v1/completions",
+                "body": {"model": "m", "prompt": "How do I ...", "temperature": 0}}}
+
+A line holding only a key is sent without a request and skipped (not_replayable).
 
 Progress is drawn on stderr; the summary goes to stdout (--json: the final
 progress message as JSON). Exit status: 0 only when the run completed with at
@@ -73,8 +78,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(func=run_prewarm)
 
 
-def read_requests(path: Path) -> list[cache_pb2.CacheKey]:
-    """Parse a JSONL file of keys; FileError names the first bad line."""
+def read_requests(path: Path) -> list[tuple[cache_pb2.CacheKey, cache_pb2.ReplayRequest]]:
+    """Parse a JSONL file of keys with their model-server requests (an empty
+    ReplayRequest where a line has none); FileError names the first bad line."""
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
@@ -87,10 +93,25 @@ def read_requests(path: Path) -> list[cache_pb2.CacheKey]:
         if not line.strip():
             continue
         try:
-            keys.append(ParseDict(json.loads(line), cache_pb2.CacheKey()))
-        except (ValueError, ParseError) as exc:
+            keys.append(_line(json.loads(line)))
+        except (ValueError, ParseError, TypeError) as exc:
             raise FileError(f"{path}:{number}: {exc}") from exc
     return keys
+
+
+def _line(doc: object) -> tuple[cache_pb2.CacheKey, cache_pb2.ReplayRequest]:
+    if not isinstance(doc, dict):
+        raise ValueError("a line must be a JSON object")
+    if "key" not in doc:  # a bare key: nothing to replay
+        return ParseDict(doc, cache_pb2.CacheKey()), cache_pb2.ReplayRequest()
+    replay = doc.get("replay") or {}
+    body = replay.get("body", "")
+    raw = body.encode("utf-8") if isinstance(body, str) else json.dumps(body).encode("utf-8")
+    return ParseDict(doc["key"], cache_pb2.CacheKey()), cache_pb2.ReplayRequest(
+        path=str(replay.get("path", "")),
+        content_type=str(replay.get("contentType", "application/json")),
+        body=raw if replay else b"",
+    )
 
 
 def _request(args: argparse.Namespace) -> PB2.PrewarmRequest | None:
@@ -110,12 +131,16 @@ def _request(args: argparse.Namespace) -> PB2.PrewarmRequest | None:
             max_failures=max_failures,
         )
     try:
-        keys = read_requests(args.file)
+        lines = read_requests(args.file)
     except FileError as exc:
         print(f"infercache: {exc}", file=sys.stderr)
         return None
     return prewarm_request(
-        keys=keys, ttl_seconds=ttl, concurrency=concurrency, max_failures=max_failures
+        keys=[k for k, _ in lines],
+        replays=[r for _, r in lines],
+        ttl_seconds=ttl,
+        concurrency=concurrency,
+        max_failures=max_failures,
     )
 
 

@@ -1,5 +1,5 @@
-"""Prewarm of one request: key it for the pod's model, look it up, call the model server
-on a MISS, and store the answer with the MISS's lease.
+"""Prewarm of one request: key it for the pod's model, look it up, send the model server
+the request its Store attached on a MISS, and store the answer with the MISS's lease.
 
 Every outcome is an ItemReport (skipped or failed, with a machine-readable reason),
 or None when the answer was stored.
@@ -15,14 +15,9 @@ from sidecar.entries import ComputeCost
 from sidecar.errors import InfercacheError, InvalidArgument
 from sidecar.identity import KeyResolver
 from sidecar.keys import CacheKey, KeyRequest
-from sidecar.prewarm.openai import (
-    BadAnswer,
-    NotReplayable,
-    PayloadFormat,
-    parse_answer,
-    upstream_call,
-)
-from sidecar.prewarm.progress import ItemOutcome, ItemReport, PrewarmItem
+from sidecar.prewarm.hits import HitRecorder
+from sidecar.prewarm.openai import BadAnswer, PayloadFormat, UpstreamCall, parse_answer
+from sidecar.prewarm.progress import NOT_REPLAYABLE, ItemOutcome, ItemReport, PrewarmItem
 from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
 from sidecar.results.cache import ResultCache
 from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
@@ -54,6 +49,7 @@ class ItemWarmer:
         payload_format: PayloadFormat,
         ttl_s: int,
         served: Set[str],
+        recorder: HitRecorder | None = None,
     ) -> None:
         """`model`: the served model name; `served`: every name the model server lists
         (an adapter's name among them means it serves that adapter)."""
@@ -63,20 +59,22 @@ class ItemWarmer:
         self._format = payload_format
         self._ttl_s = ttl_s
         self._served = served
+        self._recorder = recorder
 
     async def warm(self, server: ModelServer, index: int, item: PrewarmItem) -> ItemReport | None:
         """Process one request; None when its answer was stored."""
         if item.request is None:
             return skipped(index, item.skip_reason, item.detail)
+        record = item.record
+        if record is None:
+            # Never rebuilt from the key: the key does not say how the answer was asked for.
+            return skipped(index, NOT_REPLAYABLE, "no model-server request was attached")
         prepared = self._prepare(index, item.request)
         if isinstance(prepared, ItemReport):
             return prepared
-        key, req, model = prepared
+        key, _, model = prepared
         digest = bytes(key.digest)
-        try:
-            call = upstream_call(req, model, self._format)
-        except NotReplayable as exc:
-            return skipped(index, exc.reason, exc.detail, digest)
+        call = UpstreamCall.replaying(record.replay)
         found = await self._lookup(key)
         if found.outcome is Outcome.HIT:
             return skipped(index, "already_cached", digest=digest)
@@ -111,6 +109,11 @@ class ItemWarmer:
         except InfercacheError as exc:
             return failed(index, "store_refused", str(exc), digest)
         if stored.status is StoreStatus.STORED:
+            if self._recorder is not None:
+                # Replayable again on the next weights, like a client's Store with replay.
+                self._recorder.attach(
+                    key.tenant, key.model_version, key.digest, record, ttl_s=stored.ttl_s
+                )
             return None
         if stored.status is StoreStatus.WRITE_FAILED:
             return failed(index, "write_failed", "the warm tier refused the write", digest)

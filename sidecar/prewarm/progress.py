@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from sidecar.keys import KeyRequest
+from sidecar.prewarm.records import HitRecord
 
 # Skipped/failed item reports carried by one progress message at most.
 MAX_REPORTS_PER_UPDATE = 100
+NOT_REPLAYABLE = "not_replayable"
+"""The skip reason of a request that carries no model-server request to send."""
 
 
 class RunState(Enum):
@@ -32,11 +35,14 @@ class ItemOutcome(Enum):
 
 @dataclass(frozen=True, slots=True)
 class PrewarmItem:
-    """One request to replay, or why there is none (a record that expired or is damaged)."""
+    """One request to replay: its key and its record (the key's wire form and the
+    model-server request that computes it; None: skipped not_replayable), or why
+    there is none (`request` None)."""
 
     request: KeyRequest | None
     skip_reason: str = ""
     detail: str = ""
+    record: HitRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)

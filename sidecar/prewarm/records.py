@@ -1,154 +1,102 @@
-"""A replayable request as recorded for prewarm: a KeyRequest without its model version.
+"""What a hit record keeps for prewarm: the key and the exact model-server request.
 
-Encoded as compact, versioned JSON. The model version is left out on purpose:
-a recorded request is replayed under whatever model the pod runs then. Inputs
-hashed by the caller (input_sha256) are never recorded, since they cannot be
-replayed; neither are requests using a key field that prewarm's upstream call
-(prewarm/openai.py) does not send: the answer it got would be stored under a
-key that says otherwise.
+A stored result can be prewarmed on other weights only if whoever stored it attached
+the model-server request that produced it (`ReplayRequest`: a gRPC Store's `replay`
+field; the gateway attaches its upstream body). Prewarm sends that request as it is
+and never rebuilds one from the key: the key says what shaped an answer (tenant,
+prompt template, tools, extra context), not how to make the model produce it again.
+
+A record is versioned JSON holding the key's wire form (base64 of a CacheKey without
+its model version: it is replayed under whatever model the pod runs then) and the
+request (its JSON body as text, so it decodes to the same bytes).
+The key is opaque here; the composition root hands prewarm a decoder for it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import base64
 import json
-from collections.abc import Sequence
-from typing import Any, cast
+from dataclasses import dataclass
 
-from sidecar.keys import ChatMessage, FormatType, InputKind, KeyRequest, ResponseFormat, Sampling
+from sidecar.errors import InvalidArgument
 
-_VERSION = 2  # key schema v2: unset is not ""; v1 records are skipped
-_SCALARS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "max_tokens",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "min_p",
-    "min_tokens",
-    "n",
-    "logprobs",
-    "ignore_eos",
-)
+_VERSION = 3  # 3: the model-server request is attached; 2 and older are not replayable
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+REPLAY_PATHS = (CHAT_PATH, COMPLETIONS_PATH)
+JSON_TYPE = "application/json"
+MAX_REPLAY_BYTES = 256 * 1024
+"""Largest request body a Store may attach (every sampled hit keeps the record alive)."""
 
 
 class BadRecord(ValueError):
-    """A stored record does not decode (written by another version, or damaged)."""
+    """A stored record does not decode (damaged, or written by another version)."""
 
 
-_SENT_SAMPLING = frozenset((*_SCALARS, "stop", "stop_token_ids", "logit_bias", "response_format"))
-_BARE_SAMPLING = Sampling()
-_BARE_MESSAGE = ChatMessage("user", "")
-_SENT_MESSAGE = frozenset(("role", "content", "name", "tool_call_id"))
+class OldRecord(BadRecord):
+    """A record written before model-server requests were attached: not replayable."""
 
 
-def replayable(req: KeyRequest) -> bool:
-    """Whether the request carries an input the model server can be sent, and only key
-    fields that prewarm's upstream call sends (anything else would be answered without)."""
-    if req.input is None or req.input_kind not in (
-        InputKind.TEXT,
-        InputKind.CHAT,
-        InputKind.TOKENS,
-    ):
-        return False
-    if req.tools or req.tool_choice is not None or req.parallel_tool_calls is not None:
-        return False
-    if req.chat_template is not None or req.output is not None or req.endpoint:
-        return False
-    s = req.sampling
-    for f in dataclasses.fields(Sampling):
-        if f.name not in _SENT_SAMPLING and getattr(s, f.name) != getattr(_BARE_SAMPLING, f.name):
-            return False
-    fmt = s.response_format
-    if fmt is not None and (fmt.name, fmt.strict, fmt.description) != (None, None, None):
-        return False
-    if req.input_kind is InputKind.CHAT:
-        for m in cast("tuple[ChatMessage, ...]", req.input):
-            if m.content is None:
-                return False
-            for f in dataclasses.fields(ChatMessage):
-                if f.name not in _SENT_MESSAGE and getattr(m, f.name) != getattr(
-                    _BARE_MESSAGE, f.name
-                ):
-                    return False
-    return True
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """A model-server request exactly as it was sent: path, media type and body bytes."""
+
+    path: str
+    content_type: str
+    body: bytes
+
+    def check(self) -> None:
+        """InvalidArgument naming the `replay.*` field that prewarm could not send."""
+        if self.path not in REPLAY_PATHS:
+            raise InvalidArgument("replay.path", f"must be one of {', '.join(REPLAY_PATHS)}")
+        if self.content_type.split(";")[0].strip().lower() != JSON_TYPE:
+            raise InvalidArgument("replay.content_type", f"must be {JSON_TYPE}")
+        if not self.body:
+            raise InvalidArgument("replay.body", "is required")
+        try:
+            self.body.decode("utf-8")  # JSON text is UTF-8 (RFC 8259); records keep it as text
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument("replay.body", f"is not UTF-8 (byte {exc.start})") from exc
+        if len(self.body) > MAX_REPLAY_BYTES:
+            raise InvalidArgument(
+                "replay.body", f"is {len(self.body)} bytes; the limit is {MAX_REPLAY_BYTES}"
+            )
 
 
-def encode(req: KeyRequest) -> bytes:
-    """JSON bytes of everything but the model version; the request must be replayable."""
-    if not replayable(req):
-        raise ValueError("only text, chat and token-id inputs are replayable")
-    s = req.sampling
-    sampling: dict[str, Any] = {n: getattr(s, n) for n in _SCALARS if getattr(s, n) is not None}
-    if s.stop:
-        sampling["stop"] = list(s.stop)
-    if s.stop_token_ids:
-        sampling["stop_token_ids"] = list(s.stop_token_ids)
-    if s.logit_bias:
-        sampling["logit_bias"] = [[k, v] for k, v in s.logit_bias.items()]
-    if s.response_format is not None:
-        sampling["response_format"] = [int(s.response_format.type), s.response_format.schema]
-    doc: dict[str, Any] = {
+@dataclass(frozen=True, slots=True)
+class HitRecord:
+    """A replayable request: the key's wire form (no model version) and its request."""
+
+    key: bytes
+    replay: ReplayRequest
+
+
+def encode(record: HitRecord) -> bytes:
+    """Compact JSON bytes of the record."""
+    r = record.replay
+    doc = {
         "v": _VERSION,
-        "tenant": req.tenant,
-        "adapter_version": req.adapter_version,
-        "prompt_version": req.prompt_version,
-        "sampling": sampling,
-        "extra": dict(req.extra),
+        "key": base64.b64encode(record.key).decode("ascii"),
+        "replay": [r.path, r.content_type, r.body.decode("utf-8")],
     }
-    if req.input_kind is InputKind.TEXT:
-        doc["text"] = req.input
-    elif req.input_kind is InputKind.CHAT:
-        assert isinstance(req.input, tuple)
-        doc["chat"] = [[m.role, m.content, m.name, m.tool_call_id] for m in req.input]
-    else:
-        doc["token_ids"] = [int(i) for i in cast("Sequence[int]", req.input)]
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def decode(data: bytes) -> KeyRequest:
-    """Inverse of encode, with an empty model_version; BadRecord if it does not parse."""
+def decode(data: bytes) -> HitRecord:
+    """Inverse of encode; OldRecord for an older version, BadRecord if it does not parse."""
     try:
         doc = json.loads(data)
-        if doc.get("v") != _VERSION:
-            raise BadRecord(f"record version {doc.get('v')!r} is not {_VERSION}")
-        raw = doc["sampling"]
-        fmt = raw.get("response_format")
-        sampling = Sampling(
-            stop=tuple(raw.get("stop", ())),
-            stop_token_ids=tuple(raw.get("stop_token_ids", ())),
-            logit_bias={int(k): float(v) for k, v in raw.get("logit_bias", ())},
-            response_format=ResponseFormat(FormatType(fmt[0]), fmt[1]) if fmt else None,
-            **{n: raw.get(n) for n in _SCALARS},
-        )
-        value: Any
-        if "text" in doc:
-            kind, value = InputKind.TEXT, str(doc["text"])
-        elif "chat" in doc:
-            kind = InputKind.CHAT
-            value = tuple(
-                ChatMessage(str(m[0]), _opt_str(m[1]), str(m[2]), str(m[3])) for m in doc["chat"]
-            )
-        else:
-            kind, value = InputKind.TOKENS, tuple(int(i) for i in doc["token_ids"])
-        return KeyRequest(
-            tenant=str(doc["tenant"]),
-            model_version="",
-            adapter_version=str(doc["adapter_version"]),
-            prompt_version=str(doc["prompt_version"]),
-            sampling=sampling,
-            extra={str(k): str(v) for k, v in doc["extra"].items()},
-            input=value,
-            input_kind=kind,
+        version = doc.get("v")
+        if version != _VERSION:
+            if isinstance(version, int) and version < _VERSION:
+                raise OldRecord(f"record version {version} carries no model-server request")
+            raise BadRecord(f"record version {version!r} is not {_VERSION}")
+        path, content_type, body = doc["replay"]
+        return HitRecord(
+            base64.b64decode(doc["key"], validate=True),
+            ReplayRequest(str(path), str(content_type), str(body).encode("utf-8")),
         )
     except BadRecord:
         raise
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BadRecord(f"{type(exc).__name__}: {exc}") from exc

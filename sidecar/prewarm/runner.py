@@ -28,11 +28,13 @@ import structlog
 from sidecar.config import PrewarmConfig
 from sidecar.errors import FailedPrecondition, InvalidArgument
 from sidecar.identity import KeyResolver
+from sidecar.keys import KeyRequest
 from sidecar.prewarm import records
-from sidecar.prewarm.hits import HitStore
+from sidecar.prewarm.hits import HitRecorder, HitStore, HotRequest
 from sidecar.prewarm.item import ItemWarmer, failed
 from sidecar.prewarm.openai import PayloadFormat
 from sidecar.prewarm.progress import (
+    NOT_REPLAYABLE,
     PrewarmItem,
     Progress,
     RunOptions,
@@ -81,8 +83,15 @@ class Prewarmer:
         settings: PrewarmSettings,
         server_factory: Callable[[int], ModelServer],
         hits: HitStore | None = None,
+        decode_key: Callable[[bytes], KeyRequest] | None = None,
+        recorder: HitRecorder | None = None,
     ) -> None:
+        """`decode_key` turns a hit record's key bytes into a KeyRequest (InvalidArgument
+        when it cannot); without it, hit records cannot be replayed. `recorder` keeps
+        the record of each answer stored (None: not kept)."""
         self.cache = cache
+        self._decode_key = decode_key
+        self.recorder = recorder
         self.keys = keys
         self.pod = keys.pod
         self.settings = settings
@@ -119,23 +128,29 @@ class Prewarmer:
         if top_k <= 0:
             raise InvalidArgument("from_version.top_k", "must be at least 1")
         self.check_ready(top_k)
-        if self._hits is None:
+        if self._hits is None or self._decode_key is None:
             raise FailedPrecondition("this sidecar has no hit records")
-        items = []
-        for hot in await self._hits.top(model_version, top_k):
-            if hot.request is None:
-                items.append(PrewarmItem(None, "record_expired", f"digest {hot.digest.hex()}"))
-                continue
-            try:
-                req = records.decode(hot.request)
-            except records.BadRecord as exc:
-                items.append(PrewarmItem(None, "bad_record", str(exc)))
-                continue
-            if not self.cache.retains_inputs(req.tenant):
-                items.append(PrewarmItem(None, "not_retained", "the tenant's policy forbids it"))
-            else:
-                items.append(PrewarmItem(req))
-        return items
+        return [self._item(hot) for hot in await self._hits.top(model_version, top_k)]
+
+    def _item(self, hot: HotRequest) -> PrewarmItem:
+        """The item of one ranked digest: replayable only with an attached request."""
+        if hot.request is None:
+            detail = f"digest {hot.digest.hex()}: its Store attached no request (or it expired)"
+            return PrewarmItem(None, NOT_REPLAYABLE, detail)
+        try:
+            record = records.decode(hot.request)
+        except records.OldRecord as exc:
+            return PrewarmItem(None, NOT_REPLAYABLE, str(exc))
+        except records.BadRecord as exc:
+            return PrewarmItem(None, "bad_record", str(exc))
+        assert self._decode_key is not None
+        try:
+            req = self._decode_key(record.key)
+        except InvalidArgument as exc:
+            return PrewarmItem(None, "bad_record", str(exc))
+        if not self.cache.retains_inputs(req.tenant):
+            return PrewarmItem(None, "not_retained", "the tenant's policy forbids it")
+        return PrewarmItem(req, record=record)
 
     def run(self, items: Sequence[PrewarmItem], options: RunOptions) -> PrewarmRun:
         """A run over `items`: `start()`, read `updates()`, and always `stop()` (or use
@@ -263,6 +278,7 @@ class PrewarmRun:
             payload_format=settings.payload_format,
             ttl_s=self._options.ttl_s,
             served=served,
+            recorder=owner.recorder,
         )
         log.info(
             "prewarm_started",

@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 
@@ -89,8 +89,12 @@ class HttpModelServer:
         except httpx.HTTPError as exc:
             raise UpstreamFailure("upstream_error", f"{type(exc).__name__}: {exc}") from exc
 
-    async def _request(self, method: str, path: str, body: Any = None) -> bytes:
-        async with self._failures(), self._client.stream(method, path, json=body) as resp:
+    async def _request(
+        self, method: str, path: str, body: bytes | None = None, content_type: str = ""
+    ) -> bytes:
+        headers = {"content-type": content_type} if content_type else None
+        stream = self._client.stream(method, path, content=body, headers=headers)
+        async with self._failures(), stream as resp:
             chunks: list[bytes] = []
             size = 0
             async for chunk in resp.aiter_bytes():
@@ -121,8 +125,8 @@ class HttpModelServer:
             ) from exc
 
     async def complete(self, call: UpstreamCall) -> bytes:
-        """POST the completion request."""
-        return await self._request("POST", call.path, call.body)
+        """POST the completion request, its body as given."""
+        return await self._request("POST", call.path, call.body, call.content_type)
 
     async def close(self) -> None:
         """Close the connection pool."""

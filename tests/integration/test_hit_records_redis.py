@@ -28,34 +28,44 @@ def digest(i: int) -> KeyDigest:
 
 
 async def test_ranks_by_sampled_hits_and_keeps_requests(client: aioredis.Redis) -> None:
-    """top() is most hit first with each request; versions are separate."""
+    """top() is most hit first with each attached record; a ranked digest whose Store
+    attached nothing has none; versions are separate."""
     store = RedisHitStore(client, key_prefix="t:", max_per_version=10, ttl_ms=60_000, timeout_s=2)
     for i, hits in ((1, 2), (2, 5), (3, 1)):
+        if i != 3:
+            await store.attach("fp1-v1", digest(i), b"req%d" % i, 30_000)
         for _ in range(hits):
-            await store.record("fp1-v1", digest(i), b"req%d" % i)
-    await store.record("fp1-other", digest(9), b"other")
-    top = await store.top("fp1-v1", 2)
+            await store.record("fp1-v1", digest(i))
+    await store.attach("fp1-other", digest(9), b"other", 30_000)
+    await store.record("fp1-other", digest(9))
+    top = await store.top("fp1-v1", 3)
     assert [(t.digest, t.hits, t.request) for t in top] == [
         (digest(2), 5, b"req2"),
         (digest(1), 2, b"req1"),
+        (digest(3), 1, None),
     ]
     assert [t.request for t in await store.top("fp1-other", 5)] == [b"other"]
     assert await store.top("fp1-none", 5) == []
 
 
 async def test_trims_over_budget_and_everything_expires(client: aioredis.Redis) -> None:
-    """Past 1.25 x the budget the ranking keeps its top and deletes the dropped requests;
-    ranking and requests carry the TTL."""
+    """Past 1.25 x the budget the ranking keeps its top (a cut digest's record stays until
+    it expires: only a Store can attach it again); a record lives as long as its stored
+    result until a sampled hit extends it to the record TTL."""
     store = RedisHitStore(client, key_prefix="t:", max_per_version=4, ttl_ms=60_000, timeout_s=2)
     for i in range(6):
+        await store.attach("v", digest(i), b"r%d" % i, 5_000)
         for _ in range(10 - i):
-            await store.record("v", digest(i), b"r%d" % i)
-    keys = sorted(k.decode() for k in cast(list[bytes], await client.keys("t:*")))
+            await store.record("v", digest(i))
     ranked = await store.top("v", 10)
     assert len(ranked) <= 5
     assert [t.digest for t in ranked][:4] == [digest(0), digest(1), digest(2), digest(3)]
-    # One ranking plus one request key per ranked request, nothing left behind.
-    assert len(keys) == 1 + len(ranked)
+    keys = sorted(k.decode() for k in cast(list[bytes], await client.keys("t:*")))
+    assert len(keys) == 1 + 6  # the ranking and every record
     for k in keys:
         assert "{hits:" in k
-        assert 0 < await client.pttl(k) <= 60_000
+        assert 5_000 < await client.pttl(k) <= 60_000  # each record was hit: extended
+    await store.attach("v", digest(7), b"r7", 5_000)
+    listed = cast(list[bytes], await client.keys("t:*"))
+    never_hit = [k for k in listed if k.decode().endswith(digest(7).hex())]
+    assert 0 < await client.pttl(never_hit[0]) <= 5_000

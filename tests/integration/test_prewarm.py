@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,10 +17,9 @@ from infercache_client import make_key
 
 from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 from tests.support.model_server import answer_for, chat_prompt, token_prompt
+from tests.support.prewarm import MODEL, file_request, final, pod, prewarm, text_key
 from tests.support.processes import ModelServerProcess, RedisServer
-from tests.support.sidecars import Sidecar, bearer, config_overrides, fleet_sidecar, run_cli
-
-MODEL = "tiny"
+from tests.support.sidecars import Sidecar, bearer, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -40,47 +38,6 @@ def upstream() -> Iterator[ModelServerProcess]:
     server = ModelServerProcess()
     yield server
     server.stop()
-
-
-@asynccontextmanager
-async def pod(
-    model_dir: Path, upstream: ModelServerProcess, redis_url: str | None = None, **settings: Any
-) -> AsyncIterator[Sidecar]:
-    """An in-process sidecar fingerprinting `model_dir`, prewarming from `upstream`."""
-    base: dict[str, Any] = {
-        "freshness_bound_ms": 500,
-        "model_path": str(model_dir),
-        "model_server_url": upstream.url,
-        "model_server_model": MODEL,
-    }
-    settings = config_overrides(redis_url, **(base | settings))
-    async with fleet_sidecar(settings, fingerprint=True) as sc:
-        yield sc
-
-
-def text_key(text: str, tenant: str = "acme", **kw: Any) -> pb.CacheKey:
-    """A key with no model_version (= the pod's model), temperature 0."""
-    return make_key(tenant=tenant, prompt_version="p1", text=text, temperature=0.0, **kw)
-
-
-def file_request(*keys: pb.CacheKey, **options: Any) -> admin_pb.PrewarmRequest:
-    """A Prewarm of inline requests."""
-    return admin_pb.PrewarmRequest(requests=admin_pb.PrewarmRequestList(keys=keys), **options)
-
-
-async def prewarm(sc: Sidecar, request: admin_pb.PrewarmRequest) -> list[Any]:
-    """Every progress message of one run."""
-    call = sc.admin.Prewarm(request, metadata=bearer(), timeout=60)
-    return [p async for p in call]
-
-
-def final(messages: list[Any]) -> Any:
-    """The summary: the last message, the only one not RUNNING."""
-    assert messages, "the stream must end with a summary"
-    *before, last = messages
-    assert all(m.state == admin_pb.PREWARM_STATE_RUNNING for m in before)
-    assert last.state != admin_pb.PREWARM_STATE_RUNNING
-    return last
 
 
 async def test_prewarm_from_requests_fills_the_cache(
@@ -286,7 +243,8 @@ async def test_oversized_prewarm_request_is_refused(
     """A Prewarm message over INFERCACHE_PREWARM_MAX_MESSAGE_BYTES is RESOURCE_EXHAUSTED,
     and nothing reaches the model server."""
     upstream.start("v1")
-    big = [text_key(f"{i} " + "x" * 600_000) for i in range(2)]
+    # Each request is its key and the model-server request attached (at most 256 KiB).
+    big = [text_key(f"{i} " + "x" * 200_000) for i in range(3)]
     async with pod(weights["v1"], upstream, prewarm_max_message_bytes="1MiB") as sc:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await prewarm(sc, file_request(*big))
@@ -308,33 +266,51 @@ async def test_cli_prewarm_from_file(
     and the default failure budget of 0 it exits 1 and names the failure."""
     upstream.start("v1")
     good = tmp_path / "good.jsonl"
+    text = {"tenant": "acme", "promptVersion": "p1", "sampling": {"temperature": 0}}
+    chat = {"role": "user", "content": "hi"}
     good.write_text(
         json.dumps(
             {
-                "tenant": "acme",
-                "promptVersion": "p1",
-                "sampling": {"temperature": 0},
-                "text": "from the file",
+                "key": text | {"text": "from the file"},
+                "replay": {
+                    "path": "/v1/completions",
+                    "body": {"model": MODEL, "prompt": "from the file", "temperature": 0},
+                },
             }
         )
         + "\n\n"
         + json.dumps(
             {
-                "tenant": "acme",
-                "prompt_version": "p1",
-                "chat": {"messages": [{"role": "user", "content": "hi"}]},
+                "key": {"tenant": "acme", "prompt_version": "p1", "chat": {"messages": [chat]}},
+                "replay": {
+                    "path": "/v1/chat/completions",
+                    "body": {"model": MODEL, "messages": [chat]},
+                },
             }
         )
         + "\n"
+        # A bare key: nothing to replay, skipped not_replayable.
+        + json.dumps(text | {"text": "no request attached"})
+        + "\n"
     )
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"tenant": "acme", "promptVersion": "p1", "text": "[[error]]"}))
+    bad.write_text(
+        json.dumps(
+            {
+                "key": {"tenant": "acme", "promptVersion": "p1", "text": "[[error]]"},
+                "replay": {
+                    "path": "/v1/completions",
+                    "body": {"model": MODEL, "prompt": "[[error]]"},
+                },
+            }
+        )
+    )
     async with pod(weights["v1"], upstream) as sc:
         ok = await asyncio.to_thread(
             run_cli, "prewarm", "--admin", sc.admin_target, "--file", str(good)
         )
         assert ok.returncode == 0, ok.stderr
-        assert "prewarm completed: 2 stored, 0 skipped, 0 failed of 2" in ok.stdout
+        assert "prewarm completed: 2 stored, 1 skipped, 0 failed of 3" in ok.stdout
         hit = await sc.client.lookup(text_key("from the file"))
         assert hit.payload.decode() == answer_for("v1", "from the file")
 
@@ -415,11 +391,7 @@ async def test_from_version_replays_v1_hot_requests_on_v2_weights(
         filled = final(
             await prewarm(
                 v1,
-                admin_pb.PrewarmRequest(
-                    requests=admin_pb.PrewarmRequestList(
-                        keys=[*(text_key(t) for t in HOT), secret_key]
-                    )
-                ),
+                file_request(*(text_key(t) for t in HOT), secret_key),
             )
         )
         assert filled.stored == 4
@@ -433,7 +405,8 @@ async def test_from_version_replays_v1_hot_requests_on_v2_weights(
 
     values = redis_values(redis_server.url)
     assert not any(SECRET.encode() in v for v in values), "never retained"
-    assert sum(b'"hot one"' in v for v in values) == 1
+    # One record holds the request prewarm sent (its body in clear, the key as its wire form).
+    assert sum(b"hot one" in v for v in values) == 1
 
     upstream.start("v2")  # the pod's model server now runs the new weights
     async with pod(weights["v2"], upstream, redis_server.url, **settings) as v2:

@@ -10,8 +10,8 @@ A prompt containing one of these markers changes the answer:
     [[error]]        HTTP 500
     [[slow]]         answer after --slow-s seconds (to trip a client deadline)
     [[wrong-model]]  the response names another model
-GET /stats returns {"completions": N, "prompts": [...], "models": [...]}, recorded when a
-request arrives.
+GET /stats returns {"completions": N, "prompts": [...], "models": [...], "bodies": [...]}
+(bodies as received, byte for byte), recorded when a request arrives.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class _State:
         self.args = args
         self.lock = threading.Lock()
         self.prompts: list[str] = []
+        self.bodies: list[str] = []
         self.models: list[str] = []
 
 
@@ -73,13 +74,16 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             elif self.path == "/stats":
                 with state.lock:
                     prompts, models = list(state.prompts), list(state.models)
-                self._send(200, {"completions": len(prompts), "prompts": prompts, "models": models})
+                    bodies = list(state.bodies)
+                doc = {"completions": len(prompts), "prompts": prompts, "models": models}
+                self._send(200, doc | {"bodies": bodies})
             else:
                 self._send(404, {"error": "not found"})
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
-            req = json.loads(self.rfile.read(length))
+            raw = self.rfile.read(length)
+            req = json.loads(raw)
             if self.path == "/v1/chat/completions":
                 prompt = chat_prompt(req["messages"])
             elif self.path == "/v1/completions":
@@ -90,6 +94,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 return
             with state.lock:
                 state.prompts.append(prompt)
+                state.bodies.append(raw.decode("utf-8"))
                 state.models.append(str(req["model"]))
             if args.delay_ms:
                 time.sleep(args.delay_ms / 1000)

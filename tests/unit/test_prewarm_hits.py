@@ -1,29 +1,16 @@
-"""Recording hot requests for prewarm: codec, embedded ranking, sampling and retention."""
+"""Recording hot requests for prewarm: embedded ranking, attached records, sampling and
+retention."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
-import pytest
-
-from sidecar.keys import (
-    ChatMessage,
-    ChatTemplateOptions,
-    FormatType,
-    GuidedDecoding,
-    InputKind,
-    KeyDigest,
-    KeyRequest,
-    OutputOptions,
-    ResponseFormat,
-    Sampling,
-    build_key,
-)
+from sidecar.keys import InputKind, KeyDigest, KeyRequest, build_key
 from sidecar.policy.cacheability import RequestTraits
-from sidecar.prewarm import records as replay
-from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HotRequest
+from sidecar.prewarm import records
+from sidecar.prewarm.hits import MAX_RECORD_BYTES, EmbeddedHitStore, HitRecorder, HotRequest
 from sidecar.prewarm.progress import ItemOutcome, ItemReport, RunState, Tally
+from sidecar.prewarm.records import COMPLETIONS_PATH, HitRecord, ReplayRequest
 from sidecar.results.cache import LookupQuery, LookupResult, Outcome
 
 
@@ -38,48 +25,15 @@ def req(text: str = "q", tenant: str = "acme", **kw: object) -> KeyRequest:
     )
 
 
-def test_replay_codec_round_trips_everything_but_the_model_version() -> None:
-    """A decoded record builds the same key as the original under the same model."""
-    original = KeyRequest(
-        tenant="acme",
-        model_version="fp1-v1",
-        adapter_version="sql",
-        prompt_version="p",
-        input=(ChatMessage("user", "hé", name="a"),),
-        input_kind=InputKind.CHAT,
-        sampling=Sampling(
-            temperature=0.2,
-            stop=("x", "y"),
-            logit_bias={5: -1.0},
-            response_format=ResponseFormat(FormatType.JSON_OBJECT, ""),
-            seed=7,
-        ),
-        extra={"tools": "v3"},
-    )
-    decoded = replay.decode(replay.encode(original))
-    assert decoded.model_version == ""
-    assert b"fp1-v1" not in replay.encode(original)
-    assert build_key(decoded, default_model_version="fp1-v1") == build_key(original)
-
-
-def test_replay_refuses_damaged_records_and_hashed_inputs() -> None:
-    """Garbage is BadRecord; a caller-hashed input is not replayable."""
-    with pytest.raises(replay.BadRecord):
-        replay.decode(b'{"v": 1}')
-    with pytest.raises(replay.BadRecord):
-        replay.decode(b"\xff")
-    hashed = KeyRequest("t", "", "p", b"\0" * 32, InputKind.SHA256)
-    assert not replay.replayable(hashed)
-
-
 async def test_embedded_store_ranks_trims_and_expires() -> None:
     """Most hit first; over 1.25 x budget it keeps the top 4 (the newcomer, with 1 hit,
     is cut and counts again from 0); everything expires with the TTL."""
     now = [0]
     store = EmbeddedHitStore(max_per_version=4, ttl_ms=1000, clock_ms=lambda: now[0])
     for i in range(6):
+        await store.attach("v1", KeyDigest(bytes([i]) * 32), b"r%d" % i, 1000)
         for _ in range(i + 1):
-            await store.record("v1", KeyDigest(bytes([i]) * 32), b"r%d" % i)
+            await store.record("v1", KeyDigest(bytes([i]) * 32))
     top = await store.top("v1", 10)
     assert [(t.digest[0], t.hits) for t in top] == [(4, 5), (5, 5), (3, 4), (2, 3), (1, 2)]
     assert top[1] == HotRequest(KeyDigest(bytes([5]) * 32), 5, b"r5")
@@ -89,12 +43,17 @@ async def test_embedded_store_ranks_trims_and_expires() -> None:
 
 
 class FakeStore:
-    """Records what the recorder writes."""
+    """Records what the recorder writes: counts (request None) and attached records."""
 
     def __init__(self) -> None:
-        self.records: list[tuple[str, bytes]] = []
+        self.records: list[tuple[str, bytes | None]] = []
 
-    async def record(self, model_version: str, digest: KeyDigest, request: bytes) -> None:
+    async def record(self, model_version: str, digest: KeyDigest) -> None:
+        self.records.append((model_version, None))
+
+    async def attach(
+        self, model_version: str, digest: KeyDigest, request: bytes, ttl_ms: int
+    ) -> None:
         self.records.append((model_version, request))
 
     async def top(self, model_version: str, k: int) -> list[HotRequest]:
@@ -106,25 +65,37 @@ def _hit(r: KeyRequest) -> tuple[LookupQuery, LookupResult]:
     return LookupQuery(key, source=r), LookupResult(Outcome.HIT, key.digest)
 
 
+def _record(text: str) -> HitRecord:
+    body = ('{"model":"m","prompt":"' + text + '"}').encode()
+    return HitRecord(text.encode(), ReplayRequest(COMPLETIONS_PATH, "application/json", body))
+
+
 async def test_recorder_keeps_only_retaining_tenants_and_only_hits() -> None:
-    """A tenant whose policy forbids retention gets nothing written; misses and lookups
-    without a source (prewarm's own) are not traffic."""
+    """A tenant whose policy forbids retention gets nothing written, neither its attached
+    request nor a count; misses are not traffic."""
     store = FakeStore()
     recorder = HitRecorder(store, lambda tenant: tenant == "acme", sample_rate=1.0)
     allowed, forbidden = _hit(req("a")), _hit(req("secret text", tenant="private"))
-    unsourced = (LookupQuery(allowed[0].key), allowed[1])
     missed = (allowed[0], LookupResult(Outcome.MISS, allowed[0].key.digest))
-    pairs = [allowed, forbidden, unsourced, missed]
+    pairs = [allowed, forbidden, missed]
     recorder.observe([q for q, _ in pairs], [r for _, r in pairs])
+    k = allowed[0].key
+    recorder.attach("acme", k.model_version, k.digest, _record("a"), ttl_s=60)
+    recorder.attach("private", "fp1-v1", forbidden[0].key.digest, _record("secret text"), ttl_s=60)
     await recorder.drain()
-    assert [v for v, _ in store.records] == ["fp1-v1"]
-    assert replay.decode(store.records[0][1]).input == "a"
-    assert recorder.not_retained == 1
-    assert all(b"secret" not in data for _, data in store.records)
+    assert store.records[0] == ("fp1-v1", None)
+    assert [records.decode(d).replay.body for _, d in store.records[1:] if d] == [
+        b'{"model":"m","prompt":"a"}'
+    ]
+    assert len(store.records) == 2
+    assert recorder.not_retained == 2
+    assert all(b"secret" not in (data or b"") for _, data in store.records)
+    assert (recorder.recorded, recorder.attached) == (1, 1)
 
 
 async def test_recorder_never_keeps_a_request_declared_private() -> None:
-    """A retaining tenant's request that declares private data is not recorded."""
+    """A retaining tenant's request that declares private data is neither counted nor
+    attached."""
     store = FakeStore()
     recorder = HitRecorder(store, lambda tenant: True, sample_rate=1.0)
     public = _hit(req("public question"))
@@ -132,8 +103,36 @@ async def test_recorder_never_keeps_a_request_declared_private() -> None:
     private = (q._replace(traits=RequestTraits(private_data=True)), r)
     pairs = [public, private]
     recorder.observe([q for q, _ in pairs], [r for _, r in pairs])
+    recorder.attach(
+        "acme", "fp1-v1", q.key.digest, _record("my medical record"), ttl_s=60, private=True
+    )
     await recorder.drain()
-    assert [replay.decode(data).input for _, data in store.records] == ["public question"]
+    assert store.records == [("fp1-v1", None)]
+
+
+async def test_attached_records_over_the_size_cap_are_dropped() -> None:
+    """A record larger than MAX_RECORD_BYTES is not written (every hit keeps it alive)."""
+    store = FakeStore()
+    recorder = HitRecorder(store, lambda tenant: True, sample_rate=1.0)
+    huge = HitRecord(b"k" * (MAX_RECORD_BYTES + 1), _record("x").replay)
+    recorder.attach("acme", "fp1-v1", KeyDigest(bytes(32)), huge, ttl_s=60)
+    await recorder.drain()
+    assert (store.records, recorder.dropped) == ([], 1)
+
+
+async def test_embedded_store_keeps_records_of_unhit_digests_bounded() -> None:
+    """A ranked digest without a record reports None (its Store attached no request);
+    records not ranked are bounded to 2 x max_per_version, the oldest dropped first."""
+    store = EmbeddedHitStore(max_per_version=4, ttl_ms=10_000, clock_ms=lambda: 0)
+    await store.record("v1", KeyDigest(b"\x01" * 32))
+    (only,) = await store.top("v1", 10)
+    assert only.request is None
+    for i in range(2, 12):  # ten records, none ranked: the two oldest go
+        await store.attach("v1", KeyDigest(bytes([i]) * 32), b"r%d" % i, 10_000)
+    for i in (2, 3, 11):
+        await store.record("v1", KeyDigest(bytes([i]) * 32))
+    kept = {t.digest[0]: t.request for t in await store.top("v1", 10)}
+    assert kept == {1: None, 2: None, 3: None, 11: b"r11"}
 
 
 async def test_recorder_samples_and_bounds_its_backlog() -> None:
@@ -154,9 +153,9 @@ async def test_recorder_samples_and_bounds_its_backlog() -> None:
     blocked = asyncio.Event()
 
     class SlowStore(FakeStore):
-        async def record(self, model_version: str, digest: KeyDigest, request: bytes) -> None:
+        async def record(self, model_version: str, digest: KeyDigest) -> None:
             await blocked.wait()
-            await super().record(model_version, digest, request)
+            await super().record(model_version, digest)
 
     slow_store = SlowStore()
     slow = HitRecorder(slow_store, lambda t: True, sample_rate=1.0, max_pending=2)
@@ -179,30 +178,3 @@ def test_tally_eta_and_reports() -> None:
     assert (p.done, p.stored, p.failed, p.eta_ms) == (2, 1, 1, 1000)
     assert [i.reason for i in p.items] == ["upstream_timeout"]
     assert t.snapshot(RunState.RUNNING, elapsed_ms=1000).items == ()
-
-
-@pytest.mark.parametrize(
-    "changes",
-    [
-        {"tools": ('{"type":"function"}',)},
-        {"tool_choice": "auto"},
-        {"parallel_tool_calls": False},
-        {"endpoint": "embeddings"},
-        {"chat_template": ChatTemplateOptions(add_generation_prompt=False)},
-        {"output": OutputOptions(suffix="x")},
-        {"sampling": Sampling(bad_words=("x",))},
-        {"sampling": Sampling(return_logprobs=True)},
-        {"sampling": Sampling(guided=GuidedDecoding(regex="a+"))},
-        {"sampling": Sampling(response_format=ResponseFormat(FormatType.JSON_OBJECT, strict=True))},
-        {"input": (ChatMessage("assistant", None),), "input_kind": InputKind.CHAT},
-        {"input": (ChatMessage("user", "x", reasoning_content="r"),), "input_kind": InputKind.CHAT},
-    ],
-    ids=lambda c: next(iter(c)) if "sampling" not in c else repr(c["sampling"])[:40],
-)
-def test_requests_with_fields_prewarm_does_not_send_are_not_replayable(
-    changes: dict[str, object],
-) -> None:
-    """A record is replayable only if prewarm's upstream call sends every key field it
-    sets: otherwise the model would answer without it, under a key that has it."""
-    assert replay.replayable(req())
-    assert not replay.replayable(dataclasses.replace(req(), **changes))  # type: ignore[arg-type]

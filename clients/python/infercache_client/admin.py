@@ -67,13 +67,17 @@ def selector(
 def prewarm_request(
     *,
     keys: Sequence[cache_pb2.CacheKey] | None = None,
+    replays: Sequence[cache_pb2.ReplayRequest] = (),
     from_version: str | None = None,
     top_k: int = 0,
     ttl_seconds: int = 0,
     concurrency: int = 0,
     max_failures: int = 0,
 ) -> PB2.PrewarmRequest:
-    """A Prewarm of the given request keys, or of `from_version`'s `top_k` most-hit ones."""
+    """A Prewarm of the given request keys, or of `from_version`'s `top_k` most-hit ones.
+
+    `replays[i]` is the model-server request that computes `keys[i]`; the sidecar never
+    rebuilds one from a key, so a key without one is skipped (not_replayable)."""
     if (keys is None) == (from_version is None):
         raise ValueError("give keys or from_version (one of them, not both)")
     if from_version is not None:
@@ -85,7 +89,7 @@ def prewarm_request(
         )
     # Set even when empty: an empty file is a run of no requests, not a missing source.
     return PB2.PrewarmRequest(
-        requests=PB2.PrewarmRequestList(keys=keys),
+        requests=PB2.PrewarmRequestList(keys=keys, replays=replays),
         ttl_seconds=ttl_seconds,
         concurrency=concurrency,
         max_failures=max_failures,

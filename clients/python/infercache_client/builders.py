@@ -57,8 +57,12 @@ def store_request(
     cost: PB2.ComputeCost | None = None,
     traits: PB2.RequestTraits | None = None,
     chunks: Sequence[PB2.ChunkBoundary] = (),
+    replay: PB2.ReplayRequest | None = None,
 ) -> PB2.StoreRequest:
-    """The StoreRequest of `store`; without payload and chunks, a StoreStream's opening."""
+    """The StoreRequest of `store`; without payload and chunks, a StoreStream's opening.
+
+    `replay`: the exact model-server request that produced the result (see
+    replay_request); only a result stored with one can be prewarmed on new weights."""
     return PB2.StoreRequest(
         key=key,
         payload=payload,
@@ -67,7 +71,16 @@ def store_request(
         cost=cost,
         traits=traits,
         chunks=chunks,
+        replay=replay,
     )
+
+
+def replay_request(
+    path: str, body: bytes, content_type: str = "application/json"
+) -> PB2.ReplayRequest:
+    """The model-server request a Store attaches: `body` exactly as it was sent to `path`
+    ("/v1/chat/completions" or "/v1/completions")."""
+    return PB2.ReplayRequest(path=path, content_type=content_type, body=body)
 
 
 def lookup_stream_request(

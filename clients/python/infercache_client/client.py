@@ -216,6 +216,7 @@ class CacheClient:
         cost: PB2.ComputeCost | None = None,
         traits: PB2.RequestTraits | None = None,
         chunks: Sequence[PB2.ChunkBoundary] = (),
+        replay: PB2.ReplayRequest | None = None,
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
         """Store a result with the lease from the MISS; `.outcome` says STORED or why not.
@@ -231,6 +232,7 @@ class CacheClient:
             cost=cost,
             traits=traits,
             chunks=chunks,
+            replay=replay,
         )
         resp: PB2.StoreResponse = self._stub.Store(req, timeout=timeout)
         return resp
@@ -262,6 +264,7 @@ class CacheClient:
         ttl_seconds: int = 0,
         cost: PB2.ComputeCost | None = None,
         traits: PB2.RequestTraits | None = None,
+        replay: PB2.ReplayRequest | None = None,
         timeout: float | None = None,
     ) -> StoreStream:
         """A context manager that stores a result chunk by chunk (`with ... as w: w.send(text)`).
@@ -270,7 +273,7 @@ class CacheClient:
         A request the policy bypasses is answered BYPASSED in `.response`.
         """
         open_req = build.store_request(
-            key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
+            key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits, replay=replay
         )
         stub = self._stub
         return StoreStream(lambda it: stub.StoreStream.future(it, timeout=timeout), open_req)
@@ -361,6 +364,7 @@ class AsyncCacheClient:
         cost: PB2.ComputeCost | None = None,
         traits: PB2.RequestTraits | None = None,
         chunks: Sequence[PB2.ChunkBoundary] = (),
+        replay: PB2.ReplayRequest | None = None,
         timeout: float | None = 5.0,
     ) -> PB2.StoreResponse:
         """Store a result with the lease from the MISS (see CacheClient.store)."""
@@ -372,6 +376,7 @@ class AsyncCacheClient:
             cost=cost,
             traits=traits,
             chunks=chunks,
+            replay=replay,
         )
         resp: PB2.StoreResponse = await self._stub.Store(req, timeout=timeout)
         return resp
@@ -403,6 +408,7 @@ class AsyncCacheClient:
         ttl_seconds: int = 0,
         cost: PB2.ComputeCost | None = None,
         traits: PB2.RequestTraits | None = None,
+        replay: PB2.ReplayRequest | None = None,
         timeout: float | None = None,
     ) -> AsyncStoreStream:
         """An async context manager storing a result chunk by chunk (`await w.send(text)`).
@@ -411,7 +417,7 @@ class AsyncCacheClient:
         A request the policy bypasses is answered BYPASSED in `.response`.
         """
         open_req = build.store_request(
-            key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits
+            key, lease=lease, ttl_seconds=ttl_seconds, cost=cost, traits=traits, replay=replay
         )
         stub = self._stub
         return AsyncStoreStream(lambda: stub.StoreStream(timeout=timeout), open_req)

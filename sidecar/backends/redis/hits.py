@@ -3,8 +3,10 @@
 Layout per model version V (h = first 16 hex digits of SHA-256(V), in a hash tag
 so that one version's keys share a Cluster slot):
     {prefix}{hits:h}:rank        sorted set, member = key digest hex, score = sampled hits
-    {prefix}{hits:h}:q:<digest>  the replayable request (JSON), expiring with the ranking
-One Lua script counts, stores and trims, so a record is never half-written.
+    {prefix}{hits:h}:q:<digest>  the hit record (JSON: key + model-server request), written
+                                 by attach (SET PX), its expiry refreshed by each sampled hit
+One Lua script counts, refreshes and trims. A record lives as long as its stored result
+until a sampled hit extends it to the record TTL; records outlive a trim of their digest.
 """
 
 from __future__ import annotations
@@ -20,13 +22,12 @@ from sidecar.prewarm.hits import HotRequest
 
 _RECORD = """
 redis.call('ZINCRBY', KEYS[1], 1, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
 local n = redis.call('ZCARD', KEYS[1])
-local keep = tonumber(ARGV[4])
+local keep = tonumber(ARGV[3])
 if n > keep + math.floor(keep / 4) then
-  local drop = redis.call('ZRANGE', KEYS[1], 0, n - keep - 1)
-  for _, m in ipairs(drop) do redis.call('DEL', ARGV[5] .. m) end
+  -- A cut digest keeps its record until it expires: it is attached only by a Store.
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - keep - 1)
 end
 return n
@@ -58,15 +59,23 @@ class RedisHitStore:
         h = hashlib.sha256(model_version.encode("utf-8")).hexdigest()[:16]
         return f"{self._prefix}{{hits:{h}}}:"
 
-    async def record(self, model_version: str, digest: KeyDigest, request: bytes) -> None:
-        """ZINCRBY + SET PX + trim, atomically."""
+    async def record(self, model_version: str, digest: KeyDigest) -> None:
+        """ZINCRBY + PEXPIRE of the ranking and the record + trim, atomically."""
         base = self._base(model_version)
         member = digest.hex()
         async with self._guard(self._timeout_s):
             await self._record(
                 keys=[base + "rank", base + "q:" + member],
-                args=[member, request, self._ttl_ms, self._max, base + "q:"],
+                args=[member, self._ttl_ms, self._max],
             )
+
+    async def attach(
+        self, model_version: str, digest: KeyDigest, request: bytes, ttl_ms: int
+    ) -> None:
+        """SET PX of the record, for min(ttl_ms, the record TTL)."""
+        key = self._base(model_version) + "q:" + digest.hex()
+        async with self._guard(self._timeout_s):
+            await self._client.set(key, request, px=max(1, min(ttl_ms, self._ttl_ms)))
 
     async def top(self, model_version: str, k: int) -> list[HotRequest]:
         """ZREVRANGE WITHSCORES, then MGET of the requests."""

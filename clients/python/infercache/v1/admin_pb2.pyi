@@ -231,10 +231,12 @@ class PrewarmRequest(_message.Message):
     def __init__(self, requests: _Optional[_Union[PrewarmRequestList, _Mapping]] = ..., from_version: _Optional[_Union[PrewarmFromVersion, _Mapping]] = ..., ttl_seconds: _Optional[int] = ..., concurrency: _Optional[int] = ..., max_failures: _Optional[int] = ...) -> None: ...
 
 class PrewarmRequestList(_message.Message):
-    __slots__ = ("keys",)
+    __slots__ = ("keys", "replays")
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    REPLAYS_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedCompositeFieldContainer[_cache_pb2.CacheKey]
-    def __init__(self, keys: _Optional[_Iterable[_Union[_cache_pb2.CacheKey, _Mapping]]] = ...) -> None: ...
+    replays: _containers.RepeatedCompositeFieldContainer[_cache_pb2.ReplayRequest]
+    def __init__(self, keys: _Optional[_Iterable[_Union[_cache_pb2.CacheKey, _Mapping]]] = ..., replays: _Optional[_Iterable[_Union[_cache_pb2.ReplayRequest, _Mapping]]] = ...) -> None: ...
 
 class PrewarmFromVersion(_message.Message):
     __slots__ = ("model_version", "top_k")
@@ -259,7 +261,7 @@ class PrewarmItemResult(_message.Message):
     def __init__(self, index: _Optional[int] = ..., outcome: _Optional[_Union[PrewarmItemOutcome, str]] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., key_digest: _Optional[bytes] = ...) -> None: ...
 
 class PrewarmResponse(_message.Message):
-    __slots__ = ("state", "total", "done", "stored", "skipped", "failed", "skipped_by_reason", "failed_by_reason", "elapsed_ms", "eta_ms", "items", "error", "model_version")
+    __slots__ = ("state", "total", "done", "stored", "skipped", "failed", "skipped_by_reason", "failed_by_reason", "elapsed_ms", "eta_ms", "items", "error", "model_version", "not_replayable")
     class SkippedByReasonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +289,7 @@ class PrewarmResponse(_message.Message):
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NOT_REPLAYABLE_FIELD_NUMBER: _ClassVar[int]
     state: PrewarmState
     total: int
     done: int
@@ -300,4 +303,5 @@ class PrewarmResponse(_message.Message):
     items: _containers.RepeatedCompositeFieldContainer[PrewarmItemResult]
     error: str
     model_version: str
-    def __init__(self, state: _Optional[_Union[PrewarmState, str]] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., stored: _Optional[int] = ..., skipped: _Optional[int] = ..., failed: _Optional[int] = ..., skipped_by_reason: _Optional[_Mapping[str, int]] = ..., failed_by_reason: _Optional[_Mapping[str, int]] = ..., elapsed_ms: _Optional[int] = ..., eta_ms: _Optional[int] = ..., items: _Optional[_Iterable[_Union[PrewarmItemResult, _Mapping]]] = ..., error: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
+    not_replayable: int
+    def __init__(self, state: _Optional[_Union[PrewarmState, str]] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., stored: _Optional[int] = ..., skipped: _Optional[int] = ..., failed: _Optional[int] = ..., skipped_by_reason: _Optional[_Mapping[str, int]] = ..., failed_by_reason: _Optional[_Mapping[str, int]] = ..., elapsed_ms: _Optional[int] = ..., eta_ms: _Optional[int] = ..., items: _Optional[_Iterable[_Union[PrewarmItemResult, _Mapping]]] = ..., error: _Optional[str] = ..., model_version: _Optional[str] = ..., not_replayable: _Optional[int] = ...) -> None: ...

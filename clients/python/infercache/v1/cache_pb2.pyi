@@ -441,7 +441,7 @@ class LookupBatchResponse(_message.Message):
     def __init__(self, responses: _Optional[_Iterable[_Union[LookupResponse, _Mapping]]] = ...) -> None: ...
 
 class StoreRequest(_message.Message):
-    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id", "lease", "traits", "chunks")
+    __slots__ = ("key", "payload", "ttl_seconds", "cost", "request_id", "lease", "traits", "chunks", "replay")
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -450,6 +450,7 @@ class StoreRequest(_message.Message):
     LEASE_FIELD_NUMBER: _ClassVar[int]
     TRAITS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FIELD_NUMBER: _ClassVar[int]
     key: CacheKey
     payload: bytes
     ttl_seconds: int
@@ -458,7 +459,18 @@ class StoreRequest(_message.Message):
     lease: bytes
     traits: RequestTraits
     chunks: _containers.RepeatedCompositeFieldContainer[ChunkBoundary]
-    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ..., lease: _Optional[bytes] = ..., traits: _Optional[_Union[RequestTraits, _Mapping]] = ..., chunks: _Optional[_Iterable[_Union[ChunkBoundary, _Mapping]]] = ...) -> None: ...
+    replay: ReplayRequest
+    def __init__(self, key: _Optional[_Union[CacheKey, _Mapping]] = ..., payload: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ..., cost: _Optional[_Union[ComputeCost, _Mapping]] = ..., request_id: _Optional[str] = ..., lease: _Optional[bytes] = ..., traits: _Optional[_Union[RequestTraits, _Mapping]] = ..., chunks: _Optional[_Iterable[_Union[ChunkBoundary, _Mapping]]] = ..., replay: _Optional[_Union[ReplayRequest, _Mapping]] = ...) -> None: ...
+
+class ReplayRequest(_message.Message):
+    __slots__ = ("path", "content_type", "body")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    content_type: str
+    body: bytes
+    def __init__(self, path: _Optional[str] = ..., content_type: _Optional[str] = ..., body: _Optional[bytes] = ...) -> None: ...
 
 class ChunkBoundary(_message.Message):
     __slots__ = ("size_bytes", "tokens", "offset_ms")

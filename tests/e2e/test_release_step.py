@@ -34,6 +34,13 @@ HOT = ("hot one", "hot two")
 SAMPLING = {"temperature": 0}  # as text_key: deterministic, so the policy caches it
 
 
+def request_line(text: str) -> str:
+    """A prewarm file line: the key and the model-server request that computes it."""
+    key = {"tenant": "acme", "promptVersion": "p1", "sampling": SAMPLING, "text": text}
+    body = {"model": MODEL, "prompt": text, "temperature": 0}
+    return json.dumps({"key": key, "replay": {"path": "/v1/completions", "body": body}})
+
+
 def text_key(text: str) -> pb.CacheKey:
     """The pod's model (empty model_version), tenant acme, prompt p1."""
     return make_key(tenant="acme", prompt_version="p1", text=text, temperature=0.0)
@@ -95,15 +102,7 @@ def fleet(redis_session: RedisServer, tmp_path_factory: pytest.TempPathFactory) 
         pods.append(old)
         old.wait_ready()
         requests = tmp / "hot.jsonl"
-        requests.write_text(
-            "".join(
-                json.dumps(
-                    {"tenant": "acme", "promptVersion": "p1", "sampling": SAMPLING, "text": t}
-                )
-                + "\n"
-                for t in HOT
-            )
-        )
+        requests.write_text("".join(request_line(t) + "\n" for t in HOT))
         filled = run_cli("prewarm", "--admin", old.admin_target, "--file", str(requests))
         assert filled.returncode == 0, filled.stderr
         assert f"{len(HOT)} stored" in filled.stdout, filled.stdout
@@ -211,12 +210,7 @@ def test_pod_that_does_not_answer_exits_4(fleet: Fleet) -> None:
 def test_failed_prewarm_exits_5(fleet: Fleet) -> None:
     """A request the model server fails (HTTP 500) fails the prewarm gate."""
     bad = fleet.tmp / "bad.jsonl"
-    bad.write_text(
-        json.dumps(
-            {"tenant": "acme", "promptVersion": "p1", "sampling": SAMPLING, "text": "[[error]]"}
-        )
-        + "\n"
-    )
+    bad.write_text(request_line("[[error]]") + "\n")
     done = release(*fleet.pod_args(), "--prewarm-file", str(bad), "--from-version", fleet.v1)
     assert done.returncode == 5, done.stdout + done.stderr
     assert "do not shift traffic" in done.stdout

@@ -140,6 +140,16 @@ class KeyWaiters:
                 group.wake.set()
 
     async def _watch(self, digest: KeyDigest, group: _Group) -> None:
+        try:
+            await self._watch_until_answered(digest, group)
+        finally:
+            # Lookups arriving from now on start a new group (and watch): this one's
+            # waiters were answered, or have all left.
+            group.closed = True
+            if self._groups.get(digest) is group:
+                del self._groups[digest]
+
+    async def _watch_until_answered(self, digest: KeyDigest, group: _Group) -> None:
         pause = FIRST_PAUSE_S
         while not group.closed:
             woken = False

@@ -39,11 +39,21 @@ async def _poll(check: Callable[[], Awaitable[bool]], timeout_s: float, what: st
 
 
 async def _make_hot(s: Sidecar | AsyncCacheClient, k: pb.CacheKey) -> None:
+    """Look k up until a HIT comes from the hot tier.
+
+    With the production 50 ms read deadline a loaded machine may answer a degraded
+    MISS, and an unconfirmed fleet view answers from the warm tier on purpose: both
+    are retried; any other answer fails, and the hot HIT must come within 15 s.
+    """
     client = s.client if isinstance(s, Sidecar) else s
-    for _ in range(2):
+    deadline = time.monotonic() + 15
+    while True:
         hit = await client.lookup(k)
-        assert hit.outcome == pb.LOOKUP_OUTCOME_HIT
-    assert hit.tier == pb.TIER_HOT
+        if hit.outcome == pb.LOOKUP_OUTCOME_HIT and hit.tier == pb.TIER_HOT:
+            return
+        assert hit.outcome == pb.LOOKUP_OUTCOME_HIT or hit.degraded, hit
+        assert time.monotonic() < deadline, "the entry never reached the hot tier"
+        await asyncio.sleep(0.05)
 
 
 def _cut_off(redis: RedisServer, how: str) -> None:

@@ -24,7 +24,7 @@ from sidecar.backends.redis.kv_warm import RedisKvWarmStore
 from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
-from sidecar.fingerprint import fingerprint_async
+from sidecar.fingerprint import fingerprint_async, load_serving_config
 from sidecar.identity import KeyResolver, PodIdentity
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
@@ -366,8 +366,12 @@ async def identify_pod(config: Config) -> PodIdentity:
     cache_file = config.identity.fingerprint_cache_file
     model = ""
     if config.identity.model_path:
+        serving_file = config.identity.serving_config
         fp = await fingerprint_async(
-            config.identity.model_path, mode=config.identity.fingerprint_mode, cache_file=cache_file
+            config.identity.model_path,
+            mode=config.identity.fingerprint_mode,
+            cache_file=cache_file,
+            serving=load_serving_config(serving_file) if serving_file else None,
         )
         log.info(
             "model_fingerprint",

@@ -1,8 +1,13 @@
 """`infercache fingerprint`: print or compare model fingerprints.
 
     infercache fingerprint PATH [--mode fast|full] [--json] [--cache-file F | --no-cache]
-        [--threads N]
+        [--threads N] [--serving-config S]
     infercache fingerprint --diff A B [--mode fast|full] [--json] [--threads N]
+        [--serving-config SA SB]
+
+--serving-config names the serving-options file(s) the pod declares
+(INFERCACHE_SERVING_CONFIG): one for PATH, one per side for --diff, whose
+`serving` component then shows a change of --dtype, --max-model-len, ...
 
 PATH may be a model directory or a LoRA adapter directory (adapter_config.json
 and no config.json). Exit status: 0 on success (whether or not --diff found a
@@ -15,7 +20,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from sidecar.fingerprint import (
     Fingerprint,
@@ -24,6 +31,7 @@ from sidecar.fingerprint import (
     detect_kind,
     diff,
     fingerprint,
+    load_serving_config,
 )
 
 EXIT_OK = 0
@@ -61,6 +69,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     cache.add_argument("--no-cache", action="store_true", help="full mode: rehash, no memo")
     parser.add_argument(
+        "--serving-config",
+        nargs="+",
+        metavar="S",
+        help="serving-options JSON file (one, or one per side with --diff)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -78,12 +92,21 @@ def run(args: argparse.Namespace) -> int:
     cache_file: str | Path | None = None
     if not args.no_cache:
         cache_file = args.cache_file or default_cache_file(os.environ)
+    sides = 1 if args.diff is None else 2
+    if args.serving_config is not None and len(args.serving_config) != sides:
+        return _fail(f"--serving-config takes {sides} file(s) here")
     try:
+        serving: list[dict[str, Any] | None] = [None] * sides
+        if args.serving_config is not None:
+            serving = [load_serving_config(f) for f in args.serving_config]
         if args.diff is None:
-            fp = _compute(args.path, args.mode, cache_file, args.threads)
+            fp = _compute(args.path, args.mode, cache_file, args.threads, serving[0])
             print(fp.to_json() if args.json else fp.value)
             return EXIT_OK
-        a, b = (_compute(p, args.mode, cache_file, args.threads) for p in args.diff)
+        a, b = (
+            _compute(p, args.mode, cache_file, args.threads, s)
+            for p, s in zip(args.diff, serving, strict=True)
+        )
         changed = diff(a, b)
     except FingerprintError as exc:
         return _fail(str(exc))
@@ -98,7 +121,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compute(
-    path: str, mode: str, cache_file: str | Path | None, threads: int | None
+    path: str,
+    mode: str,
+    cache_file: str | Path | None,
+    threads: int | None,
+    serving: Mapping[str, Any] | None,
 ) -> Fingerprint:
     return fingerprint(
         path,
@@ -106,6 +133,7 @@ def _compute(
         mode="full" if mode == "full" else "fast",
         cache_file=cache_file,
         threads=threads,
+        serving=serving,
     )
 
 

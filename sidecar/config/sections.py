@@ -259,6 +259,12 @@ class IdentityConfig:
     allow_foreign_model_store: bool = setting(
         False, "With a model path, accept Stores for a model_version other than the pod's"
     )
+    serving_config: str | None = setting(
+        None,
+        "JSON file of the model server's output-shaping options (--dtype, --max-model-len, "
+        "...); a component of the model fingerprint",
+        p.optional_str,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from sidecar.fingerprint.api import (
 )
 from sidecar.fingerprint.errors import FingerprintError
 from sidecar.fingerprint.files import ABSENT
+from sidecar.fingerprint.serving import load_serving_config
 from sidecar.fingerprint.weights import Mode
 
 __all__ = [
@@ -52,4 +53,5 @@ __all__ = [
     "diff",
     "fingerprint",
     "fingerprint_async",
+    "load_serving_config",
 ]

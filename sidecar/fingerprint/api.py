@@ -12,12 +12,14 @@ from typing import Any, Literal, get_args
 
 from sidecar.fingerprint.errors import FingerprintError
 from sidecar.fingerprint.files import (
+    ABSENT,
     config_digest,
     generation_config_digest,
     tokenizer_digest,
 )
 from sidecar.fingerprint.hashing import frame, keyed_hasher
 from sidecar.fingerprint.memo import Memo
+from sidecar.fingerprint.serving import serving_digest
 from sidecar.fingerprint.weights import (
     Mode,
     adapter_shards,
@@ -28,7 +30,7 @@ from sidecar.fingerprint.weights import (
 
 Kind = Literal["model", "adapter"]
 PREFIX = "fp1-"
-COMPONENTS = ("config", "generation_config", "tokenizer", "weights")
+COMPONENTS = ("config", "generation_config", "tokenizer", "weights", "serving")
 FAST_COLD_THREADS = 16
 FULL_MIN_THREADS = 4
 StrPath = str | os.PathLike[str]
@@ -43,7 +45,8 @@ class Fingerprint:
     """
 
     value: str
-    """"fp1-" + 64 hex digits (256 bits) over kind, mode and the four components."""
+    """"fp1-" + 64 hex digits (256 bits) over kind, mode and the components (serving
+    only when declared)."""
     kind: Kind
     mode: Mode
     config: str
@@ -54,6 +57,8 @@ class Fingerprint:
     """Number of tensors the weights digest covers."""
     weight_bytes: int
     """Total size of those tensors in bytes."""
+    serving: str = ABSENT
+    """The serving options the operator declared (serving.py), or "absent"."""
 
     def components(self) -> dict[str, str]:
         """Component name -> digest or "absent", in COMPONENTS order."""
@@ -88,6 +93,7 @@ class Fingerprint:
                 generation_config=comps["generation_config"],
                 tokenizer=comps["tokenizer"],
                 weights=comps["weights"],
+                serving=comps.get("serving", ABSENT),
                 tensors=obj["tensors"],
                 weight_bytes=obj["weight_bytes"],
             )
@@ -106,8 +112,12 @@ def fingerprint(
     mode: Mode = "fast",
     cache_file: StrPath | None = None,
     threads: int | None = None,
+    serving: Mapping[str, Any] | None = None,
 ) -> Fingerprint:
     """Fingerprint the model (or, with kind="adapter", LoRA adapter) directory `path`.
+
+    `serving`: the serving options the operator declared (load_serving_config), a
+    component of their own; without them a fingerprint is what it always was.
 
     mode="fast" hashes names, dtypes, shapes and sampled bytes of every tensor;
     mode="full" hashes every byte with BLAKE3, memoised in `cache_file` when given
@@ -150,6 +160,7 @@ def fingerprint(
         "generation_config": generation_config_digest(root),
         "tokenizer": tokenizer_digest(root),
         "weights": weights_value,
+        "serving": serving_digest(serving),
     }
     return Fingerprint(
         value=_combine(kind, mode, components),
@@ -168,10 +179,17 @@ async def fingerprint_async(
     mode: Mode = "fast",
     cache_file: StrPath | None = None,
     threads: int | None = None,
+    serving: Mapping[str, Any] | None = None,
 ) -> Fingerprint:
     """fingerprint() on a worker thread, so the event loop never blocks on disk or hashing."""
     return await asyncio.to_thread(
-        fingerprint, path, kind=kind, mode=mode, cache_file=cache_file, threads=threads
+        fingerprint,
+        path,
+        kind=kind,
+        mode=mode,
+        cache_file=cache_file,
+        threads=threads,
+        serving=serving,
     )
 
 
@@ -211,8 +229,9 @@ def _home(environ: Mapping[str, str]) -> Path:
 
 
 def _combine(kind: str, mode: str, components: Mapping[str, str]) -> str:
+    # Declared serving options are framed in only when present, so every fingerprint
+    # taken without them keeps its value.
+    names = COMPONENTS if components.get("serving", ABSENT) != ABSENT else COMPONENTS[:-1]
     hasher = keyed_hasher("fingerprint")
-    hasher.update(
-        frame(kind.encode(), mode.encode(), *(components[n].encode() for n in COMPONENTS))
-    )
+    hasher.update(frame(kind.encode(), mode.encode(), *(components[n].encode() for n in names)))
     return PREFIX + hasher.hexdigest()

@@ -226,6 +226,7 @@ FREE_TEXT_SETTINGS = {
     "model_path",
     "fingerprint_cache_file",
     "policy_file",  # a path; its content is validated when the server loads it
+    "serving_config",  # a path; its content is validated when the pod is fingerprinted
 }
 
 
@@ -381,6 +382,7 @@ HISTORICAL_VARIABLES = [
     "REPLAY_MAX_GAP_MS",
     "EVICT_REJECTED",
     "OUTCOME_REASONS",
+    "SERVING_CONFIG",
     "REPLAY_MAX_DURATION_MS",
     "DEFAULT_TTL_S",
     "MAX_TTL_S",

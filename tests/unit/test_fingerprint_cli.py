@@ -46,7 +46,14 @@ def test_json_output_lists_components(
     assert cli(str(model), "--mode", "full", "--json", "--cache-file", str(memo)) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["fingerprint"] == fingerprint(model, mode="full").value
-    assert set(doc["components"]) == {"config", "generation_config", "tokenizer", "weights"}
+    assert set(doc["components"]) == {
+        "config",
+        "generation_config",
+        "tokenizer",
+        "weights",
+        "serving",
+    }
+    assert doc["components"]["serving"] == "absent"
     assert memo.exists()
 
 

@@ -1,7 +1,9 @@
-"""Files a server reads besides the usual ones are fingerprint components too."""
+"""Files a server reads besides the usual ones, and the serving options an operator
+declares, are fingerprint components too."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 from collections.abc import Callable
@@ -11,7 +13,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from sidecar.fingerprint import diff, fingerprint
+from sidecar.cli.fingerprint import add_parser
+from sidecar.fingerprint import ABSENT, Fingerprint, diff, fingerprint
 from sidecar.fingerprint.weights import Mode
 from tests.support.checkpoints import (
     backdate,
@@ -89,3 +92,47 @@ def test_adapter_new_embeddings_are_weights(tmp_path: Path) -> None:
         b = fingerprint(with_new, kind="adapter", mode=mode)
         assert diff(a, b) == ("weights",)
         assert b.tensors == a.tensors + 1
+
+
+def test_declared_serving_options_are_a_component(base: Path, tmp_path: Path) -> None:
+    """Identical files served with another --dtype or --max-model-len get another
+    fingerprint, named `serving` by diff; declaring none keeps the old value."""
+    plain = fingerprint(base)
+    a = fingerprint(base, serving={"--dtype": "bfloat16", "--max-model-len": 8192})
+    b = fingerprint(base, serving={"--max-model-len": 8192, "--dtype": "float16"})
+    reordered = fingerprint(base, serving={"--max-model-len": 8192, "--dtype": "bfloat16"})
+    assert a.serving != ABSENT
+    assert plain.serving == ABSENT
+    assert diff(plain, a) == ("serving",)
+    assert diff(a, b) == ("serving",)
+    assert reordered == a
+    assert Fingerprint.from_json(a.to_json()) == a
+    assert Fingerprint.from_json(plain.to_json()) == plain
+
+
+def cli_main(argv: list[str]) -> int:
+    """Run `infercache <argv>` in process; its exit status."""
+    parser = argparse.ArgumentParser(prog="infercache")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+def test_cli_diff_shows_the_serving_component(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`infercache fingerprint --diff A A --serving-config SA SB --json` names `serving`;
+    a serving file that is not a JSON object is a one-line error, exit 2."""
+    sa, sb, bad = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "bad.json"
+    sa.write_text(json.dumps({"--dtype": "bfloat16"}))
+    sb.write_text(json.dumps({"--dtype": "bfloat16", "--quantization": "fp8"}))
+    bad.write_text("[1, 2]")
+    args = ["fingerprint", "--diff", str(base), str(base), "--json", "--no-cache"]
+    assert cli_main([*args, "--serving-config", str(sa), str(sb)]) == 0
+    assert json.loads(capsys.readouterr().out)["changed"] == ["serving"]
+    assert cli_main([*args, "--serving-config", str(sa), str(sa)]) == 0
+    assert json.loads(capsys.readouterr().out)["changed"] == []
+    assert cli_main([*args, "--serving-config", str(sa)]) == 2
+    assert cli_main(["fingerprint", str(base), "--serving-config", str(bad)]) == 2
+    assert "bad.json" in capsys.readouterr().err

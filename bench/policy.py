@@ -32,7 +32,8 @@ from types import MappingProxyType
 
 from bench.harness.micro import Batches, alternate, report, stored_cache
 from sidecar.policy.cacheability import Policy, PolicyHolder, RequestTraits, TenantPolicy
-from sidecar.results.cache import LookupResult, ResultCache
+from sidecar.results.cache import ResultCache
+from sidecar.results.types import LookupResult
 
 STRICT = TenantPolicy(deterministic_only=True, bypass_tools=True, max_entry_bytes=1 << 20)
 FILE_1K = Policy(

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from redis.asyncio import Redis
 
 from sidecar.api.cache_codec import key_request_from_record
+from sidecar.backends.redis.client import RedisClient
 from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
@@ -66,7 +66,7 @@ class Stores:
 
     warm: WarmTier
     control: ControlStore
-    redis: Redis | None = None
+    redis: RedisClient | None = None
     """The shared Redis client when the stores are on Redis: decided once, here."""
 
 

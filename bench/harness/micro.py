@@ -20,7 +20,8 @@ from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
 from sidecar.policy.cacheability import PolicyHolder
 from sidecar.policy.ttl import TtlPolicy
-from sidecar.results.cache import LookupQuery, ResultCache
+from sidecar.results.cache import ResultCache
+from sidecar.results.types import LookupQuery
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
 

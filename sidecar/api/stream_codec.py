@@ -9,10 +9,10 @@ from infercache.v1 import cache_pb2 as PB2
 from sidecar.api.cache_codec import cost_from_pb, fill_lookup_response, store_result_to_pb
 from sidecar.entries import ChunkMeta, ComputeCost
 from sidecar.errors import InvalidArgument
-from sidecar.results.cache import LookupResult
 from sidecar.results.feedback import Verdict
 from sidecar.results.pacing import PaceMode, Pacing, ReplayChunk
 from sidecar.results.stream_store import StreamChunk, StreamFinish, StreamStoreResult
+from sidecar.results.types import LookupResult
 
 _PACE = {
     PB2.PACING_MODE_UNSPECIFIED: PaceMode.FASTEST,

@@ -46,21 +46,6 @@ from sidecar.results.types import (
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.hot import HotTier
 
-# The value types moved to results/types.py and TtlPolicy to policy/ttl.py; importers of
-# this module keep working.
-__all__ = [
-    "LookupObserver",
-    "LookupQuery",
-    "LookupResult",
-    "Outcome",
-    "ResultCache",
-    "StoreResult",
-    "StoreStatus",
-    "TierName",
-    "TtlPolicy",
-    "wall_clock_ms",
-]
-
 log = structlog.get_logger("infercache.cache")
 
 

@@ -30,15 +30,10 @@ from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet, Selector
 from sidecar.keys import CacheKey, InputKind, KeyRequest, build_key
 from sidecar.observability.stats import CacheStats
-from sidecar.results.cache import (
-    LookupQuery,
-    LookupResult,
-    Outcome,
-    ResultCache,
-    StoreStatus,
-    TtlPolicy,
-)
+from sidecar.policy.ttl import TtlPolicy
+from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
 from sidecar.testing import Clock
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier

@@ -18,8 +18,10 @@ from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet, Selector
 from sidecar.invalidation.store import ControlStore
 from sidecar.keys import CacheKey, InputKind, KeyDigest, KeyRequest, build_key
-from sidecar.results.cache import LookupQuery, Outcome, ResultCache, StoreStatus, TtlPolicy
+from sidecar.policy.ttl import TtlPolicy
+from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier

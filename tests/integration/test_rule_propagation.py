@@ -16,8 +16,10 @@ from sidecar.invalidation.invalidator import Invalidator
 from sidecar.invalidation.rules import RuleSet, Selector
 from sidecar.invalidation.store import AuditRecord
 from sidecar.keys import InputKind, KeyRequest, build_key
-from sidecar.results.cache import LookupQuery, Outcome, ResultCache, TtlPolicy
+from sidecar.policy.ttl import TtlPolicy
+from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.results.types import LookupQuery, Outcome
 from sidecar.tiers.hot import HotTier
 from tests.support.keys import key
 from tests.support.processes import RedisServer

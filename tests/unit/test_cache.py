@@ -15,16 +15,10 @@ from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import CacheKey
 from sidecar.observability.stats import CacheStats
-from sidecar.results.cache import (
-    LookupQuery,
-    LookupResult,
-    Outcome,
-    ResultCache,
-    StoreStatus,
-    TierName,
-    TtlPolicy,
-)
+from sidecar.policy.ttl import TtlPolicy
+from sidecar.results.cache import ResultCache
 from sidecar.results.observers import LookupLog
+from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus, TierName
 from sidecar.testing import T0_MS, Clock, FlakyWarmTier
 from sidecar.tiers.base import WarmItem
 from sidecar.tiers.hot import HotTier

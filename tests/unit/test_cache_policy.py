@@ -19,7 +19,9 @@ from sidecar.policy.cacheability import (
     RequestTraits,
     TenantPolicy,
 )
-from sidecar.results.cache import LookupQuery, Outcome, ResultCache, StoreStatus, TtlPolicy
+from sidecar.policy.ttl import TtlPolicy
+from sidecar.results.cache import ResultCache
+from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 from sidecar.testing import Clock, FlakyWarmTier
 from sidecar.tiers.hot import HotTier
 from tests.support.keys import cache_key

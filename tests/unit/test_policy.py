@@ -18,7 +18,7 @@ from sidecar.policy.cacheability import (
     TenantPolicy,
 )
 from sidecar.policy.file import PolicyBounds, PolicyError, parse_policy, read_policy_file
-from sidecar.results.cache import TtlPolicy
+from sidecar.policy.ttl import TtlPolicy
 
 POLICY_DOC = Path(__file__).resolve().parents[2] / "docs" / "policy.md"
 

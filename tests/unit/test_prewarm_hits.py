@@ -11,7 +11,7 @@ from sidecar.prewarm import records
 from sidecar.prewarm.hits import MAX_RECORD_BYTES, EmbeddedHitStore, HitRecorder, HotRequest
 from sidecar.prewarm.progress import ItemOutcome, ItemReport, RunState, Tally
 from sidecar.prewarm.records import COMPLETIONS_PATH, HitRecord, ReplayRequest
-from sidecar.results.cache import LookupQuery, LookupResult, Outcome
+from sidecar.results.types import LookupQuery, LookupResult, Outcome
 
 
 def req(text: str = "q", tenant: str = "acme", **kw: object) -> KeyRequest:

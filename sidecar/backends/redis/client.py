@@ -71,6 +71,10 @@ class RedisKeys:
         return f"{self.prefix}invalidations"
 
 
+RedisClient = aioredis.Redis
+"""The client type the stores share; callers outside this package name it through here."""
+
+
 def connect(url: str, *, connect_timeout_s: float, socket_timeout_s: float) -> aioredis.Redis:
     """A redis.asyncio client (hiredis parser when installed) with short timeouts."""
     # One quick retry covers a connection that Redis closed while idle; callers'

@@ -31,6 +31,12 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "fingerprint": ("fast_detects", "full_detects", "reshard_stable", "full_vs_read"),
     "hit_recording": ("off_us", "no_retain_vs_off", "retain_1pct_vs_off", "retain_all_vs_off"),
     "policy": ("builtin_vs_unchecked", "file_1k_vs_unchecked", "bypass_all_vs_unchecked"),
+    "robustness": (
+        "unknown_statuses",
+        "health_check_p99_ms_under_watch",
+        "sigterm_exit",
+        "unauth_flood_rss_retained_mib",
+    ),
 }
 
 

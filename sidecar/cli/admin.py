@@ -292,11 +292,16 @@ def run_stats(args: argparse.Namespace) -> int:
         return admin.stats(timeout=args.timeout)
 
     console = Console()
-    # --watch ends on Ctrl-C through a flag, not KeyboardInterrupt: a SIGINT that lands
-    # inside a blocking gRPC call can be swallowed there, and the loop then ran on (seen
-    # under load: the watch kept printing after SIGINT until its pipe broke).
+    # --watch ends on Ctrl-C (or SIGTERM) through a flag, not KeyboardInterrupt: a SIGINT
+    # that lands inside a blocking gRPC call can be swallowed there, and the loop then ran
+    # on (seen under load: the watch kept printing after SIGINT until its pipe broke).
+    # Installed whatever the parent left: a background job starts with SIGINT ignored.
     stop = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if args.watch else None
+    previous = (
+        {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if args.watch
+        else {}
+    )
     try:
         resp = fetch()
         if args.json:
@@ -318,6 +323,6 @@ def run_stats(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return EXIT_OK
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         admin.close()

@@ -203,11 +203,19 @@ def test_metrics_stats_and_spans_agree(
     )
 
 
-def test_stats_watch_json_prints_a_line_per_refresh(served: SidecarProcess) -> None:
-    """`infercache stats --json --watch S` prints one JSON document per refresh until stopped."""
-    argv = [sys.executable, "-m", "sidecar", "stats", "--admin", served.admin_target]
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_stats_watch_json_prints_a_line_per_refresh(
+    served: SidecarProcess, stop: signal.Signals
+) -> None:
+    """`infercache stats --json --watch S` prints one JSON document per refresh until
+    SIGINT or SIGTERM, even when started with SIGINT ignored (a background job)."""
+    # As a shell starts a background job: SIGINT ignored (kept across exec), whatever
+    # pytest itself inherited.
+    ignore_sigint = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    ignore_sigint += "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+    argv = [sys.executable, "-c", ignore_sigint, "-m", "sidecar", "stats"]
     with subprocess.Popen(
-        [*argv, "--json", "--watch", "0.2"],
+        [*argv, "--admin", served.admin_target, "--json", "--watch", "0.2"],
         cwd=REPO,
         env=cli_env(),
         stdout=subprocess.PIPE,
@@ -216,7 +224,7 @@ def test_stats_watch_json_prints_a_line_per_refresh(served: SidecarProcess) -> N
     ) as proc:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(3)]
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         proc.communicate(timeout=10)
     docs = [json.loads(line) for line in lines]
     assert [d["member_id"] for d in docs] == [docs[0]["member_id"]] * 3

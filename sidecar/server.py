@@ -160,14 +160,17 @@ def _check_bindable(addr: str) -> None:
         raise OSError(f"cannot listen on {addr}: {first.strerror}") from first
 
 
-def _listen(server: grpc.aio.Server, addresses: tuple[str, ...]) -> list[int]:
+def _listen(server: grpc.aio.Server, addresses: tuple[str, ...], variable: str) -> list[int]:
+    """Bind each address; OSError naming `variable` (the setting) when one cannot be."""
     ports = []
     for addr in addresses:
-        _check_bindable(addr)
         try:
+            _check_bindable(addr)
             ports.append(server.add_insecure_port(addr))
         except RuntimeError as exc:
-            raise OSError(f"cannot listen on {addr}: {exc}") from exc
+            raise OSError(f"{variable}: cannot listen on {addr}: {exc}") from exc
+        except OSError as exc:
+            raise OSError(f"{variable}: {exc}") from exc
     return ports
 
 
@@ -233,7 +236,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     reflection.enable_server_reflection(
         (*data_services, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    ports = _listen(server, config.server.listen)
+    ports = _listen(server, config.server.listen, "INFERCACHE_LISTEN")
 
     admin_server: grpc.aio.Server | None = None
     admin_ports: list[int] = []
@@ -258,7 +261,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         reflection.enable_server_reflection(
             (ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), admin_server
         )
-        admin_ports = _listen(admin_server, config.admin.listen)
+        admin_ports = _listen(admin_server, config.admin.listen, "INFERCACHE_ADMIN_LISTEN")
         await admin_server.start()
     health_server: grpc.aio.Server | None = None
     health_ports: list[int] = []
@@ -267,7 +270,9 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         # plaintext): the data plane can then stay on loopback. Same servicer, same status.
         health_server = _grpc_server(64 * 1024)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
-        health_ports = _listen(health_server, config.server.health_listen)
+        health_ports = _listen(
+            health_server, config.server.health_listen, "INFERCACHE_HEALTH_LISTEN"
+        )
         await health_server.start()
     await server.start()
 

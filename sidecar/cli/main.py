@@ -7,12 +7,13 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from sidecar import __version__
 from sidecar.cli import admin as admin_cli
 from sidecar.cli import fingerprint as fingerprint_cli
 from sidecar.cli import prewarm as prewarm_cli
-from sidecar.config import SETTINGS, ConfigError, load_config
+from sidecar.config import SETTINGS, ConfigError, load_config, unknown_variables
 from sidecar.fingerprint import FingerprintError
 from sidecar.policy.file import PolicyError
 
@@ -75,6 +76,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"infercache: configuration error: {exc}", file=sys.stderr)
         return 2
+    import structlog
+
     from sidecar.observability.logs import configure_logging
     from sidecar.server import serve
 
@@ -83,6 +86,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         config.telemetry.log_format,
         repeat_interval_s=config.telemetry.log_repeat_interval_s,
     )
+    for warning in unknown_variables(os.environ):
+        structlog.get_logger("infercache.config").warning("unknown_variable", detail=warning)
     try:
         if config.server.uvloop:
             import uvloop
@@ -96,18 +101,28 @@ def _run_serve(args: argparse.Namespace) -> int:
         print(f"infercache: configuration error: {exc}", file=sys.stderr)
         return 2
     except PolicyError as exc:
-        print(f"infercache: invalid policy file: {exc}", file=sys.stderr)
+        print(f"infercache: INFERCACHE_POLICY_FILE: invalid policy file: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"infercache: {exc}", file=sys.stderr)
         return 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated flags: `--hot-max-byte` is refused, not taken for --hot-max-bytes
+    (and subcommands' parsers are built as the same class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser."""
-    parser = argparse.ArgumentParser(prog="infercache", description=__doc__)
+    parser = _Parser(prog="infercache", description=__doc__)
     parser.add_argument("--version", action="version", version=f"infercache {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub: argparse._SubParsersAction[argparse.ArgumentParser]
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_serve(sub)
     admin_cli.add_parsers(sub)
     prewarm_cli.add_parser(sub)

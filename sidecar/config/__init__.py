@@ -8,7 +8,14 @@ naming the variable.
 """
 
 from sidecar.config.fields import ENV_PREFIX, Setting, setting
-from sidecar.config.load import SECTIONS, SETTINGS, ConfigError, check_consistency, load_config
+from sidecar.config.load import (
+    SECTIONS,
+    SETTINGS,
+    ConfigError,
+    check_consistency,
+    load_config,
+    unknown_variables,
+)
 from sidecar.config.parsers import format_bytes, parse_bytes
 from sidecar.config.sections import (
     DEFAULTS,
@@ -58,4 +65,5 @@ __all__ = [
     "load_config",
     "parse_bytes",
     "setting",
+    "unknown_variables",
 ]

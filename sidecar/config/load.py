@@ -7,10 +7,11 @@ entry points); invalid values fail here with a message naming the variable or fl
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from sidecar.config.fields import Setting, section_settings
+from sidecar.config.fields import ENV_PREFIX, Setting, section_settings
 from sidecar.config.parsers import token_map
 from sidecar.config.sections import Config
 
@@ -68,6 +69,25 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
     )
     check_consistency(config)
     return config
+
+
+CLIENT_VARIABLES = ("INFERCACHE_ADMIN_TOKEN",)
+"""INFERCACHE_* variables that are not settings: the admin CLI's token (--token-env)."""
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each INFERCACHE_* variable that no setting reads (a typo such as
+    INFERCACHE_LISTEN_ADDR), naming the closest known variable when one is close."""
+    known = [s.env for s in SETTINGS] + list(CLIENT_VARIABLES)
+    warnings = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            # Compared without the prefix, which every name shares.
+            suffixes = [k.removeprefix(ENV_PREFIX) for k in known]
+            close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), suffixes, n=1)
+            hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
+            warnings.append(f"{name} is not a setting and is ignored{hint}")
+    return warnings
 
 
 def _merge_token_file(inline: Mapping[str, str], path: str) -> dict[str, str]:

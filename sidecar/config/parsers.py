@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 from typing import Literal, cast
+from urllib.parse import parse_qsl, urlsplit
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9}
 _SIZE_UNITS |= {"kib": 1024, "mib": 1024**2, "gib": 1024**3}
-_HOSTPORT = r"(\[[0-9a-fA-F:]+\]|[\w.-]+):\d+"
+_HOSTPORT = r"(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)"
+_MAX_PORT = 65535
 
 
 def parse_bytes(text: str) -> int:
@@ -70,9 +72,19 @@ def listen(text: str) -> tuple[str, ...]:
     if not addrs:
         raise ValueError("expected at least one address")
     for a in addrs:
-        if not (a.startswith("unix:") or re.fullmatch(_HOSTPORT, a)):
-            raise ValueError(f"{a!r} is neither HOST:PORT nor unix:PATH")
+        if not a.startswith("unix:"):
+            _hostport(a, f"{a!r} is neither HOST:PORT nor unix:PATH")
     return addrs
+
+
+def _hostport(addr: str, expected: str) -> None:
+    """ValueError(expected) unless addr is HOST:PORT with a port in 0..65535 (0: any free
+    port); gRPC would otherwise take the port modulo 65536 and serve on another one."""
+    m = re.fullmatch(_HOSTPORT, addr)
+    if not m:
+        raise ValueError(expected)
+    if int(m.group(2)) > _MAX_PORT:
+        raise ValueError(f"port {m.group(2)} of {addr!r} is out of range (0 to {_MAX_PORT})")
 
 
 def optional_listen(text: str) -> tuple[str, ...]:
@@ -92,8 +104,8 @@ def reason_labels(text: str) -> tuple[str, ...]:
 def optional_hostport(text: str) -> str:
     """One HOST:PORT, or empty to disable."""
     addr = text.strip()
-    if addr and not re.fullmatch(_HOSTPORT, addr):
-        raise ValueError(f"expected HOST:PORT (or empty to disable), got {text!r}")
+    if addr:
+        _hostport(addr, f"expected HOST:PORT (or empty to disable), got {text!r}")
     return addr
 
 
@@ -120,6 +132,9 @@ def token_map(text: str) -> dict[str, str]:
         name, token = name.strip(), token.strip()
         if not sep or not name:
             raise ValueError("expected NAME=TOKEN pairs")
+        if ";" in part:
+            # NAME=TOKEN;NAME2=TOKEN2 would otherwise be one token with a ';' inside.
+            raise ValueError(f"';' in the pair of {name!r}: separate pairs with commas")
         if len(token) < 16:
             raise ValueError(f"token of {name!r} is shorter than 16 characters")
         if name in out:
@@ -195,6 +210,19 @@ def redis_url(text: str) -> str | None:
         return None
     if not re.match(r"^(redis|rediss|unix)://", url):
         raise ValueError(f"expected redis://, rediss:// or unix://, got {url!r}")
+    parts = urlsplit(url)
+    try:
+        port = parts.port  # ValueError when not a number in 0..65535
+    except ValueError:
+        port = 0
+    # Neither message echoes the URL: it may hold a password.
+    if port == 0:
+        raise ValueError(f"the URL's port is not a number in 1 to {_MAX_PORT}")
+    # The database is the path (redis://) or ?db= (unix://, redis:// too): an integer.
+    db = parts.path.strip("/") if parts.scheme != "unix" else ""
+    db = db or next((v for k, v in parse_qsl(parts.query) if k == "db"), "")
+    if db and not db.isdigit():
+        raise ValueError("the URL's database is not a number (redis://HOST:PORT/0)")
     return url
 
 

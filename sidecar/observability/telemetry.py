@@ -226,7 +226,9 @@ def _serve_metrics(setup: TelemetrySetup, registry: Any, listen: str) -> int:
     try:
         httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
-        raise OSError(f"cannot serve metrics on {listen}: {exc}") from exc
+        raise OSError(
+            f"INFERCACHE_METRICS_LISTEN: cannot serve metrics on {listen}: {exc}"
+        ) from exc
 
     def close() -> None:
         httpd.shutdown()

@@ -21,6 +21,8 @@ duplicated key cannot silently replace the first one.
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -228,7 +230,12 @@ def parse_policy(text: str, source: str = "<policy>", bounds: PolicyBounds | Non
 def read_policy_file(path: str, bounds: PolicyBounds | None = None) -> Policy:
     """Read and parse a policy file (blocking: call it from a worker thread on a loop)."""
     try:
-        with open(path, "rb") as f:
+        # Opened without blocking and checked before reading: a FIFO would block the
+        # open (and the start) until a writer appears, a device could be read forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PolicyError(path, None, "", "is not a regular file")
             raw = f.read(MAX_POLICY_FILE_BYTES + 1)
     except OSError as exc:
         raise PolicyError(path, None, "", f"cannot read: {exc.strerror or exc}") from exc

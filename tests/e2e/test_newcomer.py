@@ -230,7 +230,9 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
         first.stop()
     assert second.returncode == 1
     lines = [line for line in second.stderr.splitlines() if line.strip()]
-    assert lines == [f"infercache: cannot listen on {data}: Address already in use"], lines
+    assert lines == [
+        f"infercache: INFERCACHE_LISTEN: cannot listen on {data}: Address already in use"
+    ], lines
 
 
 def test_version_matches_the_package_and_the_server(sidecar: tuple[str, str]) -> None:

@@ -1,0 +1,133 @@
+"""Bad configuration with a real `infercache serve`: refused at once, naming the variable
+(issue 14 item 7), and an unknown INFERCACHE_* variable warned about with the closest one."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.process import INFERCACHE, Served, clean_env
+from tests.redis_server import free_port
+
+pytestmark = pytest.mark.e2e
+
+# A refusal is due within 3 s; the bound is generous for a loaded 2-core CI machine (the
+# interpreter's start alone can take seconds there) but far below a hang.
+REFUSAL_BOUND_S = 20.0
+TOKEN = "0123456789abcdef0123"
+
+
+def _refused(*flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `serve` expecting it to refuse; assert it exited non-zero within the bound."""
+    started = time.monotonic()
+    argv = [str(INFERCACHE), "serve", "--admin-listen", "", "--metrics-listen", ""]
+    result = subprocess.run(
+        [*argv, *flags],
+        env=clean_env(**({"INFERCACHE_LISTEN": f"127.0.0.1:{free_port()}"} | env)),
+        capture_output=True,
+        text=True,
+        timeout=REFUSAL_BOUND_S + 10,
+        check=False,
+    )
+    took = time.monotonic() - started
+    assert result.returncode != 0, result.stderr
+    assert took < REFUSAL_BOUND_S, f"refused after {took:.1f} s"
+    return result
+
+
+@pytest.mark.parametrize("port", [99999, 65536, 70000])
+def test_a_listen_port_out_of_range_is_refused(port: int) -> None:
+    """INFERCACHE_LISTEN with a port above 65535 is refused (gRPC would wrap it and serve
+    on port % 65536)."""
+    result = _refused(INFERCACHE_LISTEN=f"127.0.0.1:{port}")
+    assert result.returncode == 2
+    assert "INFERCACHE_LISTEN" in result.stderr
+    assert f"port {port} of '127.0.0.1:{port}' is out of range" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://127.0.0.1:notaport/0", "port is not a number"),
+        ("redis://127.0.0.1:6379/x", "database is not a number"),
+    ],
+)
+def test_a_malformed_redis_url_is_refused(url: str, problem: str) -> None:
+    """A Redis URL with a non-numeric port or database is refused naming the variable
+    (no traceback)."""
+    result = _refused(INFERCACHE_REDIS_URL=url)
+    assert result.returncode == 2
+    assert f"INFERCACHE_REDIS_URL: the URL's {problem}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_policy_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO as the policy file is refused at once (opening it would block the start
+    until a writer came)."""
+    fifo = tmp_path / "policy.yaml"
+    os.mkfifo(fifo)
+    result = _refused(INFERCACHE_POLICY_FILE=str(fifo))
+    assert result.returncode == 2
+    assert "INFERCACHE_POLICY_FILE" in result.stderr
+    assert f"{fifo}: is not a regular file" in result.stderr
+
+
+def test_abbreviated_flags_are_refused() -> None:
+    """`--hot-max-byte` is not taken for --hot-max-bytes."""
+    result = _refused("--hot-max-byte", "1MiB")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --hot-max-byte" in result.stderr
+
+
+def test_a_semicolon_inside_admin_tokens_is_refused() -> None:
+    """`NAME=TOKEN;NAME2=TOKEN2` is refused rather than read as one token holding a ';'."""
+    result = _refused(INFERCACHE_ADMIN_TOKENS=f"ops={TOKEN};ci={TOKEN}x")
+    assert result.returncode == 2
+    assert "INFERCACHE_ADMIN_TOKENS: ';' in the pair of 'ops'" in result.stderr
+    assert TOKEN not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "variable"),
+    [
+        ("--admin-listen", "INFERCACHE_ADMIN_LISTEN"),
+        ("--health-listen", "INFERCACHE_HEALTH_LISTEN"),
+        ("--metrics-listen", "INFERCACHE_METRICS_LISTEN"),
+    ],
+)
+def test_a_port_in_use_names_its_variable(flag: str, variable: str) -> None:
+    """A listener whose port someone else holds fails the start with a last line naming its
+    variable (and no gRPC C-core error line)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        result = _refused(flag, taken, "--no-kv-enabled")
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith(f"infercache: {variable}: "), lines
+    assert taken in lines[-1]
+    assert "Address already in use" in lines[-1]
+    assert not any("Failed to add port" in line for line in lines), lines
+
+
+def test_an_unknown_variable_is_warned_about_with_the_closest_known_one(tmp_path: Path) -> None:
+    """A typo such as INFERCACHE_LISTEN_ADDR is not silently ignored: the start warns, naming
+    INFERCACHE_LISTEN; a variable close to nothing is warned about without a guess."""
+    data = f"127.0.0.1:{free_port()}"
+    env = clean_env(INFERCACHE_LISTEN_ADDR="127.0.0.1:1", INFERCACHE_ZZZ="1")
+    served = Served(tmp_path, "--listen", data, "--no-kv-enabled", env=env)
+    try:
+        served.wait_serving(data)
+        stderr = served.stderr()
+    finally:
+        served.stop()
+    assert "INFERCACHE_LISTEN_ADDR is not a setting and is ignored; did you mean " in stderr
+    assert "did you mean INFERCACHE_LISTEN?" in stderr
+    assert "INFERCACHE_ZZZ is not a setting and is ignored" in stderr
+    assert "INFERCACHE_ZZZ is not a setting and is ignored;" not in stderr

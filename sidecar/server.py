@@ -12,15 +12,17 @@ from dataclasses import dataclass, field
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2, cache_pb2_grpc, kv_pb2, kv_pb2_grpc
 
 from sidecar.api import admin_servicer as admin_api
 from sidecar.api import cache_servicer as cache_api
 from sidecar.api import kv_servicer as kv_api
+from sidecar.api.admin_gate import AdminGate
 from sidecar.api.admin_servicer import AdminServicer
 from sidecar.api.auth import AdminAuth
 from sidecar.api.cache_servicer import CacheServicer, server_info_pb
+from sidecar.api.decode import add_decoded
 from sidecar.api.kv_servicer import KvServicer
 from sidecar.api.observe import RpcObserver
 from sidecar.api.streams import StreamSettings
@@ -29,6 +31,7 @@ from sidecar.config import Config
 from sidecar.errors import TierUnavailable
 from sidecar.identity import PodIdentity
 from sidecar.invalidation.freshness import Freshness
+from sidecar.keys import KeyLimits
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.observability.metrics import RpcDurationCollector
 from sidecar.observability.stats import RpcStats
@@ -50,7 +53,7 @@ class RunningServer:
     app: App
     server: grpc.aio.Server
     admin_server: grpc.aio.Server | None
-    health: health.HealthServicer
+    health: health.aio.HealthServicer
     tasks: list[asyncio.Task[None]]
     ports: list[int]
     admin_ports: list[int]
@@ -97,7 +100,7 @@ class RunningServer:
 
     async def stop(self, grace_s: float) -> None:
         """NOT_SERVING, leave the fleet, drain in-flight RPCs within grace_s, close stores."""
-        self.health.enter_graceful_shutdown()
+        await self.health.enter_graceful_shutdown()
         try:
             await self.stores.control.leave(self.freshness.member_id)
         except TierUnavailable as exc:
@@ -121,13 +124,56 @@ class RunningServer:
             await asyncio.to_thread(self.telemetry.shutdown)
 
 
-def _grpc_server(max_message: int) -> grpc.aio.Server:
-    return grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", max_message),
-            ("grpc.max_send_message_length", max(max_message, 64 * 1024 * 1024)),
-            ("grpc.so_reuseport", 0),
-        ]
+HEALTH_MAX_MESSAGE = 64 * 1024
+ADMIN_MAX_STREAMS = 64
+"""Concurrent admin calls per connection (HTTP/2 MAX_CONCURRENT_STREAMS)."""
+
+
+_TOKEN_ID_BYTES = 5  # a uint32 as a varint, at most
+
+
+def data_plane_max_message(config: Config) -> int:
+    """The data plane's receive limit, from the limits its messages carry: a Store holds
+    a key (text up to INFERCACHE_MAX_INPUT_BYTES, or up to KeyLimits.max_token_ids token
+    ids) and a payload (up to INFERCACHE_MAX_PAYLOAD_BYTES), so each documented limit is
+    reached, and refused naming its field, before the transport refuses the message."""
+    limits = config.limits
+    key_input = max(limits.max_input_bytes, KeyLimits().max_token_ids * _TOKEN_ID_BYTES)
+    return key_input + limits.max_payload_bytes + MESSAGE_HEADROOM
+
+
+def admin_plane_max_message(config: Config) -> int:
+    """The admin plane's receive limit: a Prewarm carries its requests inline."""
+    return max(MESSAGE_HEADROOM, config.prewarm.max_message_bytes)
+
+
+def _grpc_server(
+    max_message: int,
+    interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (),
+    max_streams: int | None = None,
+) -> grpc.aio.Server:
+    options: list[tuple[str, int]] = [
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.max_send_message_length", max(max_message, 64 * 1024 * 1024)),
+        ("grpc.so_reuseport", 0),
+    ]
+    if max_streams is not None:
+        options.append(("grpc.max_concurrent_streams", max_streams))
+    return grpc.aio.server(options=options, interceptors=interceptors)
+
+
+def _add_health_and_reflection(
+    server: grpc.aio.Server, health_servicer: health.aio.HealthServicer, services: list[str]
+) -> None:
+    add_decoded(
+        health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server, observed=False
+    )
+    names = (*services, health.SERVICE_NAME, reflection.SERVICE_NAME)
+    add_decoded(
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server,
+        reflection.aio.ReflectionServicer(names),
+        server,
+        observed=False,
     )
 
 
@@ -216,7 +262,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     if setup is not None and setup.registry is not None:
         setup.registry.register(RpcDurationCollector(app.rpc_stats))
 
-    server = _grpc_server(config.limits.max_payload_bytes + MESSAGE_HEADROOM)
+    server = _grpc_server(data_plane_max_message(config))
     servicer = CacheServicer(
         cache,
         max_batch=config.limits.max_batch,
@@ -225,17 +271,20 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         streams=StreamSettings.from_config(config),
         recorder=app.recorder,
     )
-    cache_pb2_grpc.add_CacheServiceServicer_to_server(servicer, server)
+    add_decoded(cache_pb2_grpc.add_CacheServiceServicer_to_server, servicer, server)
     data_services = [CACHE_SERVICE]
     if app.kv is not None:
         kv_observer = RpcObserver(kv_api.SERVICE, telemetry, app.rpc_stats)
-        kv_pb2_grpc.add_KvCacheServiceServicer_to_server(KvServicer(app.kv, kv_observer), server)
+        add_decoded(
+            kv_pb2_grpc.add_KvCacheServiceServicer_to_server,
+            KvServicer(app.kv, kv_observer),
+            server,
+        )
         data_services.append(KV_SERVICE)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (*data_services, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    # The asyncio servicer: Watch calls are coroutines, not threads that a few open
+    # Watches exhaust (every Check then timed out and SIGTERM no longer stopped).
+    health_servicer = health.aio.HealthServicer()
+    _add_health_and_reflection(server, health_servicer, data_services)
     ports = _listen(server, config.server.listen, "INFERCACHE_LISTEN")
 
     admin_server: grpc.aio.Server | None = None
@@ -244,8 +293,10 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         auth = AdminAuth(config.admin.tokens)
         if not auth.enabled:
             log.warning("admin_without_tokens", detail="every admin call will be UNAUTHENTICATED")
-        # Prewarm carries a file's requests inline: the one large admin message.
-        admin_server = _grpc_server(max(MESSAGE_HEADROOM, config.prewarm.max_message_bytes))
+        # Prewarm carries a file's requests inline: the one large admin message, so
+        # the token is checked before any message is read (AdminGate).
+        gate = AdminGate(auth, ADMIN_SERVICE, app.rpc_stats)
+        admin_server = _grpc_server(admin_plane_max_message(config), (gate,), ADMIN_MAX_STREAMS)
         admin_servicer = AdminServicer(
             app.invalidator,
             auth,
@@ -256,11 +307,8 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
             started=app.started,
             server_info=lambda: server_info_pb(app.pod, app.stores.warm.name),
         )
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(admin_servicer, admin_server)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, admin_server)
-        reflection.enable_server_reflection(
-            (ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), admin_server
-        )
+        add_decoded(admin_pb2_grpc.add_AdminServiceServicer_to_server, admin_servicer, admin_server)
+        _add_health_and_reflection(admin_server, health_servicer, [ADMIN_SERVICE])
         admin_ports = _listen(admin_server, config.admin.listen, "INFERCACHE_ADMIN_LISTEN")
         await admin_server.start()
     health_server: grpc.aio.Server | None = None
@@ -268,8 +316,13 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     if config.server.health_listen:
         # Health only, for probes that must reach the pod IP (kubelet's gRPC probes are
         # plaintext): the data plane can then stay on loopback. Same servicer, same status.
-        health_server = _grpc_server(64 * 1024)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        health_server = _grpc_server(HEALTH_MAX_MESSAGE)
+        add_decoded(
+            health_pb2_grpc.add_HealthServicer_to_server,
+            health_servicer,
+            health_server,
+            observed=False,
+        )
         health_ports = _listen(
             health_server, config.server.health_listen, "INFERCACHE_HEALTH_LISTEN"
         )
@@ -278,7 +331,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
 
     tasks = [asyncio.create_task(loop()) for loop in app.background()]
     for name in ("", *data_services):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
         "serving",
         listen=list(config.server.listen),

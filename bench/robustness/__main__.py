@@ -14,9 +14,9 @@ from bench.harness.report import print_head, print_summary
 from bench.harness.usage import load_average
 from bench.robustness import __doc__ as DOC
 from bench.robustness.flood import MESSAGE_MIB, flood
-from bench.robustness.garbage import barrage
 from bench.robustness.health import under_watch
 from bench.robustness.target import GRACE_S, TOKEN, rss_mib, sidecar
+from tests.support.malformed import barrage
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,8 @@ from opentelemetry.propagate import extract
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from sidecar.api.decode import Undecodable
+from sidecar.api.internal import InternalErrors
 from sidecar.api.status import abort_for, status_for
 from sidecar.errors import InfercacheError
 from sidecar.keys import CacheKey
@@ -70,7 +72,7 @@ class TenantLabel:
         return label
 
 
-def _code_name(context: grpc.aio.ServicerContext, exc: BaseException) -> str:
+def _code_name(context: grpc.aio.ServicerContext, exc: BaseException | None) -> str:
     if isinstance(exc, asyncio.CancelledError):
         return "CANCELLED"
     code = context.code()
@@ -88,6 +90,7 @@ class RpcObserver:
         self._tracing = telemetry.tracing
         self._tracer = telemetry.tracer
         self.tenant = TenantLabel(telemetry.tenants_in_clear)
+        self._internal = InternalErrors()
 
     async def run(
         self,
@@ -109,12 +112,23 @@ class RpcObserver:
         code = "OK"
         response: Resp | None = None
         try:
+            if request.__class__ is Undecodable:
+                raise request.error()  # type: ignore[attr-defined]
             response = await handler(request, context)
             return response
         except InfercacheError as exc:
             # The one place a domain error becomes a status: handlers only raise.
             code = status_for(exc).name
             await abort_for(context, rpc, exc)
+        except grpc.aio.AbortError:
+            code = _code_name(context, None)  # the handler ended the RPC itself
+            raise
+        except Exception as exc:
+            # A bug, not the caller's doing: INTERNAL with an id the log line also holds
+            # (grpcio would answer UNKNOWN and log a traceback per request).
+            code = "INTERNAL"
+            await context.abort(grpc.StatusCode.INTERNAL, self._internal.report(rpc, exc))
+            raise AssertionError("context.abort returned") from exc  # pragma: no cover
         except BaseException as exc:
             code = _code_name(context, exc)
             raise

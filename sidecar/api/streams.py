@@ -9,8 +9,10 @@ come from the pod's KeyResolver; domain errors become statuses in RpcObserver.ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
@@ -24,6 +26,7 @@ from sidecar.api.cache_codec import (
     replay_from_pb,
     traits_from_pb,
 )
+from sidecar.api.decode import Undecodable
 from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
 from sidecar.api.rpc import rpc
 from sidecar.api.status import abort_for
@@ -199,6 +202,8 @@ class StreamRpcs:
         except InfercacheError as exc:
             stats.count_stream(_version(opened), "store.failed")
             log.info("store_stream_not_committed", error=str(exc))
+            if not isinstance(exc, DeadlineExceeded):  # a silent client is not writing
+                await _drain(requests)
             raise
         except asyncio.CancelledError:
             # The client cancelled, went away, or the server is stopping.
@@ -229,6 +234,8 @@ class StreamRpcs:
     ) -> AsyncGenerator[StreamEvent, None]:
         """Protobuf messages as domain events; the opening one checked like a Store."""
         async for msg in requests:
+            if isinstance(msg, Undecodable):  # a message whose bytes did not decode
+                raise msg.error()
             which = msg.WhichOneof("message")
             if which == "chunk":
                 yield stream_chunk_from_pb(msg.chunk)
@@ -259,6 +266,27 @@ class StreamRpcs:
         return StreamOpen(
             key, req.ttl_seconds, cost_from_pb(req.cost), req.lease, traits_from_pb(req)
         )
+
+
+DRAIN_S = 1.0
+
+
+async def _drain(requests: AsyncIterator[Any]) -> None:
+    """Read and drop what the client still sends until it half-closes (for at most
+    DRAIN_S), before the refusal's status goes out.
+
+    A status sent while the client is still writing closes the stream under its pending
+    write; grpc.aio's client then records "Internal error from Core" (INTERNAL) for the
+    failed write, and the refusal's own status, arriving just after, is lost. A client
+    writing slower than this lets through sees the call done before its next write.
+    """
+
+    async def read_to_end() -> None:
+        async for _ in requests:
+            pass
+
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(read_to_end(), DRAIN_S)
 
 
 @dataclass(frozen=True, slots=True)

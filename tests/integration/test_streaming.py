@@ -300,6 +300,28 @@ async def test_over_limit_stream_stores_nothing(
     assert sc.stats.total("streams", version="m1", event="store.failed") == 1
 
 
+async def test_a_client_still_writing_after_the_refusal_gets_the_refusal(sc: InProcessSidecar) -> None:
+    """A client that keeps writing chunks after the sidecar refused its stream (200 chunks,
+    the limit 8) gets the refusal's INVALID_ARGUMENT, not grpc.aio's INTERNAL "Internal
+    error from Core" for a write the closed stream failed (the sidecar reads the rest
+    until the client half-closes before it answers)."""
+
+    async def write_on(k: pb.CacheKey, lease: bytes) -> None:
+        async with sc.client.store_stream(k, lease) as w:
+            for _ in range(200):
+                await w.send("c")
+
+    codes = []
+    for i in range(10):
+        k = key(f"writes on {i}")
+        miss = await sc.client.lookup(k)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await write_on(k, miss.lease)
+        codes.append((err.value.code(), err.value.details()))
+    assert {c for c, _ in codes} == {grpc.StatusCode.INVALID_ARGUMENT}, codes
+    assert sc.stats.total("stores", result="stored") == 0
+
+
 async def test_bad_lease_fails_at_open_not_at_the_end(sc: InProcessSidecar) -> None:
     """A forged lease is refused as soon as the opening message arrives."""
     k = key("forged")

@@ -4,6 +4,7 @@ refuses results of weights the pod does not run."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import grpc
@@ -105,14 +106,21 @@ async def test_domain_error_aborts_with_its_status(
     assert _codes(s) == [("Echo", code.name)]
 
 
-async def test_other_exceptions_propagate_unmapped() -> None:
-    """A non-domain exception is not turned into a status here: grpc reports it UNKNOWN."""
+async def test_other_exceptions_end_internal_with_an_error_id() -> None:
+    """A non-domain exception ends the RPC INTERNAL with a short error id, the same for
+    the same bug (grpc would report it UNKNOWN, with a traceback per request)."""
     s = Servicer(RuntimeError("boom"))
-    ctx = FakeContext()
-    with pytest.raises(RuntimeError):
-        await s.Echo("hi", ctx)
-    assert ctx.aborted is None
-    assert _codes(s) == [("Echo", "UNKNOWN")]
+    details = set()
+    for _ in range(2):
+        ctx = FakeContext()
+        with pytest.raises(Aborted):
+            await s.Echo("hi", ctx)
+        assert ctx.aborted is not None
+        assert ctx.aborted[0] is grpc.StatusCode.INTERNAL
+        details.add(ctx.aborted[1])
+    (only,) = details
+    assert re.fullmatch(r"internal error \(id [0-9a-f]{8}\)", only), only
+    assert _codes(s) == [("Echo", "INTERNAL")]
 
 
 def _request(**fields: Any) -> KeyRequest:

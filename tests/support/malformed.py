@@ -1,25 +1,28 @@
 """Undecodable and invalid-UTF-8 requests to every method: the statuses they get.
 
-Each method is called through a generic channel call with identity serializers, so
-the bytes reach the server exactly as written: `b"\\xff\\xff\\xff"` (no valid
-protobuf), and for each string field of the request (and of its message fields, one
-level down) a message holding only that field set to invalid UTF-8.
+Used by the malformed-request tests and bench.robustness. Each method is called through
+a generic channel call with identity serializers, so the bytes reach the server exactly
+as written: `b"\\xff\\xff\\xff"` (no valid protobuf), and for each string field of the
+request (and of its message fields, one level down) a message holding only that field
+set to invalid UTF-8.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from types import ModuleType
 
 import grpc
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 from infercache.v1 import admin_pb2, cache_pb2, kv_pb2
 
 GARBAGE = b"\xff\xff\xff"
 BAD_UTF8 = b"\xff\xfe bad"
-DATA_SERVICES = (cache_pb2, kv_pb2, health_pb2)
-ADMIN_SERVICES = (admin_pb2,)
+DATA_SERVICES = (cache_pb2, kv_pb2, health_pb2, reflection_pb2)
+ADMIN_SERVICES = (admin_pb2, health_pb2, reflection_pb2)
 
 
 def _varint(n: int) -> bytes:
@@ -54,18 +57,25 @@ def bad_messages(message: Descriptor) -> Iterator[tuple[str, bytes]]:
                 yield f"{f.name}.{name}", _len_field(f.number, _len_field(number, BAD_UTF8))
 
 
-def _call(
-    channel: grpc.Channel, method: MethodDescriptor, raw: bytes, metadata: list[tuple[str, str]]
-) -> grpc.StatusCode:
+def methods(modules: tuple[ModuleType, ...]) -> Iterator[MethodDescriptor]:
+    """Every method of every service the generated modules declare."""
+    for module in modules:
+        for service in module.DESCRIPTOR.services_by_name.values():
+            yield from service.methods
+
+
+def call(
+    channel: grpc.Channel,
+    method: MethodDescriptor,
+    raw: bytes,
+    metadata: list[tuple[str, str]],
+) -> tuple[grpc.StatusCode, str]:
+    """Send `raw` as the method's (only) request message; the status and its details."""
     path = f"/{method.containing_service.full_name}/{method.name}"
     try:
         if method.client_streaming:
-            call = (
-                channel.stream_stream(path)
-                if method.server_streaming
-                else channel.stream_unary(path)
-            )
-            result = call(iter([raw]), timeout=10, metadata=metadata)
+            streaming = channel.stream_stream if method.server_streaming else channel.stream_unary
+            result = streaming(path)(iter([raw]), timeout=10, metadata=metadata)
         else:
             unary = channel.unary_stream if method.server_streaming else channel.unary_unary
             result = unary(path)(raw, timeout=10, metadata=metadata)
@@ -73,8 +83,8 @@ def _call(
             for _ in result:
                 pass
     except grpc.RpcError as exc:
-        return exc.code()
-    return grpc.StatusCode.OK
+        return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, ""
 
 
 def barrage(data_port: int, admin_port: int, token: str) -> Counter[str]:
@@ -85,9 +95,7 @@ def barrage(data_port: int, admin_port: int, token: str) -> Counter[str]:
         (admin_port, ADMIN_SERVICES, [("authorization", f"Bearer {token}")]),
     ):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            for module in modules:
-                for service in module.DESCRIPTOR.services_by_name.values():
-                    for method in service.methods:
-                        for _, raw in bad_messages(method.input_type):
-                            codes[_call(channel, method, raw, metadata).name] += 1
+            for method in methods(modules):
+                for _, raw in bad_messages(method.input_type):
+                    codes[call(channel, method, raw, metadata)[0].name] += 1
     return codes

@@ -11,8 +11,7 @@ import grpc
 import pytest
 from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2
 
-from tests.e2e.process import Served, clean_env
-from tests.redis_server import free_port
+from tests.support.sidecars import SidecarProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -47,18 +46,16 @@ async def _prewarm_code(
     return grpc.StatusCode.OK
 
 
-async def test_a_flood_of_unauthenticated_big_messages_leaves_rss_at_its_baseline(
-    tmp_path: Path,
-) -> None:
+async def test_a_flood_of_unauthenticated_big_messages_leaves_rss_at_its_baseline() -> None:
     """Three rounds of ten concurrent unauthenticated 15 MiB Prewarm calls (no token, then
     a wrong one) are each UNAUTHENTICATED, and RSS afterwards is within +64 MiB of its
     baseline (before the fix the messages were read first: +455 MiB, never released)."""
-    data, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = clean_env(INFERCACHE_ADMIN_TOKENS=f"ops={TOKEN}")
-    served = Served(tmp_path, "--listen", data, "--admin-listen", admin, "--no-kv-enabled", env=env)
+    env = {"INFERCACHE_ADMIN_TOKENS": f"ops={TOKEN}"}
+    served = SidecarProcess(operator=True, admin=True, env=env, kv_enabled=False)
     options = [("grpc.max_send_message_length", 64 * MiB)]
     try:
-        await asyncio.to_thread(served.wait_serving, data)
+        await asyncio.to_thread(served.wait_ready)
+        admin = served.admin_target
         async with grpc.aio.insecure_channel(admin, options=options) as channel:
             stub = admin_pb2_grpc.AdminServiceStub(channel)
             # Warm the admin path (first call, first refusal) before the baseline.

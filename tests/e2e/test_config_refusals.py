@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.process import INFERCACHE, Served, clean_env
-from tests.redis_server import free_port
+from tests.support.processes import free_port
+from tests.support.sidecars import INFERCACHE, SidecarProcess, clean_env
 
 pytestmark = pytest.mark.e2e
 
@@ -116,14 +116,13 @@ def test_a_port_in_use_names_its_variable(flag: str, variable: str) -> None:
     assert not any("Failed to add port" in line for line in lines), lines
 
 
-def test_an_unknown_variable_is_warned_about_with_the_closest_known_one(tmp_path: Path) -> None:
+def test_an_unknown_variable_is_warned_about_with_the_closest_known_one() -> None:
     """A typo such as INFERCACHE_LISTEN_ADDR is not silently ignored: the start warns, naming
     INFERCACHE_LISTEN; a variable close to nothing is warned about without a guess."""
-    data = f"127.0.0.1:{free_port()}"
-    env = clean_env(INFERCACHE_LISTEN_ADDR="127.0.0.1:1", INFERCACHE_ZZZ="1")
-    served = Served(tmp_path, "--listen", data, "--no-kv-enabled", env=env)
+    env = {"INFERCACHE_LISTEN_ADDR": "127.0.0.1:1", "INFERCACHE_ZZZ": "1"}
+    served = SidecarProcess(operator=True, admin=False, env=env, kv_enabled=False)
     try:
-        served.wait_serving(data)
+        served.wait_ready()
         stderr = served.stderr()
     finally:
         served.stop()

@@ -9,14 +9,13 @@ import signal
 import statistics
 import subprocess
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.e2e.process import Served
-from tests.redis_server import free_port
+from tests.support.processes import free_port
+from tests.support.sidecars import SidecarProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -65,16 +64,19 @@ async def _check_latencies_ms(target: str, n: int) -> list[float]:
     return out
 
 
-async def test_check_answers_and_sigterm_exits_beside_open_watches(tmp_path: Path) -> None:
+async def test_check_answers_and_sigterm_exits_beside_open_watches() -> None:
     """1,000 Watches on the data plane and 200 on the health-only listener stay open;
     Checks on both still answer (median within the bound, none timing out), and SIGTERM
     with every Watch still open exits 0 within the grace period + 1 s (+ CI slack)."""
-    data, health = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    flags = ["--listen", data, "--health-listen", health, "--no-kv-enabled"]
-    served = Served(tmp_path, *flags, "--grace-period-s", str(GRACE_S))
+    health = f"127.0.0.1:{free_port()}"
+    served = SidecarProcess(
+        operator=True, admin=False, health_listen=health, kv_enabled=False, grace_period_s=GRACE_S
+    )
+    data = served.target
     opened: list[tuple[list[grpc.aio.Channel], list[asyncio.Task[None]]]] = []
     try:
-        await asyncio.to_thread(served.wait_serving, data)
+        await asyncio.to_thread(served.wait_ready)
+        data = served.target
         opened.append(await _open_watches(data, WATCHES))
         opened.append(await _open_watches(health, 200))
         for target in (data, health):

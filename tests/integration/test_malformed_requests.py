@@ -13,8 +13,9 @@ import pytest
 import structlog
 from infercache.v1 import cache_pb2 as pb
 
-from tests.integration.conftest import StartSidecar, key
+from tests.support.keys import key
 from tests.support.malformed import ADMIN_SERVICES, DATA_SERVICES, bad_messages, call, methods
+from tests.support.sidecars import StartSidecar
 
 TOKEN = "malformed-requests-token"
 MiB = 1024 * 1024

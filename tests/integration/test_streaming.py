@@ -300,7 +300,9 @@ async def test_over_limit_stream_stores_nothing(
     assert sc.stats.total("streams", version="m1", event="store.failed") == 1
 
 
-async def test_a_client_still_writing_after_the_refusal_gets_the_refusal(sc: InProcessSidecar) -> None:
+async def test_a_client_still_writing_after_the_refusal_gets_the_refusal(
+    sc: InProcessSidecar,
+) -> None:
     """A client that keeps writing chunks after the sidecar refused its stream (200 chunks,
     the limit 8) gets the refusal's INVALID_ARGUMENT, not grpc.aio's INTERNAL "Internal
     error from Core" for a write the closed stream failed (the sidecar reads the rest

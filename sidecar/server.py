@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import signal
 import socket
 import time
@@ -180,9 +181,12 @@ def _add_health_and_reflection(
 def _check_bindable(addr: str) -> None:
     """OSError naming `addr` when a TCP HOST:PORT cannot be bound (port in use, no such
     address), before gRPC tries: gRPC would also print its own C-core error line."""
+    if addr.startswith("unix:"):
+        _check_socket_dir(addr)
+        return
     host, _, port = addr.rpartition(":")
-    if addr.startswith("unix:") or not port.isdigit() or int(port) == 0:
-        return  # Unix sockets and kernel-picked ports: nothing to check
+    if not port.isdigit() or int(port) == 0:
+        return  # kernel-picked ports: nothing to check
     try:
         infos = socket.getaddrinfo(
             host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -204,6 +208,18 @@ def _check_bindable(addr: str) -> None:
     if in_use or (failures and len(failures) == len(infos)):
         first = (in_use or failures)[0]
         raise OSError(f"cannot listen on {addr}: {first.strerror}") from first
+
+
+def _check_socket_dir(addr: str) -> None:
+    """OSError naming `addr` when a unix:PATH socket's directory is missing or not
+    writable (gRPC's bind would fail there, printing its own C-core error line first)."""
+    path = addr.removeprefix("unix:")
+    path = "/" + path.removeprefix("//").lstrip("/") if path.startswith("//") else path
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise OSError(f"cannot listen on {addr}: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OSError(f"cannot listen on {addr}: cannot create a socket in {parent}")
 
 
 def _listen(server: grpc.aio.Server, addresses: tuple[str, ...], variable: str) -> list[int]:

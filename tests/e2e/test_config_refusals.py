@@ -116,6 +116,19 @@ def test_a_port_in_use_names_its_variable(flag: str, variable: str) -> None:
     assert not any("Failed to add port" in line for line in lines), lines
 
 
+def test_a_unix_socket_in_a_missing_directory_is_one_line(tmp_path: Path) -> None:
+    """INFERCACHE_LISTEN=unix:PATH whose directory does not exist fails the start with one
+    line naming the variable and the directory, without gRPC's "Failed to add port" line."""
+    missing = tmp_path / "no-such-dir"
+    result = _refused("--no-kv-enabled", INFERCACHE_LISTEN=f"unix:{missing}/ic.sock")
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"infercache: INFERCACHE_LISTEN: cannot listen on unix:{missing}/ic.sock: "
+        f"no such directory {missing}"
+    ], lines
+
+
 def test_an_unknown_variable_is_warned_about_with_the_closest_known_one() -> None:
     """A typo such as INFERCACHE_LISTEN_ADDR is not silently ignored: the start warns, naming
     INFERCACHE_LISTEN; a variable close to nothing is warned about without a guess."""

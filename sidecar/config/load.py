@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
+import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +59,9 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from exc
     admin, identity = values["admin"], values["identity"]
+    # Checked here, before the start's slow imports: opening a FIFO would block forever.
+    _not_special(values["policy"]["file"], "INFERCACHE_POLICY_FILE")
+    _not_special(admin["tokens_file"], "INFERCACHE_ADMIN_TOKENS_FILE")
     if admin["tokens_file"]:
         admin["tokens"] = _merge_token_file(admin["tokens"], admin["tokens_file"])
     if not identity["fingerprint_cache_file"]:
@@ -88,6 +93,19 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
             hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
             warnings.append(f"{name} is not a setting and is ignored{hint}")
     return warnings
+
+
+def _not_special(path: str | None, variable: str) -> None:
+    """ConfigError when `path` exists but is not a regular file (a FIFO, a device, a
+    directory); a missing file is left to the reader's own error."""
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{variable}: {path} is not a regular file")
 
 
 def _merge_token_file(inline: Mapping[str, str], path: str) -> dict[str, str]:

@@ -66,15 +66,17 @@ def test_a_malformed_redis_url_is_refused(url: str, problem: str) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_a_policy_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
-    """A FIFO as the policy file is refused at once (opening it would block the start
-    until a writer came)."""
-    fifo = tmp_path / "policy.yaml"
+@pytest.mark.parametrize("variable", ["INFERCACHE_POLICY_FILE", "INFERCACHE_ADMIN_TOKENS_FILE"])
+def test_a_file_setting_that_is_a_fifo_is_refused_not_waited_on(
+    tmp_path: Path, variable: str
+) -> None:
+    """A FIFO as the policy or admin tokens file is refused at once (opening it would
+    block the start until a writer came)."""
+    fifo = tmp_path / "file.yaml"
     os.mkfifo(fifo)
-    result = _refused(INFERCACHE_POLICY_FILE=str(fifo))
+    result = _refused(**{variable: str(fifo)})
     assert result.returncode == 2
-    assert "INFERCACHE_POLICY_FILE" in result.stderr
-    assert f"{fifo}: is not a regular file" in result.stderr
+    assert f"{variable}: {fifo} is not a regular file" in result.stderr
 
 
 def test_abbreviated_flags_are_refused() -> None:

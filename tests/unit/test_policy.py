@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -372,6 +373,18 @@ def test_unreadable_file_is_a_policy_error(tmp_path: Path) -> None:
     binary.write_bytes(b"defaults:\n  cacheable: \xff\n")
     with pytest.raises(PolicyError, match="not UTF-8"):
         read_policy_file(str(binary))
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_or_a_directory_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A reload that finds a FIFO (or a directory) at the path refuses it at once: the
+    open does not wait for a writer."""
+    fifo = tmp_path / "policy.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(PolicyError, match="is not a regular file"):
+        read_policy_file(str(fifo))
+    with pytest.raises(PolicyError, match=r"is not a regular file|cannot read"):
+        read_policy_file(str(tmp_path))
 
 
 def test_oversized_file_is_refused(tmp_path: Path) -> None:

@@ -36,6 +36,9 @@ BENCHES: dict[str, tuple[str, ...]] = {
         "health_check_p99_ms_under_watch",
         "sigterm_exit",
         "unauth_flood_rss_retained_mib",
+        "waiter_attack_probe_p99_vs_baseline",
+        "soak_wrong_hits",
+        "soak_rss_growth_mib",
     ),
 }
 

@@ -15,7 +15,9 @@ from bench.harness.usage import load_average
 from bench.robustness import __doc__ as DOC
 from bench.robustness.flood import MESSAGE_MIB, flood
 from bench.robustness.health import under_watch
+from bench.robustness.soak import soak
 from bench.robustness.target import GRACE_S, TOKEN, rss_mib, sidecar
+from bench.robustness.waiters import waiter_attack
 from tests.support.malformed import barrage
 
 
@@ -52,12 +54,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"\n{watches} Watch calls ({opened} answered): Check p99 {p99:.1f} ms ({checks} checks)"
         )
         print(f"SIGTERM with them open: exit {code} after {took:.1f} s (grace {GRACE_S} s)")
+    # robust-load's scenarios: each starts its own redis-server and sidecar.
+    waiters, wait_ms, probe_s = (200, 2000, 0.5) if args.smoke else (1000, 6000, 2.0)
+    base_p99, attacked_p99, slowest = waiter_attack(waiters, wait_ms, probe_s)
+    print(f"\nwaiters: baseline p99 {base_p99:.2f} ms, under attack {attacked_p99:.2f} ms")
+    print(f"  ({waiters} waiters x {wait_ms} ms; slowest waiter {slowest:.0f} ms)")
+    seconds, workers = (8.0, 2) if args.smoke else (60.0, 3)
+    figures = soak(seconds, workers)
     print_summary(
         {
             "unknown_statuses": codes.get("UNKNOWN", 0),
             "health_check_p99_ms_under_watch": p99,
             "sigterm_exit": code,
             "unauth_flood_rss_retained_mib": retained,
+            "waiter_attack_probe_p99_vs_baseline": attacked_p99 / base_p99,
+            "soak_wrong_hits": figures.wrong_hits,
+            "soak_rss_growth_mib": figures.rss_growth_mib,
         }
     )
     return 0

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 from infercache.v1 import admin_pb2, admin_pb2_grpc, cache_pb2
 
-from bench.robustness.target import rss_mib
+from bench.robustness.target import rss_mib, settled_rss_mib
 
 MESSAGE_MIB = 15
 
@@ -31,7 +31,7 @@ async def flood(admin_port: int, pid: int, rounds: int, per_round: int) -> tuple
     """(peak, retained) RSS over the baseline in MiB after `rounds` rounds of `per_round`
     concurrent unauthenticated Prewarm calls (retained: 2 s after the last round)."""
     request = big_prewarm()
-    baseline = peak = rss_mib(pid)
+    baseline = peak = await asyncio.to_thread(settled_rss_mib, pid)
     options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{admin_port}", options=options) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from bench.harness.procs import ServerProc, SidecarPorts, SidecarSpec
@@ -30,3 +31,17 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def settled_rss_mib(pid: int, timeout_s: float = 30.0) -> float:
+    """RSS once it stopped moving (two readings 0.5 s apart within 1 MiB): the KV tier's
+    torch is imported on a thread after the start, which a baseline must not include."""
+    deadline = time.monotonic() + timeout_s
+    last = rss_mib(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = rss_mib(pid)
+        if abs(now - last) < 1.0:
+            return now
+        last = now
+    return last

@@ -51,6 +51,7 @@ lint: install node_modules/.bin/buf
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python scripts/import_map.py --check  # layers, cycles, transport at the edge, sizes
 	node_modules/.bin/buf lint
 	bash scripts/buf_breaking.sh
 

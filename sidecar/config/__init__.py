@@ -7,6 +7,14 @@ No other module reads os.environ. Invalid values fail at start with a message
 naming the variable.
 """
 
+from sidecar.config.feature_sections import (
+    HitsConfig,
+    IdentityConfig,
+    KvConfig,
+    PolicyConfig,
+    PrewarmConfig,
+    TelemetryConfig,
+)
 from sidecar.config.fields import ENV_PREFIX, Setting, setting
 from sidecar.config.load import (
     SECTIONS,
@@ -21,18 +29,12 @@ from sidecar.config.sections import (
     DEFAULTS,
     AdminConfig,
     Config,
-    HitsConfig,
-    IdentityConfig,
     InvalidationConfig,
-    KvConfig,
     LeaseConfig,
     LimitsConfig,
-    PolicyConfig,
-    PrewarmConfig,
     RedisConfig,
     ServerConfig,
     StreamConfig,
-    TelemetryConfig,
     TiersConfig,
     TtlConfig,
 )

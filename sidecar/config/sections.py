@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import sidecar.config.parsers as p
+from sidecar.config.feature_sections import (
+    HitsConfig,
+    IdentityConfig,
+    KvConfig,
+    PolicyConfig,
+    PrewarmConfig,
+    TelemetryConfig,
+)
 from sidecar.config.fields import setting
-from sidecar.kv.types import KvSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,181 +237,6 @@ class InvalidationConfig:
     )
     invalidate_wait_timeout_ms: int = setting(
         1000, "How long Invalidate waits for that durability before UNAVAILABLE", p.positive_int
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class IdentityConfig:
-    """The pod's model and adapters, fingerprinted at start."""
-
-    PREFIX: ClassVar[str] = ""
-    model_path: str | None = setting(
-        None,
-        "Model directory to fingerprint at start; then an empty key.model_version means it",
-        p.optional_str,
-    )
-    adapters: Mapping[str, str] = setting(
-        {},
-        "LoRA adapters to fingerprint at start, NAME=DIR pairs (also --adapter NAME=DIR)",
-        p.path_map,
-    )
-    fingerprint_mode: Literal["fast", "full"] = setting(
-        "fast", "fast (sampled) or full (every byte)", p.fingerprint_mode
-    )
-    fingerprint_cache_file: str | None = setting(
-        None,
-        "Full-mode memo file; empty = $XDG_CACHE_HOME/infercache/fingerprints.json",
-        p.optional_str,
-    )
-    allow_foreign_model_store: bool = setting(
-        False, "With a model path, accept Stores for a model_version other than the pod's"
-    )
-    serving_config: str | None = setting(
-        None,
-        "JSON file of the model server's output-shaping options (--dtype, --max-model-len, "
-        "...); a component of the model fingerprint",
-        p.optional_str,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class PrewarmConfig:
-    """Prewarm runs: the model server and the bounds of one run."""
-
-    PREFIX: ClassVar[str] = "prewarm_"
-    model_server_url: str = setting(
-        "http://127.0.0.1:8000",
-        "Base URL of the pod's OpenAI-compatible model server (prewarm sends requests there)",
-        p.http_url,
-        name="model_server_url",
-    )
-    model_server_model: str = setting(
-        "",
-        "Served model name at the model server (`model` of prewarm requests); required to prewarm",
-        p.model_name,
-        name="model_server_model",
-    )
-    concurrency: int = setting(4, "Most model-server calls in flight per prewarm", p.positive_int)
-    timeout_s: int = setting(120, "Deadline of one prewarm model-server call", p.positive_int)
-    max_requests: int = setting(10000, "Most requests in one prewarm run", p.positive_int)
-    max_message_bytes: int = setting(
-        16 * 1024**2,
-        "Largest admin-plane message (a Prewarm carries a file's requests inline)",
-        p.parse_bytes,
-    )
-    payload: Literal["text", "openai_json"] = setting(
-        "text",
-        "What prewarm stores: text (the answer's text) or openai_json (the whole response)",
-        p.payload_format,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class HitsConfig:
-    """Hit recording for prewarm's top-K."""
-
-    PREFIX: ClassVar[str] = "hit_"
-    sample_rate: float = setting(
-        0.01,
-        "Fraction of hits recorded for prewarm's top-K (retaining tenants only); 0 = off",
-        p.fraction,
-    )
-    record_max_per_version: int = setting(
-        10000, "Most distinct requests ranked per model version for prewarm", p.positive_int
-    )
-    record_ttl_s: int = setting(
-        604800,
-        "Recorded requests and hit counts expire this long after their last sampled hit",
-        p.positive_int,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    """The cacheability policy file."""
-
-    PREFIX: ClassVar[str] = "policy_"
-    file: str | None = setting(
-        None,
-        "Cacheability policy YAML (per-tenant rules); empty = everything cacheable",
-        p.optional_str,
-    )
-    poll_ms: int = setting(
-        2000,
-        "How often the policy file is checked for changes (0 = reload on SIGHUP only)",
-        p.non_negative_int,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class KvConfig:
-    """The KV hot tier."""
-
-    PREFIX: ClassVar[str] = "kv_"
-    enabled: bool = setting(True, "Serve KvCacheService (the KV hot tier) on the data plane")
-    device: str = setting(
-        "cpu",
-        "KV pool device: cpu (shared-memory file) or cuda[:N] (CUDA IPC export)",
-        p.kv_device,
-    )
-    pool_bytes: int = setting(
-        1024**3, "KV pool size; created on the first AttachHotTier, never exceeded", p.parse_bytes
-    )
-    slot_bytes: int = setting(
-        0, "Bytes per KV slot; 0 = the first attachment's block size", p.parse_bytes
-    )
-    shm_dir: str = setting(
-        "/dev/shm", "Directory of the CPU pool's shared-memory file", p.absolute_path
-    )
-    promote_timeout_ms: int = setting(
-        50,
-        "LookupPrefix waits this long for warm blocks to be promoted, then says retry_later",
-        p.positive_int,
-    )
-    warm_ttl_s: int = setting(86400, "TTL of KV blocks demoted to Redis", p.positive_int)
-    lease_ttl_ms: int = setting(30000, "KV lease TTL when a request gives none", p.positive_int)
-    max_lease_ttl_ms: int = setting(600000, "Longest KV lease TTL granted", p.positive_int)
-    max_chain_blocks: int = setting(4096, "Most block hashes in one LookupPrefix", p.positive_int)
-
-    def to_settings(self) -> KvSettings:
-        """The KV hot tier's own settings value (kv/ does not import config)."""
-        return KvSettings(
-            pool_bytes=self.pool_bytes,
-            slot_bytes=self.slot_bytes,
-            promote_timeout_ms=self.promote_timeout_ms,
-            warm_ttl_s=self.warm_ttl_s,
-            default_lease_ms=self.lease_ttl_ms,
-            max_lease_ms=self.max_lease_ttl_ms,
-            max_chain_blocks=self.max_chain_blocks,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TelemetryConfig:
-    """Logs, the Prometheus endpoint and span attributes."""
-
-    PREFIX: ClassVar[str] = ""
-    log_level: str = setting("info", "debug, info, warning or error", p.log_level)
-    log_format: str = setting(
-        "auto", "json, console, or auto (console on a terminal, JSON lines otherwise)", p.log_format
-    )
-    log_repeat_interval_s: int = setting(
-        10, "A repeated failure is logged once per this interval, with a count", p.positive_int
-    )
-    metrics_listen: str = setting(
-        "127.0.0.1:9464",
-        "Prometheus scrape endpoint HOST:PORT (serves /metrics); empty disables it",
-        p.optional_hostport,
-    )
-    metrics_max_model_versions: int = setting(
-        32,
-        "Model versions that get their own metric label; later ones count as _other",
-        p.positive_int,
-    )
-    tenants_in_clear: bool = setting(
-        False,
-        "Put tenant names in span attributes in clear (default: a SHA-256 prefix)",
-        name="telemetry_tenants_in_clear",
     )
 
 

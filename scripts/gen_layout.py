@@ -12,11 +12,11 @@ docs/architecture.md); --check exits 1 when FILE is stale instead of writing it.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import sys
 from pathlib import Path
 
+from generated_section import regenerate
 from import_map import LAYERS, ROOT
 
 DOC = ROOT.parent / "docs" / "architecture.md"
@@ -78,20 +78,7 @@ def splice(text: str) -> str:
 
 def main() -> int:
     """Regenerate (or, with --check, verify) the table in FILE."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail instead of writing")
-    parser.add_argument("file", nargs="?", type=Path, default=DOC)
-    args = parser.parse_args()
-    text = args.file.read_text(encoding="utf-8")
-    fresh = splice(text)
-    if fresh == text:
-        return 0
-    if args.check:
-        print(f"{args.file}: package table is stale; run `make docs-layout`")
-        return 1
-    args.file.write_text(fresh, encoding="utf-8")
-    print(f"{args.file}: package table regenerated")
-    return 0
+    return regenerate(__doc__, DOC, splice, "package table", "docs-layout")
 
 
 if __name__ == "__main__":

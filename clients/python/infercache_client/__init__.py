@@ -1,7 +1,8 @@
 """Light client for the infercache sidecar (grpcio + protobuf only)."""
 
 from infercache_client.admin import AdminClient
-from infercache_client.client import AsyncCacheClient, CacheClient, make_key, make_traits
+from infercache_client.client import AsyncCacheClient, CacheClient
+from infercache_client.keys import make_key, make_traits
 from infercache_client.streams import (
     CACHE_MARKER,
     AsyncLookupStream,

@@ -33,6 +33,7 @@ from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.invalidation.store import ControlStore
 from sidecar.keys import KeyLimits
+from sidecar.kv.generations import SharedGenerations
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.preload import TorchPreload
@@ -212,6 +213,7 @@ def build_kv(config: Config, stores: Stores, pod: PodIdentity) -> KvHotTier:
         config.kv.to_settings(),
         make_pool,
         warm,
+        generations=lambda num_slots: SharedGenerations(num_slots, shm_dir),
         pod_fingerprint=pod.model_version,
         allow_foreign=pod.allow_foreign_store,
     )

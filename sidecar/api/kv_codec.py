@@ -7,7 +7,7 @@ from infercache.v1 import kv_pb2 as PB2
 from sidecar.errors import InvalidArgument
 from sidecar.kv.layout import KvLayout, make_layout
 from sidecar.kv.pool import CudaIpcExport, SharedMemoryExport
-from sidecar.kv.types import Attachment, LeaseView, PoolInfo, PrefixResult
+from sidecar.kv.types import Attachment, AttachmentView, LeaseView, PoolInfo, PrefixResult
 
 _DTYPE_FROM_PB = {
     PB2.KV_DTYPE_FLOAT32: "float32",
@@ -69,6 +69,7 @@ def attach_to_pb(
     max_chain_blocks: int,
     default_lease_ms: int,
     max_lease_ms: int,
+    attachment_ttl_ms: int,
 ) -> PB2.AttachHotTierResponse:
     """The attachment id, the pool handle and the canonical layout."""
     layout = attachment.layout
@@ -98,6 +99,10 @@ def attach_to_pb(
                 event_sync_required=loc.event_sync_required,
             )
         )
+    if pool.generations is not None:
+        handle.generations.CopyFrom(
+            PB2.SlotGenerations(path=pool.generations.path, size_bytes=pool.generations.size_bytes)
+        )
     return PB2.AttachHotTierResponse(
         attachment_id=attachment.attachment_id,
         pool=handle,
@@ -106,6 +111,7 @@ def attach_to_pb(
         max_chain_blocks=max_chain_blocks,
         default_lease_ttl_ms=default_lease_ms,
         max_lease_ttl_ms=max_lease_ms,
+        attachment_ttl_ms=attachment_ttl_ms,
     )
 
 
@@ -127,4 +133,12 @@ def prefix_to_pb(result: PrefixResult) -> PB2.LookupPrefixResponse:
         retry_later=result.retry_later,
         retry_after_ms=result.retry_after_ms,
         promoted_blocks=result.promoted,
+        slot_generations=result.generations,
+    )
+
+
+def attachment_to_pb(view: AttachmentView) -> PB2.RenewAttachmentResponse:
+    """An attachment's new expiry."""
+    return PB2.RenewAttachmentResponse(
+        expires_at_unix_ms=view.expires_at_unix_ms, attachment_ttl_ms=view.ttl_ms
     )

@@ -7,7 +7,13 @@ import grpc
 from infercache.v1 import kv_pb2 as PB2
 from infercache.v1 import kv_pb2_grpc
 
-from sidecar.api.kv_codec import attach_to_pb, layout_from_pb, lease_to_pb, prefix_to_pb
+from sidecar.api.kv_codec import (
+    attach_to_pb,
+    attachment_to_pb,
+    layout_from_pb,
+    lease_to_pb,
+    prefix_to_pb,
+)
 from sidecar.api.observe import Attributes, RpcObserver
 from sidecar.api.rpc import rpc
 from sidecar.kv.hot_tier import KvHotTier
@@ -56,6 +62,7 @@ class KvServicer(kv_pb2_grpc.KvCacheServiceServicer):  # type: ignore[misc]
             max_chain_blocks=s.max_chain_blocks,
             default_lease_ms=s.default_lease_ms,
             max_lease_ms=s.max_lease_ms,
+            attachment_ttl_ms=s.attachment_ttl_ms,
         )
 
     @rpc()
@@ -92,7 +99,9 @@ class KvServicer(kv_pb2_grpc.KvCacheServiceServicer):  # type: ignore[misc]
             lease_id=request.lease_id,
             lease_ttl_ms=request.lease_ttl_ms,
         )
-        return PB2.AllocateBlocksResponse(slot_ids=slots, lease=lease_to_pb(lease))
+        return PB2.AllocateBlocksResponse(
+            slot_ids=slots, lease=lease_to_pb(lease), slot_generations=self._tier.generations(slots)
+        )
 
     @rpc()
     async def CommitBlocks(
@@ -127,3 +136,10 @@ class KvServicer(kv_pb2_grpc.KvCacheServiceServicer):  # type: ignore[misc]
             request.attachment_id, request.lease_id, request.lease_ttl_ms
         )
         return PB2.RenewLeaseResponse(lease=lease_to_pb(lease))
+
+    @rpc()
+    async def RenewAttachment(
+        self, request: PB2.RenewAttachmentRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.RenewAttachmentResponse:
+        """The model process is alive: keep its attachment (and so its leases)."""
+        return attachment_to_pb(await self._tier.keep_alive(request.attachment_id))

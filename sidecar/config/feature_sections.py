@@ -144,6 +144,17 @@ class KvConfig:
     lease_ttl_ms: int = setting(30000, "KV lease TTL when a request gives none", p.positive_int)
     max_lease_ttl_ms: int = setting(600000, "Longest KV lease TTL granted", p.positive_int)
     max_chain_blocks: int = setting(4096, "Most block hashes in one LookupPrefix", p.positive_int)
+    attachment_ttl_ms: int = setting(
+        30000,
+        "A KV attachment not heard from this long (no RPC, no RenewAttachment) is reclaimed "
+        "with its leases",
+        p.positive_int,
+    )
+    max_attachments: int = setting(
+        256,
+        "Most live KV attachments; AttachHotTier beyond it is RESOURCE_EXHAUSTED",
+        p.positive_int,
+    )
 
     def to_settings(self) -> KvSettings:
         """The KV hot tier's own settings value (kv/ does not import config)."""
@@ -155,6 +166,8 @@ class KvConfig:
             default_lease_ms=self.lease_ttl_ms,
             max_lease_ms=self.max_lease_ttl_ms,
             max_chain_blocks=self.max_chain_blocks,
+            attachment_ttl_ms=self.attachment_ttl_ms,
+            max_attachments=self.max_attachments,
         )
 
 

@@ -6,16 +6,24 @@ superseded (they may still release and detach, nothing else). When the pod knows
 own weights' fingerprint, an attachment claiming other weights is refused unless
 foreign fingerprints are allowed (INFERCACHE_ALLOW_FOREIGN_MODEL_STORE, the switch
 that lets a Store claim another model).
+
+Attachments are held by liveness: every RPC of an attachment, and RenewAttachment,
+extends it by the attachment ttl (INFERCACHE_KV_ATTACHMENT_TTL_MS); one not heard
+from that long belongs to a process that died or restarted without detaching, and
+is reclaimed with its leases (the hot tier sweeps them). The table holds at most
+INFERCACHE_KV_MAX_ATTACHMENTS; a full one answers RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Set
+import time
+from collections.abc import Callable, Set
 
 import structlog
 
 from sidecar.errors import FailedPrecondition, ResourceExhausted
+from sidecar.kv.expiry import ExpiryQueue
 from sidecar.kv.layout import KvLayout, version_scope, version_tag
 from sidecar.kv.movement import KvStats
 from sidecar.kv.types import Attachment, check_text
@@ -31,12 +39,18 @@ class Attachments:
         max_attachments: int,
         stats: KvStats,
         *,
+        ttl_ms: int = 30000,
+        clock: Callable[[], float] = time.monotonic,
         pod_fingerprint: str = "",
         allow_foreign: bool = False,
     ) -> None:
-        """`pod_fingerprint`: the weights this pod runs ("" = unknown: any fingerprint is
-        accepted); `allow_foreign`: accept other fingerprints all the same."""
+        """`ttl_ms`: how long an attachment lives unheard from; `pod_fingerprint`: the
+        weights this pod runs ("" = unknown: any fingerprint is accepted);
+        `allow_foreign`: accept other fingerprints all the same."""
         self._max = max_attachments
+        self.ttl_ms = ttl_ms
+        self._clock = clock
+        self._expiry = ExpiryQueue()
         self._stats = stats
         self._pod_fingerprint = pod_fingerprint
         self._allow_foreign = allow_foreign
@@ -80,9 +94,10 @@ class Attachments:
         process_name: str,
         busy: Set[str],
     ) -> Attachment:
-        """A new attachment (not yet registered: see add). When the table is full,
-        superseded attachments without leases (`busy`: ids holding one) are dropped first;
-        ResourceExhausted if that frees nothing."""
+        """A new attachment (not yet registered: see add). When the table is full (the
+        caller has reclaimed expired ones already), superseded attachments without leases
+        (`busy`: ids holding one) are dropped first; ResourceExhausted if that frees
+        nothing."""
         if len(self._by_id) >= self._max:
             self._prune(busy)
         return Attachment(
@@ -98,9 +113,13 @@ class Attachments:
     def _prune(self, busy: Set[str]) -> None:
         for aid, a in list(self._by_id.items()):
             if a.superseded and aid not in busy:
-                del self._by_id[aid]
+                self.remove(aid)
         if len(self._by_id) >= self._max:
-            raise ResourceExhausted(f"{self._max} KV attachments are live; detach unused ones")
+            raise ResourceExhausted(
+                f"{self._max} KV attachments are live (INFERCACHE_KV_MAX_ATTACHMENTS); detach "
+                "unused ones, or retry: an attachment not renewed for "
+                f"{self.ttl_ms} ms (INFERCACHE_KV_ATTACHMENT_TTL_MS) is reclaimed"
+            )
 
     def make_current(self, version: str) -> str | None:
         """Switch the current version to `version`, superseding every attachment of
@@ -113,16 +132,40 @@ class Attachments:
         return old
 
     def add(self, attachment: Attachment) -> None:
-        """Register an attachment made by create."""
+        """Register an attachment made by create; its liveness starts now."""
         self._by_id[attachment.attachment_id] = attachment
+        self.touch(attachment)
+
+    def touch(self, attachment: Attachment) -> None:
+        """The attachment's process is alive: it lives ttl_ms from now."""
+        attachment.expires_at = self._clock() + self.ttl_ms / 1000
+        self._expiry.schedule(attachment.attachment_id, attachment.expires_at)
+
+    def expired(self) -> list[Attachment]:
+        """Remove and return the attachments not heard from for ttl_ms (their leases are
+        the caller's to reclaim)."""
+        by_id = self._by_id
+
+        def deadline_of(aid: str) -> float | None:
+            a = by_id.get(aid)
+            return None if a is None else a.expires_at
+
+        out = [by_id.pop(aid) for aid in self._expiry.due(self._clock(), deadline_of)]
+        if out:
+            self._stats.expired_attachments += len(out)
+            log.info("kv_attachments_expired", count=len(out), ttl_ms=self.ttl_ms)
+        return out
 
     def get(self, attachment_id: str, *, live: bool = True) -> Attachment:
-        """The attachment; FailedPrecondition if unknown or (with `live`) superseded."""
+        """The attachment, renewed (any call is a sign of life); FailedPrecondition if
+        unknown (never attached, detached or expired) or (with `live`) superseded."""
         a = self._by_id.get(attachment_id)
         if a is None:
             raise FailedPrecondition(
-                f"unknown KV attachment {attachment_id[:40]!r}; call AttachHotTier"
+                f"unknown KV attachment {attachment_id[:40]!r} (detached, or expired after "
+                f"{self.ttl_ms} ms without a call); call AttachHotTier"
             )
+        self.touch(a)
         if live and a.superseded:
             raise FailedPrecondition(
                 f"KV attachment for model {a.fingerprint[:64]!r} was superseded by a newer "
@@ -130,6 +173,11 @@ class Attachments:
             )
         return a
 
+    def find(self, attachment_id: str) -> Attachment | None:
+        """The registered attachment or None (no renewal, no checks)."""
+        return self._by_id.get(attachment_id)
+
     def remove(self, attachment_id: str) -> None:
         """Forget an attachment (its leases are the caller's to drop)."""
         del self._by_id[attachment_id]
+        self._expiry.discard(attachment_id)

@@ -8,8 +8,13 @@ a new fingerprint makes it the current version: attachments of other
 fingerprints are superseded (their lookups, allocations and commits fail with
 FailedPrecondition), the previous version's blocks leave the hot index at once
 and are demoted to the warm tier in the background, and warm values of any
-older version are dropped. A lookup that runs into warm blocks of the current
-version promotes them within a time bound, else answers "retry later".
+older version are dropped (kv/versions.py). A lookup that runs into warm blocks of
+the current version promotes them within a time bound, else answers "retry later".
+
+Liveness: an attachment not heard from for its ttl is reclaimed with its leases,
+and a lease not renewed is dropped with its pins; both are swept before every
+operation. Slots carry generations (kv/generations.py) that readers check after
+copying, so a read racing a slot's reuse is detected.
 
 All state is mutated on the event loop; only pool creation runs on a thread.
 """
@@ -17,20 +22,23 @@ All state is mutated on the event loop; only pool creation runs on a thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from sidecar.kv.attachments import Attachments
+from sidecar.kv.generations import MemoryGenerations, SlotGenerations
+from sidecar.kv.holds import Holds
 from sidecar.kv.layout import BlockKey, KvLayout, request_scope
-from sidecar.kv.movement import Demoted, KvStats, WarmMover
+from sidecar.kv.movement import KvStats, WarmMover
 from sidecar.kv.pins import LeaseRecord, LeaseTable
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.slot_index import SlotIndex
 from sidecar.kv.types import (
     Attachment,
+    AttachmentView,
     KvSettings,
     LeaseView,
     PoolInfo,
@@ -39,12 +47,15 @@ from sidecar.kv.types import (
     check_hashes,
     check_text,
 )
+from sidecar.kv.versions import VersionSwitcher
 from sidecar.kv.warm import KvWarmStore
 
 log = structlog.get_logger("infercache.kv")
 
 PoolFactory = Callable[[int, int], SlotPool]
 """(num_slots, slot_bytes) -> pool; called once, on a worker thread."""
+GenerationsFactory = Callable[[int], SlotGenerations]
+"""num_slots -> the slots' generations; called once, on a worker thread."""
 
 # Most blocks one lookup tries to promote (the rest come with the next lookup).
 MAX_PROMOTE_BLOCKS = 1024
@@ -62,29 +73,36 @@ class KvHotTier:
         warm: KvWarmStore | None = None,
         *,
         leases: LeaseTable | None = None,
+        generations: GenerationsFactory = MemoryGenerations,
+        clock: Callable[[], float] = time.monotonic,
         pod_fingerprint: str = "",
         allow_foreign: bool = False,
     ) -> None:
-        """`pod_fingerprint` and `allow_foreign`: which model fingerprints may attach
-        (see Attachments; "" = the pod's weights are unknown, any may)."""
+        """`generations`: where slot generations live (shared with model processes in
+        production); `clock`: monotonic seconds for attachment liveness;
+        `pod_fingerprint` and `allow_foreign`: which model fingerprints may attach (see
+        Attachments; "" = the pod's weights are unknown, any may)."""
         self.settings = settings
         self.stats = KvStats()
         self._factory = pool_factory
+        self._generations = generations
         self._warm = warm
-        self.leases = leases if leases is not None else LeaseTable(settings.max_leases)
+        self.leases = leases if leases is not None else LeaseTable(settings.max_leases, clock)
         self._pool: SlotPool | None = None
         self._index: SlotIndex | None = None
         self._mover: WarmMover | None = None
+        self._versions: VersionSwitcher | None = None
+        self._holds: Holds | None = None
         self._block_bytes: list[int] = []
         self._pool_lock = asyncio.Lock()
         self.attachments = Attachments(
             settings.max_attachments,
             self.stats,
+            ttl_ms=settings.attachment_ttl_ms,
+            clock=clock,
             pod_fingerprint=pod_fingerprint,
             allow_foreign=allow_foreign,
         )
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._demotions: dict[str, asyncio.Task[None]] = {}
 
     @property
     def index(self) -> SlotIndex:
@@ -92,6 +110,13 @@ class KvHotTier:
         if self._index is None:
             raise FailedPrecondition("no KV pool yet: AttachHotTier first")
         return self._index
+
+    @property
+    def holds(self) -> Holds:
+        """The leases' pins (exist from the first attachment on)."""
+        if self._holds is None:
+            raise FailedPrecondition("no KV pool yet: AttachHotTier first")
+        return self._holds
 
     @property
     def pool(self) -> SlotPool:
@@ -128,7 +153,9 @@ class KvHotTier:
             fingerprint, adapter, layout, process_name, self.leases.holders()
         )
         if attachment.version != self.attachments.current:
-            self._switch_version(attachment.version, fingerprint)
+            old = self.attachments.make_current(attachment.version)
+            assert self._versions is not None  # made with the pool
+            self._versions.switch(attachment.version, old, fingerprint)
         self.attachments.add(attachment)
         log.info(
             "kv_attached",
@@ -138,7 +165,10 @@ class KvHotTier:
             process=process_name or None,
             block_bytes=layout.block_bytes,
         )
-        return attachment, PoolInfo(pool.pool_id, pool.num_slots, pool.slot_bytes, location)
+        generations = self.index.generations.export()
+        return attachment, PoolInfo(
+            pool.pool_id, pool.num_slots, pool.slot_bytes, location, generations
+        )
 
     async def _ensure_pool(self, layout: KvLayout) -> SlotPool:
         async with self._pool_lock:
@@ -152,7 +182,12 @@ class KvHotTier:
                     )
                 # Importing torch and mapping the pool take seconds: off the event loop.
                 pool = await asyncio.to_thread(self._factory, num_slots, slot_bytes)
-                self._index = SlotIndex(num_slots)
+                try:
+                    generations = await asyncio.to_thread(self._generations, num_slots)
+                except BaseException:
+                    pool.close()
+                    raise
+                self._index = SlotIndex(num_slots, generations)
                 self._block_bytes = [0] * num_slots
                 if self._warm is not None:
                     self._mover = WarmMover(
@@ -164,92 +199,51 @@ class KvHotTier:
                         is_current=lambda v: v == self.attachments.current,
                         block_bytes=self._block_bytes,
                     )
+                self._versions = VersionSwitcher(
+                    self._index, self._mover, self._block_bytes, self.stats
+                )
+                self._holds = Holds(
+                    self._index, self.leases, self.attachments, self.settings, self.stats
+                )
                 self._pool = pool
                 log.info("kv_pool_created", slots=num_slots, slot_bytes=slot_bytes)
             return self._pool
 
-    def _switch_version(self, version: str, fingerprint: str) -> None:
-        old = self.attachments.make_current(version)
-        index = self.index
-        if old is not None:
-            # Unpublish the old version now (a lookup can no longer find it); an internal
-            # pin keeps each slot's bytes intact until the demotion has copied them.
-            demoted = []
-            for slot in sorted(index.group_slots(old)):
-                index.pin(slot)
-                key = index.drop(slot)
-                assert key is not None
-                demoted.append(Demoted(slot, key, self._block_bytes[slot]))
-            if self._mover is not None:
-                self._demotions[old] = self._spawn(self._mover.demote(old, demoted))
-            else:
-                index.unpin_many(d.slot for d in demoted)
-                self.stats.dropped_blocks += len(demoted)
-        # Anything older (e.g. a version demoted earlier and still hot) leaves the pool.
-        keep = {v for v in (version, old) if v is not None}
-        for v, task in list(self._demotions.items()):
-            if v not in keep or task.done():
-                task.cancel()  # its slots are unpinned by the demotion itself
-                del self._demotions[v]
-        for group in list(index.groups()):
-            if group not in keep:
-                for slot in index.group_slots(group):
-                    index.drop(slot)
-                    self.stats.dropped_blocks += 1
-        if self._mover is not None:
-            self._spawn(self._mover.drop_versions(keep))
-        log.info("kv_version_switched", fingerprint=fingerprint, version=version, previous=old)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     async def detach(self, attachment_id: str) -> int:
         """End an attachment, releasing its leases; returns the slots unpinned."""
+        self._sweep()
         self.attachments.get(attachment_id, live=False)
-        released = 0
-        for record in self.leases.of_attachment(attachment_id):
-            released += self._drop_lease(record)
         self.attachments.remove(attachment_id)
-        return released
+        return self.holds.drop_all_of(attachment_id)
 
-    # -- leases --------------------------------------------------------------------
+    async def keep_alive(self, attachment_id: str) -> AttachmentView:
+        """The attachment's process is alive: extend it by the attachment ttl.
 
-    def _ttl(self, ttl_ms: int) -> int:
-        if ttl_ms <= 0:
-            return self.settings.default_lease_ms
-        return min(ttl_ms, self.settings.max_lease_ms)
-
-    def _view(self, record: LeaseRecord) -> LeaseView:
-        return LeaseView(record.lease_id, self.leases.unix_ms(record), record.ttl_ms)
+        FailedPrecondition once it expired, was detached, or was superseded (a process
+        holding a superseded attachment must re-attach, not keep the old one alive)."""
+        self._sweep()
+        a = self.attachments.get(attachment_id)
+        return AttachmentView(self.leases.wall_ms(a.expires_at), self.attachments.ttl_ms)
 
     def _sweep(self) -> None:
-        if self._index is None:
-            return
-        for record in self.leases.expired():
-            self._index.unpin_many(record.pins)
-            self.stats.expired_leases += 1
+        if self._holds is not None:  # before the pool, nothing is attached
+            self._holds.sweep()
 
-    def _drop_lease(self, record: LeaseRecord) -> int:
-        self.leases.remove(record.lease_id)
-        self.index.unpin_many(record.pins)
-        return len(record.pins)
+    # -- leases --------------------------------------------------------------------
 
     async def release(self, attachment_id: str, lease_id: str) -> int:
         """Unpin every slot of a lease; returns how many pins were dropped."""
         self._sweep()
         self.attachments.get(attachment_id, live=False)
-        return self._drop_lease(self.leases.get(lease_id, attachment_id))
+        return self.holds.drop(self.leases.get(lease_id, attachment_id))
 
     async def renew(self, attachment_id: str, lease_id: str, ttl_ms: int) -> LeaseView:
         """Extend a lease."""
         self._sweep()
         self.attachments.get(attachment_id)
         record = self.leases.get(lease_id, attachment_id)
-        self.leases.renew(record, self._ttl(ttl_ms))
-        return self._view(record)
+        self.leases.renew(record, self.holds.ttl(ttl_ms))
+        return self.holds.view(record)
 
     # -- data path -----------------------------------------------------------------
 
@@ -280,41 +274,24 @@ class KvHotTier:
         record: LeaseRecord | None = None
         slots = index.walk(prefix, hashes, 0)
         if slots:
-            record = self._pin_new(a, slots, lease_ttl_ms)
+            record = self.holds.pin_new(a, slots, lease_ttl_ms)
         retry_later = False
-        promoted = 0
-        missing = len(hashes) - len(slots)
-        if missing and not hot_only and self._mover is not None and index.available:
-            start = len(slots)
-            keys = [BlockKey(prefix + h) for h in hashes[start : start + MAX_PROMOTE_BLOCKS]]
+        hot = len(slots)
+        if hot < len(hashes) and not hot_only and self._mover is not None and index.available:
+            keys = [BlockKey(prefix + h) for h in hashes[hot : hot + MAX_PROMOTE_BLOCKS]]
             retry_later = await self._mover.promote_within(
                 a.version, keys, a.layout.block_bytes, self.settings.promote_timeout_ms / 1000
             )
-            # Pinned slots stayed put during the wait; the rest is walked again.
-            if not a.superseded:
-                more = index.walk(prefix, hashes, start)
-                if more:
-                    if record is None:
-                        record = self._pin_new(a, more, lease_ttl_ms)
-                    else:
-                        index.pin_many(more)
-                        record.pins.extend(more)
-                    slots.extend(more)
-                    promoted = len(more)
+            record, slots = self.holds.after_wait(a, record, slots, prefix, hashes, lease_ttl_ms)
         self.stats.hit_blocks += len(slots)
         return PrefixResult(
             slots,
-            self._view(record) if record is not None else None,
+            self.holds.view(record) if record is not None else None,
             retry_later,
             self.settings.promote_timeout_ms if retry_later else 0,
-            promoted,
+            max(0, len(slots) - hot),
+            [index.generation(s) for s in slots],
         )
-
-    def _pin_new(self, a: Attachment, slots: list[int], ttl_ms: int) -> LeaseRecord:
-        record = self.leases.create(a.attachment_id, self._ttl(ttl_ms))
-        self.index.pin_many(slots)
-        record.pins.extend(slots)
-        return record
 
     async def allocate(
         self, attachment_id: str, count: int, *, lease_id: str = "", lease_ttl_ms: int = 0
@@ -327,26 +304,30 @@ class KvHotTier:
             raise InvalidArgument(
                 "count", f"must be in 1..{min(index.num_slots, self.settings.max_chain_blocks)}"
             )
-        if count > index.available and self._demotions:
+        versions = self._versions
+        if count > index.available and versions is not None and versions.demoting:
             # Slots being demoted come free within a Redis round trip or two.
-            pending = [t for t in self._demotions.values() if not t.done()]
-            if pending:
-                await asyncio.wait(pending, timeout=DEMOTION_WAIT_S)
+            await versions.wait_demotions(DEMOTION_WAIT_S)
             self._sweep()
             a = self.attachments.get(attachment_id)
         record = self.leases.get(lease_id, attachment_id) if lease_id else None
         slots = index.allocate(count)
         if record is None:
             try:
-                record = self.leases.create(a.attachment_id, self._ttl(lease_ttl_ms))
+                record = self.leases.create(a.attachment_id, self.holds.ttl(lease_ttl_ms))
             except ResourceExhausted:
                 index.unpin_many(slots)
                 raise
         else:
-            self.leases.renew(record, self._ttl(lease_ttl_ms))
+            self.leases.renew(record, self.holds.ttl(lease_ttl_ms))
         record.pins.extend(slots)
         record.allocated.update(slots)
-        return slots, self._view(record)
+        return slots, self.holds.view(record)
+
+    def generations(self, slots: Sequence[int]) -> list[int]:
+        """The slots' generations now (see kv/generations.py)."""
+        generation = self.index.generation
+        return [generation(s) for s in slots]
 
     async def commit(
         self,
@@ -380,17 +361,23 @@ class KvHotTier:
 
     async def settled(self) -> None:
         """Wait for background demotions and drops (tests and shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self._versions is not None:
+            await self._versions.settled()
 
     async def close(self) -> None:
         """Stop background work and release the pool."""
-        tasks = [*self._tasks, *(self._mover.promotions() if self._mover is not None else ())]
+        tasks: list[asyncio.Task[None] | asyncio.Task[int]] = []
+        if self._versions is not None:
+            tasks.extend(self._versions.tasks())
+        if self._mover is not None:
+            tasks.extend(self._mover.promotions())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._index is not None:
+            self._index.generations.close()
         if self._warm is not None:
             await self._warm.close()

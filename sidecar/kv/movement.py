@@ -42,6 +42,7 @@ class KvStats:
     corrupt_warm_values: int = 0
     committed_blocks: int = 0
     expired_leases: int = 0
+    expired_attachments: int = 0
     foreign_attachments_refused: int = 0
 
 

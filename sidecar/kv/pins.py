@@ -2,21 +2,21 @@
 
 A model process holds a lease while it reads or writes slots; a process that
 dies or forgets to Release loses its pins when the lease expires, so slots are
-never pinned forever. Expiry is found with a heap (renewal pushes a new entry;
-stale entries are skipped when they surface), so sweeping costs O(log n) per
-lease, and the owner sweeps before every operation.
+never pinned forever. Expiry is found with a bounded heap (kv/expiry.py: a renewal
+pushes nothing), so sweeping costs O(log n) per lease, and the owner sweeps before
+every operation. Leases are also indexed by attachment, so reclaiming a dead
+attachment's leases costs what it holds, not the whole table.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sidecar.errors import FailedPrecondition, ResourceExhausted
+from sidecar.kv.expiry import ExpiryQueue
 
 
 @dataclass(slots=True)
@@ -39,8 +39,8 @@ class LeaseTable:
         self._max = max_leases
         self._clock = clock
         self._leases: dict[str, LeaseRecord] = {}
-        self._expiry: list[tuple[float, int, str]] = []
-        self._seq = itertools.count()
+        self._by_attachment: dict[str, set[str]] = {}
+        self._expiry = ExpiryQueue()
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -53,6 +53,7 @@ class LeaseTable:
             )
         record = LeaseRecord(secrets.token_hex(16), attachment_id, ttl_ms, 0.0)
         self._leases[record.lease_id] = record
+        self._by_attachment.setdefault(attachment_id, set()).add(record.lease_id)
         self.renew(record, ttl_ms)
         return record
 
@@ -63,38 +64,59 @@ class LeaseTable:
             raise FailedPrecondition(f"lease {lease_id[:40]!r} is unknown, released or expired")
         return record
 
+    def holds(self, record: LeaseRecord) -> bool:
+        """Whether `record` is still live (not released, expired or reclaimed)."""
+        return self._leases.get(record.lease_id) is record
+
     def renew(self, record: LeaseRecord, ttl_ms: int) -> None:
         """Expire ttl_ms from now."""
         record.ttl_ms = ttl_ms
         record.expires_at = self._clock() + ttl_ms / 1000
-        heapq.heappush(self._expiry, (record.expires_at, next(self._seq), record.lease_id))
+        self._expiry.schedule(record.lease_id, record.expires_at)
+
+    @property
+    def expiry_entries(self) -> int:
+        """Entries of the expiry heap (bounded by about twice the live leases)."""
+        return len(self._expiry)
 
     def remove(self, lease_id: str) -> LeaseRecord | None:
         """Forget a lease (its pins are the caller's to drop)."""
-        return self._leases.pop(lease_id, None)
+        record = self._leases.pop(lease_id, None)
+        if record is not None:
+            self._forget(record)
+        return record
+
+    def _forget(self, record: LeaseRecord) -> None:
+        self._expiry.discard(record.lease_id)
+        ids = self._by_attachment.get(record.attachment_id)
+        if ids is not None:
+            ids.discard(record.lease_id)
+            if not ids:
+                del self._by_attachment[record.attachment_id]
 
     def expired(self) -> list[LeaseRecord]:
         """Remove and return every lease whose expiry has passed."""
-        now = self._clock()
+        leases = self._leases
+
+        def deadline_of(lease_id: str) -> float | None:
+            record = leases.get(lease_id)
+            return None if record is None else record.expires_at
+
         out: list[LeaseRecord] = []
-        heap = self._expiry
-        while heap and heap[0][0] <= now:
-            _, _, lease_id = heapq.heappop(heap)
-            record = self._leases.get(lease_id)
-            # A renewed lease has a later entry in the heap; this one is stale.
-            if record is not None and record.expires_at <= now:
-                del self._leases[lease_id]
-                out.append(record)
+        for lease_id in self._expiry.due(self._clock(), deadline_of):
+            record = leases.pop(lease_id)
+            self._forget(record)
+            out.append(record)
         return out
 
     def of_attachment(self, attachment_id: str) -> list[LeaseRecord]:
-        """Leases an attachment holds (O(leases); only used on detach)."""
-        return [r for r in self._leases.values() if r.attachment_id == attachment_id]
+        """Leases an attachment holds."""
+        return [self._leases[i] for i in self._by_attachment.get(attachment_id, ())]
 
     def holders(self) -> set[str]:
         """Attachments that hold at least one lease."""
-        return {r.attachment_id for r in self._leases.values()}
+        return set(self._by_attachment)
 
-    def unix_ms(self, record: LeaseRecord) -> int:
-        """The lease's expiry as Unix milliseconds."""
-        return int((time.time() + (record.expires_at - self._clock())) * 1000)
+    def wall_ms(self, deadline: float) -> int:
+        """A deadline of this table's clock (a lease's expires_at) as Unix milliseconds."""
+        return int((time.time() + (deadline - self._clock())) * 1000)

@@ -12,6 +12,8 @@ A pinned slot whose key was dropped goes back to the free list when its last pin
 goes. The pool size is fixed, so the budget can never be exceeded; allocation
 takes free slots first, then evicts least recently unpinned cached slots, and
 fails as a whole (SlotsExhausted) when fewer than `count` slots are available.
+Every allocation bumps the slot's generation (kv/generations.py), the fence a reader
+checks after copying a slot it no longer pins.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from itertools import islice
 
 from sidecar.errors import ResourceExhausted
+from sidecar.kv.generations import MemoryGenerations, SlotGenerations
 from sidecar.kv.layout import BlockKey
 
 
@@ -31,10 +34,11 @@ class SlotsExhausted(ResourceExhausted):
 class SlotIndex:
     """Slot bookkeeping for a pool of `num_slots` slots."""
 
-    def __init__(self, num_slots: int) -> None:
+    def __init__(self, num_slots: int, generations: SlotGenerations | None = None) -> None:
         if num_slots <= 0:
             raise ValueError("num_slots must be positive")
         self.num_slots = num_slots
+        self.generations = generations if generations is not None else MemoryGenerations(num_slots)
         self._free: deque[int] = deque(range(num_slots))
         self._lru: OrderedDict[int, None] = OrderedDict()
         self._pins = [0] * num_slots
@@ -64,6 +68,10 @@ class SlotIndex:
     def key_of(self, slot: int) -> BlockKey | None:
         """The key a slot is published under (None when free or only allocated)."""
         return self._key[slot]
+
+    def generation(self, slot: int) -> int:
+        """How many times the slot was allocated (changes before its bytes may)."""
+        return self.generations.get(slot)
 
     def pins(self, slot: int) -> int:
         """How many pins hold the slot."""
@@ -136,14 +144,15 @@ class SlotIndex:
     # -- allocation and publication -------------------------------------------
 
     def allocate(self, count: int) -> list[int]:
-        """Take `count` slots (free first, then LRU evictions), each pinned once, no key."""
+        """Take `count` slots (free first, then LRU evictions), each pinned once, no key,
+        its generation bumped."""
         if count > len(self._free) + len(self._lru):
             raise SlotsExhausted(
                 f"{count} KV slots wanted, {self.available} of {self.num_slots} are free or "
                 "evictable (the rest are pinned by leases)"
             )
         out: list[int] = []
-        free, lru, pins = self._free, self._lru, self._pins
+        free, lru, pins, bump = self._free, self._lru, self._pins, self.generations.bump
         for _ in range(count):
             if free:
                 slot = free.popleft()
@@ -152,6 +161,7 @@ class SlotIndex:
                 self._forget(slot)
                 self.evictions += 1
             pins[slot] = 1
+            bump(slot)
             out.append(slot)
         return out
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from sidecar.errors import InvalidArgument
+from sidecar.kv.generations import GenerationsExport
 from sidecar.kv.layout import MAX_HASH_BYTES, MAX_TEXT, KvLayout
 from sidecar.kv.pool import PoolLocation
 
@@ -23,9 +24,10 @@ class KvSettings:
     default_lease_ms: int
     max_lease_ms: int
     max_chain_blocks: int
-    # Not settings: internal bounds on what one sidecar tracks.
-    max_leases: int = 65536
+    attachment_ttl_ms: int = 30000
     max_attachments: int = 256
+    # Not a setting: an internal bound on what one sidecar tracks.
+    max_leases: int = 65536
 
 
 @dataclass(slots=True)
@@ -40,6 +42,8 @@ class Attachment:
     version: str
     process_name: str
     superseded: bool = False
+    expires_at: float = 0.0
+    """Monotonic seconds; renewed by every call of the attachment."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,8 @@ class PoolInfo:
     num_slots: int
     slot_bytes: int
     location: PoolLocation
+    generations: GenerationsExport | None = None
+    """The slots' generations, when shared with model processes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,16 @@ class PrefixResult:
     retry_later: bool
     retry_after_ms: int
     promoted: int
+    generations: list[int]
+    """Per slot, its generation now (a reader re-checks it after copying)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentView:
+    """An attachment's liveness as clients see it."""
+
+    expires_at_unix_ms: int
+    ttl_ms: int
 
 
 def check_text(field: str, value: str, *, required: bool) -> None:

@@ -440,6 +440,9 @@ HISTORICAL_VARIABLES = [
     "HEALTH_LISTEN",
     "LEASE_MAX_WAITERS",
     "LOG_REPEAT_INTERVAL_S",
+    # Issue 15 item 4 (KV attachment liveness): new settings.
+    "KV_ATTACHMENT_TTL_MS",
+    "KV_MAX_ATTACHMENTS",
 ]
 
 

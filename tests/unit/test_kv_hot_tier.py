@@ -3,79 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
 
 import pytest
 
-from sidecar.config import KvConfig
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
-from sidecar.kv.hot_tier import KvHotTier
-from sidecar.kv.layout import BlockKey, KvLayout, make_layout, version_tag
-from sidecar.kv.pins import LeaseTable
-from sidecar.kv.pool import MemorySlotPool
-from sidecar.kv.warm import MemoryKvWarmStore, encode_block
-
-LAYOUT = make_layout(num_layers=2, num_kv_heads=1, head_dim=4, tokens_per_block=2, dtype="float32")
-BLOCK = LAYOUT.block_bytes  # 2*2*2*1*4*4 = 128
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Setup:
-    def __init__(
-        self,
-        slots: int = 4,
-        warm: bool = True,
-        *,
-        pod_fingerprint: str = "",
-        allow_foreign: bool = False,
-        **settings: Any,
-    ) -> None:
-        self.clock = Clock()
-        self.pools: list[MemorySlotPool] = []
-        self.warm = MemoryKvWarmStore() if warm else None
-        self.tier = KvHotTier(
-            KvConfig(pool_bytes=slots * BLOCK, **settings).to_settings(),
-            self._pool,
-            self.warm,
-            leases=LeaseTable(1000, clock=self.clock),
-            pod_fingerprint=pod_fingerprint,
-            allow_foreign=allow_foreign,
-        )
-
-    def _pool(self, n: int, size: int) -> MemorySlotPool:
-        self.pools.append(MemorySlotPool(n, size))
-        return self.pools[-1]
-
-    async def attach(self, fp: str, adapter: str = "", layout: KvLayout = LAYOUT) -> str:
-        a, _ = await self.tier.attach(fp, adapter, layout)
-        return a.attachment_id
-
-    async def put(
-        self, aid: str, hashes: Sequence[bytes], tenant: str = "t", salt: str = ""
-    ) -> list[int]:
-        """Allocate, write a recognisable pattern, commit and release."""
-        slots, lease = await self.tier.allocate(aid, len(hashes))
-        for slot, h in zip(slots, hashes, strict=True):
-            self.tier.pool.write(slot, pattern(h))
-        already = await self.tier.commit(
-            aid, lease.lease_id, tenant, salt, list(zip(slots, hashes, strict=True))
-        )
-        assert not any(already)
-        await self.tier.release(aid, lease.lease_id)
-        return slots
-
-
-def pattern(h: bytes) -> bytes:
-    return (h * BLOCK)[:BLOCK]
-
+from sidecar.kv.layout import make_layout, version_tag
+from sidecar.kv.warm import encode_block
+from tests.support.kv_tier import BLOCK, LAYOUT, Setup, SlowWarm, pattern
 
 CHAIN = [b"h0", b"h1", b"h2"]
 
@@ -222,16 +156,6 @@ async def test_corrupt_warm_value_is_not_promoted() -> None:
     r = await s.tier.lookup_prefix(back, "t", "", CHAIN[:1])
     assert r.slots == []
     assert s.tier.stats.corrupt_warm_values == 1
-
-
-class SlowWarm(MemoryKvWarmStore):
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-
-    async def get_many(self, version: str, keys: Sequence[BlockKey]) -> list[bytes | None]:
-        await self.gate.wait()
-        return await super().get_many(version, keys)
 
 
 async def test_slow_promotion_answers_retry_later_and_finishes_in_background() -> None:

@@ -91,7 +91,7 @@ class CudaIpcPool(_message.Message):
     def __init__(self, gpu_uuid: _Optional[str] = ..., ipc_handle: _Optional[bytes] = ..., storage_size_bytes: _Optional[int] = ..., storage_offset_bytes: _Optional[int] = ..., ref_counter_handle: _Optional[bytes] = ..., ref_counter_offset: _Optional[int] = ..., event_handle: _Optional[bytes] = ..., event_sync_required: _Optional[bool] = ...) -> None: ...
 
 class PoolHandle(_message.Message):
-    __slots__ = ("pool_id", "num_slots", "slot_bytes", "block_bytes", "dtype", "slot_shape", "shared_memory", "cuda_ipc")
+    __slots__ = ("pool_id", "num_slots", "slot_bytes", "block_bytes", "dtype", "slot_shape", "shared_memory", "cuda_ipc", "generations")
     POOL_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_SLOTS_FIELD_NUMBER: _ClassVar[int]
     SLOT_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class PoolHandle(_message.Message):
     SLOT_SHAPE_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_FIELD_NUMBER: _ClassVar[int]
     CUDA_IPC_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
     pool_id: str
     num_slots: int
     slot_bytes: int
@@ -108,7 +109,16 @@ class PoolHandle(_message.Message):
     slot_shape: _containers.RepeatedScalarFieldContainer[int]
     shared_memory: SharedMemoryPool
     cuda_ipc: CudaIpcPool
-    def __init__(self, pool_id: _Optional[str] = ..., num_slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., block_bytes: _Optional[int] = ..., dtype: _Optional[_Union[KvDtype, str]] = ..., slot_shape: _Optional[_Iterable[int]] = ..., shared_memory: _Optional[_Union[SharedMemoryPool, _Mapping]] = ..., cuda_ipc: _Optional[_Union[CudaIpcPool, _Mapping]] = ...) -> None: ...
+    generations: SlotGenerations
+    def __init__(self, pool_id: _Optional[str] = ..., num_slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., block_bytes: _Optional[int] = ..., dtype: _Optional[_Union[KvDtype, str]] = ..., slot_shape: _Optional[_Iterable[int]] = ..., shared_memory: _Optional[_Union[SharedMemoryPool, _Mapping]] = ..., cuda_ipc: _Optional[_Union[CudaIpcPool, _Mapping]] = ..., generations: _Optional[_Union[SlotGenerations, _Mapping]] = ...) -> None: ...
+
+class SlotGenerations(_message.Message):
+    __slots__ = ("path", "size_bytes")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    size_bytes: int
+    def __init__(self, path: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("lease_id", "expires_at_unix_ms", "ttl_ms")
@@ -135,7 +145,7 @@ class AttachHotTierRequest(_message.Message):
     def __init__(self, model_fingerprint: _Optional[str] = ..., adapter_fingerprint: _Optional[str] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., process_name: _Optional[str] = ...) -> None: ...
 
 class AttachHotTierResponse(_message.Message):
-    __slots__ = ("attachment_id", "pool", "layout", "scope_id", "max_chain_blocks", "default_lease_ttl_ms", "max_lease_ttl_ms")
+    __slots__ = ("attachment_id", "pool", "layout", "scope_id", "max_chain_blocks", "default_lease_ttl_ms", "max_lease_ttl_ms", "attachment_ttl_ms")
     ATTACHMENT_ID_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +153,7 @@ class AttachHotTierResponse(_message.Message):
     MAX_CHAIN_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTACHMENT_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     attachment_id: str
     pool: PoolHandle
     layout: KvLayout
@@ -150,7 +161,8 @@ class AttachHotTierResponse(_message.Message):
     max_chain_blocks: int
     default_lease_ttl_ms: int
     max_lease_ttl_ms: int
-    def __init__(self, attachment_id: _Optional[str] = ..., pool: _Optional[_Union[PoolHandle, _Mapping]] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., scope_id: _Optional[str] = ..., max_chain_blocks: _Optional[int] = ..., default_lease_ttl_ms: _Optional[int] = ..., max_lease_ttl_ms: _Optional[int] = ...) -> None: ...
+    attachment_ttl_ms: int
+    def __init__(self, attachment_id: _Optional[str] = ..., pool: _Optional[_Union[PoolHandle, _Mapping]] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., scope_id: _Optional[str] = ..., max_chain_blocks: _Optional[int] = ..., default_lease_ttl_ms: _Optional[int] = ..., max_lease_ttl_ms: _Optional[int] = ..., attachment_ttl_ms: _Optional[int] = ...) -> None: ...
 
 class DetachHotTierRequest(_message.Message):
     __slots__ = ("attachment_id",)
@@ -181,20 +193,22 @@ class LookupPrefixRequest(_message.Message):
     def __init__(self, attachment_id: _Optional[str] = ..., tenant: _Optional[str] = ..., cache_salt: _Optional[str] = ..., block_hashes: _Optional[_Iterable[bytes]] = ..., lease_ttl_ms: _Optional[int] = ..., hot_only: _Optional[bool] = ...) -> None: ...
 
 class LookupPrefixResponse(_message.Message):
-    __slots__ = ("matched_blocks", "slot_ids", "lease", "retry_later", "retry_after_ms", "promoted_blocks")
+    __slots__ = ("matched_blocks", "slot_ids", "lease", "retry_later", "retry_after_ms", "promoted_blocks", "slot_generations")
     MATCHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SLOT_IDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     RETRY_LATER_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     PROMOTED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    SLOT_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
     matched_blocks: int
     slot_ids: _containers.RepeatedScalarFieldContainer[int]
     lease: Lease
     retry_later: bool
     retry_after_ms: int
     promoted_blocks: int
-    def __init__(self, matched_blocks: _Optional[int] = ..., slot_ids: _Optional[_Iterable[int]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., retry_later: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., promoted_blocks: _Optional[int] = ...) -> None: ...
+    slot_generations: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, matched_blocks: _Optional[int] = ..., slot_ids: _Optional[_Iterable[int]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., retry_later: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., promoted_blocks: _Optional[int] = ..., slot_generations: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AllocateBlocksRequest(_message.Message):
     __slots__ = ("attachment_id", "count", "lease_id", "lease_ttl_ms")
@@ -209,12 +223,14 @@ class AllocateBlocksRequest(_message.Message):
     def __init__(self, attachment_id: _Optional[str] = ..., count: _Optional[int] = ..., lease_id: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
 
 class AllocateBlocksResponse(_message.Message):
-    __slots__ = ("slot_ids", "lease")
+    __slots__ = ("slot_ids", "lease", "slot_generations")
     SLOT_IDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    SLOT_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
     slot_ids: _containers.RepeatedScalarFieldContainer[int]
     lease: Lease
-    def __init__(self, slot_ids: _Optional[_Iterable[int]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+    slot_generations: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, slot_ids: _Optional[_Iterable[int]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., slot_generations: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BlockCommit(_message.Message):
     __slots__ = ("slot_id", "block_hash")
@@ -275,3 +291,17 @@ class RenewLeaseResponse(_message.Message):
     LEASE_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class RenewAttachmentRequest(_message.Message):
+    __slots__ = ("attachment_id",)
+    ATTACHMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    attachment_id: str
+    def __init__(self, attachment_id: _Optional[str] = ...) -> None: ...
+
+class RenewAttachmentResponse(_message.Message):
+    __slots__ = ("expires_at_unix_ms", "attachment_ttl_ms")
+    EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTACHMENT_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    expires_at_unix_ms: int
+    attachment_ttl_ms: int
+    def __init__(self, expires_at_unix_ms: _Optional[int] = ..., attachment_ttl_ms: _Optional[int] = ...) -> None: ...

@@ -70,6 +70,11 @@ class KvCacheServiceStub:
                 request_serializer=infercache_dot_v1_dot_kv__pb2.RenewLeaseRequest.SerializeToString,
                 response_deserializer=infercache_dot_v1_dot_kv__pb2.RenewLeaseResponse.FromString,
                 _registered_method=True)
+        self.RenewAttachment = channel.unary_unary(
+                '/infercache.v1.KvCacheService/RenewAttachment',
+                request_serializer=infercache_dot_v1_dot_kv__pb2.RenewAttachmentRequest.SerializeToString,
+                response_deserializer=infercache_dot_v1_dot_kv__pb2.RenewAttachmentResponse.FromString,
+                _registered_method=True)
 
 
 class KvCacheServiceServicer:
@@ -135,6 +140,17 @@ class KvCacheServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenewAttachment(self, request, context):
+        """RenewAttachment tells the sidecar the model process is alive. An attachment
+        not heard from (this or any other RPC naming it) for attachment_ttl_ms is
+        reclaimed with its leases, so processes that die without DetachHotTier do
+        not fill the attachment table. FAILED_PRECONDITION once it was reclaimed,
+        detached or superseded: attach again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KvCacheServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +188,11 @@ def add_KvCacheServiceServicer_to_server(servicer, server):
                     servicer.RenewLease,
                     request_deserializer=infercache_dot_v1_dot_kv__pb2.RenewLeaseRequest.FromString,
                     response_serializer=infercache_dot_v1_dot_kv__pb2.RenewLeaseResponse.SerializeToString,
+            ),
+            'RenewAttachment': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewAttachment,
+                    request_deserializer=infercache_dot_v1_dot_kv__pb2.RenewAttachmentRequest.FromString,
+                    response_serializer=infercache_dot_v1_dot_kv__pb2.RenewAttachmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -364,6 +385,33 @@ class KvCacheService:
             '/infercache.v1.KvCacheService/RenewLease',
             infercache_dot_v1_dot_kv__pb2.RenewLeaseRequest.SerializeToString,
             infercache_dot_v1_dot_kv__pb2.RenewLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewAttachment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/infercache.v1.KvCacheService/RenewAttachment',
+            infercache_dot_v1_dot_kv__pb2.RenewAttachmentRequest.SerializeToString,
+            infercache_dot_v1_dot_kv__pb2.RenewAttachmentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,6 +18,7 @@ from infercache_client.kv.client import (
     KvCacheClient,
     Lease,
     PrefixMatch,
+    VerifiedRead,
 )
 from infercache_client.kv.hashing import chain_hashes
 from infercache_client.kv.leases import LeaseRenewer
@@ -40,6 +41,7 @@ __all__ = [
     "LeaseRenewer",
     "PoolUnavailable",
     "PrefixMatch",
+    "VerifiedRead",
     "chain_hashes",
     "device_uuid",
     "kv_layout",

@@ -4,6 +4,16 @@ RPC failures surface as grpc.RpcError with the sidecar's status code, as in the
 base client: RESOURCE_EXHAUSTED when too few slots are unpinned, FAILED_PRECONDITION
 once another model version has attached (this attachment is superseded) or for an
 unknown, released or expired lease.
+
+Liveness: the sidecar reclaims an attachment it has not heard from for its
+attachment ttl (a process that died without detaching), so HotTier renews it in
+the background (RenewAttachment) until closed; `alive` turns False once the
+sidecar refuses (reclaimed, detached or superseded: attach again).
+
+Fencing: LookupPrefix answers each slot with its generation. A copy out of slots
+whose lease was released, or may lapse, before the copy finished can be torn by the
+slot's reuse; `torn_blocks` (or `read_verified`) compares generations after the
+copy and names the blocks to recompute.
 """
 
 from __future__ import annotations
@@ -17,7 +27,10 @@ from infercache.v1 import kv_pb2 as PB2
 from infercache.v1 import kv_pb2_grpc
 
 from infercache_client.kv.leases import LeaseRenewer
-from infercache_client.kv.pool import KvPool, device_uuid, map_pool
+from infercache_client.kv.pool import KvPool, LayerKV, device_uuid, map_pool
+
+# The renewer's key for the attachment itself (lease ids are bare hex).
+_ATTACHMENT_KEY = "attachment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +61,8 @@ class PrefixMatch:
     retry_after_ms: int
     promoted_blocks: int
     """Blocks of this match that were promoted from the warm tier by this call."""
+    slot_generations: tuple[int, ...] = ()
+    """Per slot, its generation when matched (empty from sidecars without fencing)."""
 
     @property
     def matched_blocks(self) -> int:
@@ -61,6 +76,19 @@ class Allocation:
 
     slot_ids: tuple[int, ...]
     lease: Lease
+    slot_generations: tuple[int, ...] = ()
+    """Per slot, its generation once allocated."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedRead:
+    """A copy of a prefix's KV, cut at the first block whose slot was reused under it."""
+
+    kv: list[LayerKV]
+    """Per layer (K, V) of the first valid_blocks blocks."""
+    valid_blocks: int
+    torn: tuple[int, ...]
+    """Positions (in the match) of blocks whose copy may be torn: recompute them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +117,15 @@ class KvCacheClient:
         device: torch.device | str | None = None,
         process_name: str = "",
         renew_leases: bool = True,
+        keep_alive: bool = True,
         timeout_s: float = 60.0,
     ) -> HotTier:
         """Attach this model process and map the pool.
 
         `device` is where the model runs; for a CUDA device its UUID is sent so a CUDA
         pool is opened on that GPU. With renew_leases, leases from lookup_prefix and
-        allocate are renewed in the background until released.
+        allocate are renewed in the background until released; with keep_alive, the
+        attachment itself is renewed until the HotTier is closed.
         """
         gpu_uuid = ""
         if device is not None and torch.device(device).type == "cuda":
@@ -108,7 +138,9 @@ class KvCacheClient:
             process_name=process_name,
         )
         resp: PB2.AttachHotTierResponse = self._stub.AttachHotTier(req, timeout=timeout_s)
-        return HotTier(self._stub, resp, map_pool(resp.pool), self._timeout_s, renew_leases)
+        return HotTier(
+            self._stub, resp, map_pool(resp.pool), self._timeout_s, renew_leases, keep_alive
+        )
 
     def close(self) -> None:
         """Close the channel (attachments made through it stop working)."""
@@ -131,6 +163,7 @@ class HotTier:
         pool: KvPool,
         timeout_s: float,
         renew_leases: bool,
+        keep_alive: bool = True,
     ) -> None:
         """Built by KvCacheClient.attach."""
         self._stub = stub
@@ -142,8 +175,22 @@ class HotTier:
         self.max_chain_blocks = resp.max_chain_blocks
         self.default_lease_ttl_ms = resp.default_lease_ttl_ms
         self.max_lease_ttl_ms = resp.max_lease_ttl_ms
+        self.attachment_ttl_ms = resp.attachment_ttl_ms
+        """0: the sidecar never reclaims attachments (nothing to renew)."""
         self.pool = pool
-        self.renewer = LeaseRenewer(self._renew_ttl) if renew_leases else None
+        self.torn_reads = 0
+        """Blocks torn_blocks found torn so far."""
+        self._renew_leases = renew_leases
+        keep = keep_alive and self.attachment_ttl_ms > 0
+        self.renewer = LeaseRenewer(self._renew_any) if renew_leases or keep else None
+        if keep and self.renewer is not None:
+            self.renewer.track(_ATTACHMENT_KEY, self.attachment_ttl_ms)
+
+    @property
+    def alive(self) -> bool:
+        """False once the sidecar refused to renew the attachment (reclaimed, detached or
+        superseded): attach again. True when it is not renewed here."""
+        return self.renewer is None or _ATTACHMENT_KEY not in self.renewer.lost()
 
     def lookup_prefix(
         self,
@@ -172,7 +219,33 @@ class HotTier:
             retry_later=resp.retry_later,
             retry_after_ms=resp.retry_after_ms,
             promoted_blocks=resp.promoted_blocks,
+            slot_generations=tuple(resp.slot_generations),
         )
+
+    def torn_blocks(self, slot_ids: Sequence[int], generations: Sequence[int]) -> tuple[int, ...]:
+        """Positions of the blocks whose slot was allocated again since `generations` were
+        handed out: a copy of them taken since may be torn. Call it after the copy
+        finished (on CUDA: after synchronising its stream). () when the sidecar shares no
+        generations (nothing can be checked: keep the lease until the copy is done)."""
+        torn = self.pool.changed(slot_ids, generations)
+        self.torn_reads += len(torn)
+        return torn
+
+    def read_verified(
+        self, match: PrefixMatch, device: torch.device | str | None = None
+    ) -> VerifiedRead:
+        """Copy the match's KV (KvPool.read_prefix), then check it was not torn: the copy
+        is cut before the first torn block (the rest must be recomputed)."""
+        kv = self.pool.read_prefix(match.slot_ids, device)
+        # The check must follow the copy itself, not its launch on a CUDA stream.
+        if self.pool.device.type == "cuda":
+            torch.cuda.synchronize(self.pool.device)
+        if device is not None and torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+        torn = self.torn_blocks(match.slot_ids, match.slot_generations)
+        valid = torn[0] if torn else len(match.slot_ids)
+        tokens = valid * self.pool.tokens_per_block
+        return VerifiedRead([(k[:tokens], v[:tokens]) for k, v in kv], valid, torn)
 
     def allocate(self, count: int, *, lease_id: str = "", lease_ttl_ms: int = 0) -> Allocation:
         """Reserve `count` free slots (all or nothing), added to `lease_id` or a new lease."""
@@ -187,7 +260,7 @@ class HotTier:
         if lease is None:
             raise RuntimeError("AllocateBlocks answered without a lease")
         self._track(lease)
-        return Allocation(tuple(resp.slot_ids), lease)
+        return Allocation(tuple(resp.slot_ids), lease, tuple(resp.slot_generations))
 
     def commit(
         self,
@@ -238,6 +311,13 @@ class HotTier:
             raise RuntimeError("RenewLease answered without a lease")
         return lease
 
+    def renew_attachment(self) -> int:
+        """Tell the sidecar this process is alive (done in the background unless attached
+        with keep_alive=False); returns the attachment's ttl in milliseconds."""
+        req = PB2.RenewAttachmentRequest(attachment_id=self.attachment_id)
+        resp: PB2.RenewAttachmentResponse = self._stub.RenewAttachment(req, timeout=self._timeout_s)
+        return resp.attachment_ttl_ms
+
     def detach(self) -> int:
         """End the attachment (its leases are released); returns the slots unpinned."""
         self.close()
@@ -246,7 +326,8 @@ class HotTier:
         return resp.released_slots
 
     def close(self) -> None:
-        """Stop renewing leases (they expire on the sidecar unless released)."""
+        """Stop renewing leases and the attachment (they expire on the sidecar unless
+        released or detached)."""
         if self.renewer is not None:
             self.renewer.close()
 
@@ -257,8 +338,10 @@ class HotTier:
         self.close()
 
     def _track(self, lease: Lease | None) -> None:
-        if self.renewer is not None and lease is not None:
+        if self._renew_leases and self.renewer is not None and lease is not None:
             self.renewer.track(lease.lease_id, lease.ttl_ms)
 
-    def _renew_ttl(self, lease_id: str) -> int:
-        return self.renew(lease_id).ttl_ms
+    def _renew_any(self, key: str) -> int:
+        if key == _ATTACHMENT_KEY:
+            return self.renew_attachment()
+        return self.renew(key).ttl_ms

@@ -4,6 +4,8 @@ The pool is a uint8 tensor [num_slots, slot_bytes] in memory the sidecar owns: a
 shared-memory file (torch.from_file(shared=True)) or a CUDA allocation rebuilt from
 its IPC handle on the local GPU with the same UUID. A slot's first block_bytes bytes
 hold one block as `dtype` in the layout [num_layers, 2 (K, V), tokens, kv_heads, head_dim].
+Next to it, the slots' generations (one int64 per slot in host shared memory, when the
+sidecar shares them) tell whether a slot was allocated again since a lookup.
 """
 
 from __future__ import annotations
@@ -144,16 +146,35 @@ def map_pool(handle: PB2.PoolHandle) -> KvPool:
         raw = _map_cuda_ipc(handle)
     else:
         raise PoolUnavailable(f"unknown pool location {kind!r}")
-    return KvPool(raw, torch_dtype(handle.dtype), tuple(handle.slot_shape), handle.block_bytes)
+    generations = _map_generations(handle) if handle.HasField("generations") else None
+    return KvPool(
+        raw, torch_dtype(handle.dtype), tuple(handle.slot_shape), handle.block_bytes, generations
+    )
+
+
+def _map_generations(handle: PB2.PoolHandle) -> torch.Tensor:
+    gen = handle.generations
+    if gen.size_bytes != 8 * handle.num_slots:
+        raise PoolUnavailable(
+            f"generations file size {gen.size_bytes} != 8 x {handle.num_slots} slots"
+        )
+    # uint64 on the sidecar's side; int64 here (values stay far below 2**63).
+    return torch.from_file(gen.path, shared=True, size=handle.num_slots, dtype=torch.int64)
 
 
 class KvPool:
     """Typed views of a mapped pool. Views alias the sidecar's memory: writes are in place."""
 
     def __init__(
-        self, raw: torch.Tensor, dtype: torch.dtype, slot_shape: Sequence[int], block_bytes: int
+        self,
+        raw: torch.Tensor,
+        dtype: torch.dtype,
+        slot_shape: Sequence[int],
+        block_bytes: int,
+        generations: torch.Tensor | None = None,
     ) -> None:
-        """`raw` is the uint8 pool [num_slots, slot_bytes]; `slot_shape` is [L, 2, T, H, D]."""
+        """`raw` is the uint8 pool [num_slots, slot_bytes]; `slot_shape` is [L, 2, T, H, D];
+        `generations` the slots' int64 generations [num_slots] (None: not shared)."""
         if len(slot_shape) != 5 or slot_shape[1] != 2:
             raise PoolUnavailable(f"slot shape {list(slot_shape)} is not [layers, 2, T, H, D]")
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -164,7 +185,12 @@ class KvPool:
             )
         if raw.shape[1] % itemsize:
             raise PoolUnavailable(f"slot_bytes {raw.shape[1]} is not a multiple of {itemsize}")
+        if generations is not None and tuple(generations.shape) != (raw.shape[0],):
+            raise PoolUnavailable(
+                f"{tuple(generations.shape)} generations for {raw.shape[0]} slots"
+            )
         self.raw = raw
+        self.generations = generations
         self.dtype = dtype
         self.slot_shape = tuple(slot_shape)
         # [num_slots, L, 2, T, H, D]; slot padding beyond block_bytes is sliced off.
@@ -184,6 +210,21 @@ class KvPool:
     def device(self) -> torch.device:
         """Where the pool memory lives (cpu for a shared-memory file)."""
         return self.raw.device
+
+    @property
+    def fenced(self) -> bool:
+        """Whether slot generations can be checked (see changed)."""
+        return self.generations is not None
+
+    def changed(self, slot_ids: Sequence[int], generations: Sequence[int]) -> tuple[int, ...]:
+        """Positions i where slot_ids[i] is no longer at generations[i] (it was allocated
+        again: its bytes may have changed since). () when not fenced."""
+        if self.generations is None or not slot_ids:
+            return ()
+        if len(generations) != len(slot_ids):
+            raise ValueError(f"{len(slot_ids)} slots but {len(generations)} generations")
+        now = self.generations[torch.tensor(list(slot_ids), dtype=torch.long)].tolist()
+        return tuple(i for i, (a, b) in enumerate(zip(now, generations, strict=True)) if a != b)
 
     def slot(self, slot_id: int) -> torch.Tensor:
         """One block [num_layers, 2, tokens, kv_heads, head_dim] (a view)."""

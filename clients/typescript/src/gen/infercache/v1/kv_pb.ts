@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file infercache/v1/kv.proto.
  */
 export const file_infercache_v1_kv: GenFile = /*@__PURE__*/
-  fileDesc("ChZpbmZlcmNhY2hlL3YxL2t2LnByb3RvEg1pbmZlcmNhY2hlLnYxIucCCghLdkxheW91dBISCgpudW1fbGF5ZXJzGAEgASgNEhQKDG51bV9rdl9oZWFkcxgCIAEoDRIQCghoZWFkX2RpbRgDIAEoDRIYChB0b2tlbnNfcGVyX2Jsb2NrGAQgASgNEiUKBWR0eXBlGAUgASgOMhYuaW5mZXJjYWNoZS52MS5LdkR0eXBlEg8KB3RwX3NpemUYBiABKA0SDwoHdHBfcmFuaxgHIAEoDRIUCgxrdl9zY2FsZXNfaWQYCCABKAkSEwoLcm9wZV9jb25maWcYCSABKAkSMAoLc2xvdF9sYXlvdXQYCiABKA4yGy5pbmZlcmNhY2hlLnYxLkt2U2xvdExheW91dBIxCgVleHRyYRgLIAMoCzIiLmluZmVyY2FjaGUudjEuS3ZMYXlvdXQuRXh0cmFFbnRyeRosCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNAoQU2hhcmVkTWVtb3J5UG9vbBIMCgRwYXRoGAEgASgJEhIKCnNpemVfYnl0ZXMYAiABKAQi2AEKC0N1ZGFJcGNQb29sEhAKCGdwdV91dWlkGAEgASgJEhIKCmlwY19oYW5kbGUYAiABKAwSGgoSc3RvcmFnZV9zaXplX2J5dGVzGAMgASgEEhwKFHN0b3JhZ2Vfb2Zmc2V0X2J5dGVzGAQgASgEEhoKEnJlZl9jb3VudGVyX2hhbmRsZRgFIAEoDBIaChJyZWZfY291bnRlcl9vZmZzZXQYBiABKAQSFAoMZXZlbnRfaGFuZGxlGAcgASgMEhsKE2V2ZW50X3N5bmNfcmVxdWlyZWQYCCABKAgiigIKClBvb2xIYW5kbGUSDwoHcG9vbF9pZBgBIAEoCRIRCgludW1fc2xvdHMYAiABKA0SEgoKc2xvdF9ieXRlcxgDIAEoBBITCgtibG9ja19ieXRlcxgEIAEoBBIlCgVkdHlwZRgFIAEoDjIWLmluZmVyY2FjaGUudjEuS3ZEdHlwZRISCgpzbG90X3NoYXBlGAYgAygNEjgKDXNoYXJlZF9tZW1vcnkYCiABKAsyHy5pbmZlcmNhY2hlLnYxLlNoYXJlZE1lbW9yeVBvb2xIABIuCghjdWRhX2lwYxgLIAEoCzIaLmluZmVyY2FjaGUudjEuQ3VkYUlwY1Bvb2xIAEIKCghsb2NhdGlvbiJFCgVMZWFzZRIQCghsZWFzZV9pZBgBIAEoCRIaChJleHBpcmVzX2F0X3VuaXhfbXMYAiABKAMSDgoGdHRsX21zGAMgASgNIp8BChRBdHRhY2hIb3RUaWVyUmVxdWVzdBIZChFtb2RlbF9maW5nZXJwcmludBgBIAEoCRIbChNhZGFwdGVyX2ZpbmdlcnByaW50GAIgASgJEicKBmxheW91dBgDIAEoCzIXLmluZmVyY2FjaGUudjEuS3ZMYXlvdXQSEAoIZ3B1X3V1aWQYBCABKAkSFAoMcHJvY2Vzc19uYW1lGAUgASgJIuQBChVBdHRhY2hIb3RUaWVyUmVzcG9uc2USFQoNYXR0YWNobWVudF9pZBgBIAEoCRInCgRwb29sGAIgASgLMhkuaW5mZXJjYWNoZS52MS5Qb29sSGFuZGxlEicKBmxheW91dBgDIAEoCzIXLmluZmVyY2FjaGUudjEuS3ZMYXlvdXQSEAoIc2NvcGVfaWQYBCABKAkSGAoQbWF4X2NoYWluX2Jsb2NrcxgFIAEoDRIcChRkZWZhdWx0X2xlYXNlX3R0bF9tcxgGIAEoDRIYChBtYXhfbGVhc2VfdHRsX21zGAcgASgNIi0KFERldGFjaEhvdFRpZXJSZXF1ZXN0EhUKDWF0dGFjaG1lbnRfaWQYASABKAkiLwoVRGV0YWNoSG90VGllclJlc3BvbnNlEhYKDnJlbGVhc2VkX3Nsb3RzGAEgASgNIo4BChNMb29rdXBQcmVmaXhSZXF1ZXN0EhUKDWF0dGFjaG1lbnRfaWQYASABKAkSDgoGdGVuYW50GAIgASgJEhIKCmNhY2hlX3NhbHQYAyABKAkSFAoMYmxvY2tfaGFzaGVzGAQgAygMEhQKDGxlYXNlX3R0bF9tcxgFIAEoDRIQCghob3Rfb25seRgGIAEoCCKrAQoUTG9va3VwUHJlZml4UmVzcG9uc2USFgoObWF0Y2hlZF9ibG9ja3MYASABKA0SEAoIc2xvdF9pZHMYAiADKA0SIwoFbGVhc2UYAyABKAsyFC5pbmZlcmNhY2hlLnYxLkxlYXNlEhMKC3JldHJ5X2xhdGVyGAQgASgIEhYKDnJldHJ5X2FmdGVyX21zGAUgASgNEhcKD3Byb21vdGVkX2Jsb2NrcxgGIAEoDSJlChVBbGxvY2F0ZUJsb2Nrc1JlcXVlc3QSFQoNYXR0YWNobWVudF9pZBgBIAEoCRINCgVjb3VudBgCIAEoDRIQCghsZWFzZV9pZBgDIAEoCRIUCgxsZWFzZV90dGxfbXMYBCABKA0iTwoWQWxsb2NhdGVCbG9ja3NSZXNwb25zZRIQCghzbG90X2lkcxgBIAMoDRIjCgVsZWFzZRgCIAEoCzIULmluZmVyY2FjaGUudjEuTGVhc2UiMgoLQmxvY2tDb21taXQSDwoHc2xvdF9pZBgBIAEoDRISCgpibG9ja19oYXNoGAIgASgMIo4BChNDb21taXRCbG9ja3NSZXF1ZXN0EhUKDWF0dGFjaG1lbnRfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDgoGdGVuYW50GAMgASgJEhIKCmNhY2hlX3NhbHQYBCABKAkSKgoGYmxvY2tzGAUgAygLMhouaW5mZXJjYWNoZS52MS5CbG9ja0NvbW1pdCJIChRDb21taXRCbG9ja3NSZXNwb25zZRIYChBjb21taXR0ZWRfYmxvY2tzGAEgASgNEhYKDmFscmVhZHlfY2FjaGVkGAIgAygIIjkKDlJlbGVhc2VSZXF1ZXN0EhUKDWF0dGFjaG1lbnRfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkiKQoPUmVsZWFzZVJlc3BvbnNlEhYKDnJlbGVhc2VkX3Nsb3RzGAEgASgNIlIKEVJlbmV3TGVhc2VSZXF1ZXN0EhUKDWF0dGFjaG1lbnRfaWQYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSFAoMbGVhc2VfdHRsX21zGAMgASgNIjkKElJlbmV3TGVhc2VSZXNwb25zZRIjCgVsZWFzZRgBIAEoCzIULmluZmVyY2FjaGUudjEuTGVhc2UqnAEKB0t2RHR5cGUSGAoUS1ZfRFRZUEVfVU5TUEVDSUZJRUQQABIUChBLVl9EVFlQRV9GTE9BVDMyEAESFAoQS1ZfRFRZUEVfRkxPQVQxNhACEhUKEUtWX0RUWVBFX0JGTE9BVDE2EAMSGgoWS1ZfRFRZUEVfRkxPQVQ4X0U0TTNGThAEEhgKFEtWX0RUWVBFX0ZMT0FUOF9FNU0yEAUqWgoMS3ZTbG90TGF5b3V0Eh4KGktWX1NMT1RfTEFZT1VUX1VOU1BFQ0lGSUVEEAASKgomS1ZfU0xPVF9MQVlPVVRfTEFZRVJfS1ZfVE9LRU5fSEVBRF9ESU0QATL2BAoOS3ZDYWNoZVNlcnZpY2USWgoNQXR0YWNoSG90VGllchIjLmluZmVyY2FjaGUudjEuQXR0YWNoSG90VGllclJlcXVlc3QaJC5pbmZlcmNhY2hlLnYxLkF0dGFjaEhvdFRpZXJSZXNwb25zZRJaCg1EZXRhY2hIb3RUaWVyEiMuaW5mZXJjYWNoZS52MS5EZXRhY2hIb3RUaWVyUmVxdWVzdBokLmluZmVyY2FjaGUudjEuRGV0YWNoSG90VGllclJlc3BvbnNlElcKDExvb2t1cFByZWZpeBIiLmluZmVyY2FjaGUudjEuTG9va3VwUHJlZml4UmVxdWVzdBojLmluZmVyY2FjaGUudjEuTG9va3VwUHJlZml4UmVzcG9uc2USXQoOQWxsb2NhdGVCbG9ja3MSJC5pbmZlcmNhY2hlLnYxLkFsbG9jYXRlQmxvY2tzUmVxdWVzdBolLmluZmVyY2FjaGUudjEuQWxsb2NhdGVCbG9ja3NSZXNwb25zZRJXCgxDb21taXRCbG9ja3MSIi5pbmZlcmNhY2hlLnYxLkNvbW1pdEJsb2Nrc1JlcXVlc3QaIy5pbmZlcmNhY2hlLnYxLkNvbW1pdEJsb2Nrc1Jlc3BvbnNlEkgKB1JlbGVhc2USHS5pbmZlcmNhY2hlLnYxLlJlbGVhc2VSZXF1ZXN0Gh4uaW5mZXJjYWNoZS52MS5SZWxlYXNlUmVzcG9uc2USUQoKUmVuZXdMZWFzZRIgLmluZmVyY2FjaGUudjEuUmVuZXdMZWFzZVJlcXVlc3QaIS5pbmZlcmNhY2hlLnYxLlJlbmV3TGVhc2VSZXNwb25zZWIGcHJvdG8z");
+  fileDesc("ChZpbmZlcmNhY2hlL3YxL2t2LnByb3RvEg1pbmZlcmNhY2hlLnYxIucCCghLdkxheW91dBISCgpudW1fbGF5ZXJzGAEgASgNEhQKDG51bV9rdl9oZWFkcxgCIAEoDRIQCghoZWFkX2RpbRgDIAEoDRIYChB0b2tlbnNfcGVyX2Jsb2NrGAQgASgNEiUKBWR0eXBlGAUgASgOMhYuaW5mZXJjYWNoZS52MS5LdkR0eXBlEg8KB3RwX3NpemUYBiABKA0SDwoHdHBfcmFuaxgHIAEoDRIUCgxrdl9zY2FsZXNfaWQYCCABKAkSEwoLcm9wZV9jb25maWcYCSABKAkSMAoLc2xvdF9sYXlvdXQYCiABKA4yGy5pbmZlcmNhY2hlLnYxLkt2U2xvdExheW91dBIxCgVleHRyYRgLIAMoCzIiLmluZmVyY2FjaGUudjEuS3ZMYXlvdXQuRXh0cmFFbnRyeRosCgpFeHRyYUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNAoQU2hhcmVkTWVtb3J5UG9vbBIMCgRwYXRoGAEgASgJEhIKCnNpemVfYnl0ZXMYAiABKAQi2AEKC0N1ZGFJcGNQb29sEhAKCGdwdV91dWlkGAEgASgJEhIKCmlwY19oYW5kbGUYAiABKAwSGgoSc3RvcmFnZV9zaXplX2J5dGVzGAMgASgEEhwKFHN0b3JhZ2Vfb2Zmc2V0X2J5dGVzGAQgASgEEhoKEnJlZl9jb3VudGVyX2hhbmRsZRgFIAEoDBIaChJyZWZfY291bnRlcl9vZmZzZXQYBiABKAQSFAoMZXZlbnRfaGFuZGxlGAcgASgMEhsKE2V2ZW50X3N5bmNfcmVxdWlyZWQYCCABKAgivwIKClBvb2xIYW5kbGUSDwoHcG9vbF9pZBgBIAEoCRIRCgludW1fc2xvdHMYAiABKA0SEgoKc2xvdF9ieXRlcxgDIAEoBBITCgtibG9ja19ieXRlcxgEIAEoBBIlCgVkdHlwZRgFIAEoDjIWLmluZmVyY2FjaGUudjEuS3ZEdHlwZRISCgpzbG90X3NoYXBlGAYgAygNEjgKDXNoYXJlZF9tZW1vcnkYCiABKAsyHy5pbmZlcmNhY2hlLnYxLlNoYXJlZE1lbW9yeVBvb2xIABIuCghjdWRhX2lwYxgLIAEoCzIaLmluZmVyY2FjaGUudjEuQ3VkYUlwY1Bvb2xIABIzCgtnZW5lcmF0aW9ucxgMIAEoCzIeLmluZmVyY2FjaGUudjEuU2xvdEdlbmVyYXRpb25zQgoKCGxvY2F0aW9uIjMKD1Nsb3RHZW5lcmF0aW9ucxIMCgRwYXRoGAEgASgJEhIKCnNpemVfYnl0ZXMYAiABKAQiRQoFTGVhc2USEAoIbGVhc2VfaWQYASABKAkSGgoSZXhwaXJlc19hdF91bml4X21zGAIgASgDEg4KBnR0bF9tcxgDIAEoDSKfAQoUQXR0YWNoSG90VGllclJlcXVlc3QSGQoRbW9kZWxfZmluZ2VycHJpbnQYASABKAkSGwoTYWRhcHRlcl9maW5nZXJwcmludBgCIAEoCRInCgZsYXlvdXQYAyABKAsyFy5pbmZlcmNhY2hlLnYxLkt2TGF5b3V0EhAKCGdwdV91dWlkGAQgASgJEhQKDHByb2Nlc3NfbmFtZRgFIAEoCSL/AQoVQXR0YWNoSG90VGllclJlc3BvbnNlEhUKDWF0dGFjaG1lbnRfaWQYASABKAkSJwoEcG9vbBgCIAEoCzIZLmluZmVyY2FjaGUudjEuUG9vbEhhbmRsZRInCgZsYXlvdXQYAyABKAsyFy5pbmZlcmNhY2hlLnYxLkt2TGF5b3V0EhAKCHNjb3BlX2lkGAQgASgJEhgKEG1heF9jaGFpbl9ibG9ja3MYBSABKA0SHAoUZGVmYXVsdF9sZWFzZV90dGxfbXMYBiABKA0SGAoQbWF4X2xlYXNlX3R0bF9tcxgHIAEoDRIZChFhdHRhY2htZW50X3R0bF9tcxgIIAEoDSItChREZXRhY2hIb3RUaWVyUmVxdWVzdBIVCg1hdHRhY2htZW50X2lkGAEgASgJIi8KFURldGFjaEhvdFRpZXJSZXNwb25zZRIWCg5yZWxlYXNlZF9zbG90cxgBIAEoDSKOAQoTTG9va3VwUHJlZml4UmVxdWVzdBIVCg1hdHRhY2htZW50X2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCRISCgpjYWNoZV9zYWx0GAMgASgJEhQKDGJsb2NrX2hhc2hlcxgEIAMoDBIUCgxsZWFzZV90dGxfbXMYBSABKA0SEAoIaG90X29ubHkYBiABKAgixQEKFExvb2t1cFByZWZpeFJlc3BvbnNlEhYKDm1hdGNoZWRfYmxvY2tzGAEgASgNEhAKCHNsb3RfaWRzGAIgAygNEiMKBWxlYXNlGAMgASgLMhQuaW5mZXJjYWNoZS52MS5MZWFzZRITCgtyZXRyeV9sYXRlchgEIAEoCBIWCg5yZXRyeV9hZnRlcl9tcxgFIAEoDRIXCg9wcm9tb3RlZF9ibG9ja3MYBiABKA0SGAoQc2xvdF9nZW5lcmF0aW9ucxgHIAMoBCJlChVBbGxvY2F0ZUJsb2Nrc1JlcXVlc3QSFQoNYXR0YWNobWVudF9pZBgBIAEoCRINCgVjb3VudBgCIAEoDRIQCghsZWFzZV9pZBgDIAEoCRIUCgxsZWFzZV90dGxfbXMYBCABKA0iaQoWQWxsb2NhdGVCbG9ja3NSZXNwb25zZRIQCghzbG90X2lkcxgBIAMoDRIjCgVsZWFzZRgCIAEoCzIULmluZmVyY2FjaGUudjEuTGVhc2USGAoQc2xvdF9nZW5lcmF0aW9ucxgDIAMoBCIyCgtCbG9ja0NvbW1pdBIPCgdzbG90X2lkGAEgASgNEhIKCmJsb2NrX2hhc2gYAiABKAwijgEKE0NvbW1pdEJsb2Nrc1JlcXVlc3QSFQoNYXR0YWNobWVudF9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkSEgoKY2FjaGVfc2FsdBgEIAEoCRIqCgZibG9ja3MYBSADKAsyGi5pbmZlcmNhY2hlLnYxLkJsb2NrQ29tbWl0IkgKFENvbW1pdEJsb2Nrc1Jlc3BvbnNlEhgKEGNvbW1pdHRlZF9ibG9ja3MYASABKA0SFgoOYWxyZWFkeV9jYWNoZWQYAiADKAgiOQoOUmVsZWFzZVJlcXVlc3QSFQoNYXR0YWNobWVudF9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCSIpCg9SZWxlYXNlUmVzcG9uc2USFgoOcmVsZWFzZWRfc2xvdHMYASABKA0iUgoRUmVuZXdMZWFzZVJlcXVlc3QSFQoNYXR0YWNobWVudF9pZBgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIUCgxsZWFzZV90dGxfbXMYAyABKA0iOQoSUmVuZXdMZWFzZVJlc3BvbnNlEiMKBWxlYXNlGAEgASgLMhQuaW5mZXJjYWNoZS52MS5MZWFzZSIvChZSZW5ld0F0dGFjaG1lbnRSZXF1ZXN0EhUKDWF0dGFjaG1lbnRfaWQYASABKAkiUAoXUmVuZXdBdHRhY2htZW50UmVzcG9uc2USGgoSZXhwaXJlc19hdF91bml4X21zGAEgASgDEhkKEWF0dGFjaG1lbnRfdHRsX21zGAIgASgNKpwBCgdLdkR0eXBlEhgKFEtWX0RUWVBFX1VOU1BFQ0lGSUVEEAASFAoQS1ZfRFRZUEVfRkxPQVQzMhABEhQKEEtWX0RUWVBFX0ZMT0FUMTYQAhIVChFLVl9EVFlQRV9CRkxPQVQxNhADEhoKFktWX0RUWVBFX0ZMT0FUOF9FNE0zRk4QBBIYChRLVl9EVFlQRV9GTE9BVDhfRTVNMhAFKloKDEt2U2xvdExheW91dBIeChpLVl9TTE9UX0xBWU9VVF9VTlNQRUNJRklFRBAAEioKJktWX1NMT1RfTEFZT1VUX0xBWUVSX0tWX1RPS0VOX0hFQURfRElNEAEy2AUKDkt2Q2FjaGVTZXJ2aWNlEloKDUF0dGFjaEhvdFRpZXISIy5pbmZlcmNhY2hlLnYxLkF0dGFjaEhvdFRpZXJSZXF1ZXN0GiQuaW5mZXJjYWNoZS52MS5BdHRhY2hIb3RUaWVyUmVzcG9uc2USWgoNRGV0YWNoSG90VGllchIjLmluZmVyY2FjaGUudjEuRGV0YWNoSG90VGllclJlcXVlc3QaJC5pbmZlcmNhY2hlLnYxLkRldGFjaEhvdFRpZXJSZXNwb25zZRJXCgxMb29rdXBQcmVmaXgSIi5pbmZlcmNhY2hlLnYxLkxvb2t1cFByZWZpeFJlcXVlc3QaIy5pbmZlcmNhY2hlLnYxLkxvb2t1cFByZWZpeFJlc3BvbnNlEl0KDkFsbG9jYXRlQmxvY2tzEiQuaW5mZXJjYWNoZS52MS5BbGxvY2F0ZUJsb2Nrc1JlcXVlc3QaJS5pbmZlcmNhY2hlLnYxLkFsbG9jYXRlQmxvY2tzUmVzcG9uc2USVwoMQ29tbWl0QmxvY2tzEiIuaW5mZXJjYWNoZS52MS5Db21taXRCbG9ja3NSZXF1ZXN0GiMuaW5mZXJjYWNoZS52MS5Db21taXRCbG9ja3NSZXNwb25zZRJICgdSZWxlYXNlEh0uaW5mZXJjYWNoZS52MS5SZWxlYXNlUmVxdWVzdBoeLmluZmVyY2FjaGUudjEuUmVsZWFzZVJlc3BvbnNlElEKClJlbmV3TGVhc2USIC5pbmZlcmNhY2hlLnYxLlJlbmV3TGVhc2VSZXF1ZXN0GiEuaW5mZXJjYWNoZS52MS5SZW5ld0xlYXNlUmVzcG9uc2USYAoPUmVuZXdBdHRhY2htZW50EiUuaW5mZXJjYWNoZS52MS5SZW5ld0F0dGFjaG1lbnRSZXF1ZXN0GiYuaW5mZXJjYWNoZS52MS5SZW5ld0F0dGFjaG1lbnRSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * KvLayout is the KV representation of one block. Every field is part of the
@@ -279,6 +279,14 @@ export type PoolHandle = Message<"infercache.v1.PoolHandle"> & {
     value: CudaIpcPool;
     case: "cudaIpc";
   } | { case: undefined; value?: undefined };
+
+  /**
+   * The slots' generations, in host memory whatever the pool's device; unset
+   * when the sidecar does not share them.
+   *
+   * @generated from field: infercache.v1.SlotGenerations generations = 12;
+   */
+  generations?: SlotGenerations | undefined;
 };
 
 /**
@@ -287,6 +295,41 @@ export type PoolHandle = Message<"infercache.v1.PoolHandle"> & {
  */
 export const PoolHandleSchema: GenMessage<PoolHandle> = /*@__PURE__*/
   messageDesc(file_infercache_v1_kv, 3);
+
+/**
+ * SlotGenerations is a file of num_slots unsigned 64-bit integers in the host's
+ * byte order (slot i at byte offset 8 * i), mapped read-only by model processes
+ * (torch.from_file(path, shared=True, size=num_slots, dtype=torch.int64)). A
+ * slot's generation changes whenever it is allocated again, before its bytes can
+ * change: a reader that copies a slot after releasing its lease (or while the
+ * lease may lapse) compares the generation LookupPrefix gave it with the current
+ * one after the copy; a different one means the copy may be torn and the block
+ * must be recomputed.
+ *
+ * @generated from message infercache.v1.SlotGenerations
+ */
+export type SlotGenerations = Message<"infercache.v1.SlotGenerations"> & {
+  /**
+   * Absolute path, normally under /dev/shm.
+   *
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * File size in bytes (8 * num_slots).
+   *
+   * @generated from field: uint64 size_bytes = 2;
+   */
+  sizeBytes: bigint;
+};
+
+/**
+ * Describes the message infercache.v1.SlotGenerations.
+ * Use `create(SlotGenerationsSchema)` to create a new message.
+ */
+export const SlotGenerationsSchema: GenMessage<SlotGenerations> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_kv, 4);
 
 /**
  * Lease pins slots until it is released or expires.
@@ -321,7 +364,7 @@ export type Lease = Message<"infercache.v1.Lease"> & {
  * Use `create(LeaseSchema)` to create a new message.
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 4);
+  messageDesc(file_infercache_v1_kv, 5);
 
 /**
  * AttachHotTierRequest declares the model process.
@@ -370,7 +413,7 @@ export type AttachHotTierRequest = Message<"infercache.v1.AttachHotTierRequest">
  * Use `create(AttachHotTierRequestSchema)` to create a new message.
  */
 export const AttachHotTierRequestSchema: GenMessage<AttachHotTierRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 5);
+  messageDesc(file_infercache_v1_kv, 6);
 
 /**
  * AttachHotTierResponse hands out the pool.
@@ -424,6 +467,15 @@ export type AttachHotTierResponse = Message<"infercache.v1.AttachHotTierResponse
    * @generated from field: uint32 max_lease_ttl_ms = 7;
    */
   maxLeaseTtlMs: number;
+
+  /**
+   * The attachment is reclaimed after this long without an RPC naming it: call
+   * RenewAttachment (or any other RPC) more often. 0 from sidecars that never
+   * reclaim attachments.
+   *
+   * @generated from field: uint32 attachment_ttl_ms = 8;
+   */
+  attachmentTtlMs: number;
 };
 
 /**
@@ -431,7 +483,7 @@ export type AttachHotTierResponse = Message<"infercache.v1.AttachHotTierResponse
  * Use `create(AttachHotTierResponseSchema)` to create a new message.
  */
 export const AttachHotTierResponseSchema: GenMessage<AttachHotTierResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 6);
+  messageDesc(file_infercache_v1_kv, 7);
 
 /**
  * DetachHotTierRequest ends an attachment.
@@ -450,7 +502,7 @@ export type DetachHotTierRequest = Message<"infercache.v1.DetachHotTierRequest">
  * Use `create(DetachHotTierRequestSchema)` to create a new message.
  */
 export const DetachHotTierRequestSchema: GenMessage<DetachHotTierRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 7);
+  messageDesc(file_infercache_v1_kv, 8);
 
 /**
  * DetachHotTierResponse reports what was released.
@@ -469,7 +521,7 @@ export type DetachHotTierResponse = Message<"infercache.v1.DetachHotTierResponse
  * Use `create(DetachHotTierResponseSchema)` to create a new message.
  */
 export const DetachHotTierResponseSchema: GenMessage<DetachHotTierResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 8);
+  messageDesc(file_infercache_v1_kv, 9);
 
 /**
  * LookupPrefixRequest asks for the longest cached prefix of a block chain.
@@ -523,7 +575,7 @@ export type LookupPrefixRequest = Message<"infercache.v1.LookupPrefixRequest"> &
  * Use `create(LookupPrefixRequestSchema)` to create a new message.
  */
 export const LookupPrefixRequestSchema: GenMessage<LookupPrefixRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 9);
+  messageDesc(file_infercache_v1_kv, 10);
 
 /**
  * LookupPrefixResponse lists the slots of the longest cached prefix.
@@ -571,6 +623,14 @@ export type LookupPrefixResponse = Message<"infercache.v1.LookupPrefixResponse">
    * @generated from field: uint32 promoted_blocks = 6;
    */
   promotedBlocks: number;
+
+  /**
+   * Per slot in slot_ids, its generation now (see SlotGenerations); empty from
+   * sidecars without generations.
+   *
+   * @generated from field: repeated uint64 slot_generations = 7;
+   */
+  slotGenerations: bigint[];
 };
 
 /**
@@ -578,7 +638,7 @@ export type LookupPrefixResponse = Message<"infercache.v1.LookupPrefixResponse">
  * Use `create(LookupPrefixResponseSchema)` to create a new message.
  */
 export const LookupPrefixResponseSchema: GenMessage<LookupPrefixResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 10);
+  messageDesc(file_infercache_v1_kv, 11);
 
 /**
  * AllocateBlocksRequest reserves free slots for new blocks.
@@ -619,7 +679,7 @@ export type AllocateBlocksRequest = Message<"infercache.v1.AllocateBlocksRequest
  * Use `create(AllocateBlocksRequestSchema)` to create a new message.
  */
 export const AllocateBlocksRequestSchema: GenMessage<AllocateBlocksRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 11);
+  messageDesc(file_infercache_v1_kv, 12);
 
 /**
  * AllocateBlocksResponse lists the reserved slots.
@@ -636,6 +696,13 @@ export type AllocateBlocksResponse = Message<"infercache.v1.AllocateBlocksRespon
    * @generated from field: infercache.v1.Lease lease = 2;
    */
   lease?: Lease | undefined;
+
+  /**
+   * Per slot in slot_ids, its generation (see SlotGenerations).
+   *
+   * @generated from field: repeated uint64 slot_generations = 3;
+   */
+  slotGenerations: bigint[];
 };
 
 /**
@@ -643,7 +710,7 @@ export type AllocateBlocksResponse = Message<"infercache.v1.AllocateBlocksRespon
  * Use `create(AllocateBlocksResponseSchema)` to create a new message.
  */
 export const AllocateBlocksResponseSchema: GenMessage<AllocateBlocksResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 12);
+  messageDesc(file_infercache_v1_kv, 13);
 
 /**
  * BlockCommit names one allocated slot and the block hash it now holds.
@@ -669,7 +736,7 @@ export type BlockCommit = Message<"infercache.v1.BlockCommit"> & {
  * Use `create(BlockCommitSchema)` to create a new message.
  */
 export const BlockCommitSchema: GenMessage<BlockCommit> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 13);
+  messageDesc(file_infercache_v1_kv, 14);
 
 /**
  * CommitBlocksRequest publishes written slots.
@@ -712,7 +779,7 @@ export type CommitBlocksRequest = Message<"infercache.v1.CommitBlocksRequest"> &
  * Use `create(CommitBlocksRequestSchema)` to create a new message.
  */
 export const CommitBlocksRequestSchema: GenMessage<CommitBlocksRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 14);
+  messageDesc(file_infercache_v1_kv, 15);
 
 /**
  * CommitBlocksResponse reports the outcome per block, in request order.
@@ -741,7 +808,7 @@ export type CommitBlocksResponse = Message<"infercache.v1.CommitBlocksResponse">
  * Use `create(CommitBlocksResponseSchema)` to create a new message.
  */
 export const CommitBlocksResponseSchema: GenMessage<CommitBlocksResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 15);
+  messageDesc(file_infercache_v1_kv, 16);
 
 /**
  * ReleaseRequest unpins a lease.
@@ -765,7 +832,7 @@ export type ReleaseRequest = Message<"infercache.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 16);
+  messageDesc(file_infercache_v1_kv, 17);
 
 /**
  * ReleaseResponse reports how many slots were unpinned.
@@ -784,7 +851,7 @@ export type ReleaseResponse = Message<"infercache.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 17);
+  messageDesc(file_infercache_v1_kv, 18);
 
 /**
  * RenewLeaseRequest extends a lease.
@@ -815,7 +882,7 @@ export type RenewLeaseRequest = Message<"infercache.v1.RenewLeaseRequest"> & {
  * Use `create(RenewLeaseRequestSchema)` to create a new message.
  */
 export const RenewLeaseRequestSchema: GenMessage<RenewLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 18);
+  messageDesc(file_infercache_v1_kv, 19);
 
 /**
  * RenewLeaseResponse carries the new expiry.
@@ -834,7 +901,54 @@ export type RenewLeaseResponse = Message<"infercache.v1.RenewLeaseResponse"> & {
  * Use `create(RenewLeaseResponseSchema)` to create a new message.
  */
 export const RenewLeaseResponseSchema: GenMessage<RenewLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_kv, 19);
+  messageDesc(file_infercache_v1_kv, 20);
+
+/**
+ * RenewAttachmentRequest names the attachment to keep.
+ *
+ * @generated from message infercache.v1.RenewAttachmentRequest
+ */
+export type RenewAttachmentRequest = Message<"infercache.v1.RenewAttachmentRequest"> & {
+  /**
+   * @generated from field: string attachment_id = 1;
+   */
+  attachmentId: string;
+};
+
+/**
+ * Describes the message infercache.v1.RenewAttachmentRequest.
+ * Use `create(RenewAttachmentRequestSchema)` to create a new message.
+ */
+export const RenewAttachmentRequestSchema: GenMessage<RenewAttachmentRequest> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_kv, 21);
+
+/**
+ * RenewAttachmentResponse carries the attachment's new expiry.
+ *
+ * @generated from message infercache.v1.RenewAttachmentResponse
+ */
+export type RenewAttachmentResponse = Message<"infercache.v1.RenewAttachmentResponse"> & {
+  /**
+   * Expiry as Unix time in milliseconds (sidecar clock).
+   *
+   * @generated from field: int64 expires_at_unix_ms = 1;
+   */
+  expiresAtUnixMs: bigint;
+
+  /**
+   * The attachment's time to live in milliseconds.
+   *
+   * @generated from field: uint32 attachment_ttl_ms = 2;
+   */
+  attachmentTtlMs: number;
+};
+
+/**
+ * Describes the message infercache.v1.RenewAttachmentResponse.
+ * Use `create(RenewAttachmentResponseSchema)` to create a new message.
+ */
+export const RenewAttachmentResponseSchema: GenMessage<RenewAttachmentResponse> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_kv, 22);
 
 /**
  * KvDtype is the element type of the KV cache.
@@ -991,6 +1105,20 @@ export const KvCacheService: GenService<{
     methodKind: "unary";
     input: typeof RenewLeaseRequestSchema;
     output: typeof RenewLeaseResponseSchema;
+  },
+  /**
+   * RenewAttachment tells the sidecar the model process is alive. An attachment
+   * not heard from (this or any other RPC naming it) for attachment_ttl_ms is
+   * reclaimed with its leases, so processes that die without DetachHotTier do
+   * not fill the attachment table. FAILED_PRECONDITION once it was reclaimed,
+   * detached or superseded: attach again.
+   *
+   * @generated from rpc infercache.v1.KvCacheService.RenewAttachment
+   */
+  renewAttachment: {
+    methodKind: "unary";
+    input: typeof RenewAttachmentRequestSchema;
+    output: typeof RenewAttachmentResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_infercache_v1_kv, 0);

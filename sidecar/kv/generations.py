@@ -1,0 +1,114 @@
+"""Slot generations: the fence that makes a read racing a slot's reuse detectable.
+
+Every allocation of a slot (a fresh writer, a promotion, an eviction's reuse) bumps
+its generation before anyone can write to it, and LookupPrefix answers each slot
+with its generation. A model process that copies out of a slot asynchronously and
+releases its lease early can see the slot reused and rewritten under its copy; it
+compares the generation it was given with the slot's current one after the copy,
+and treats a changed one as a torn read (recomputes the block). The current
+generations are published in a small shared-memory file (one native-endian uint64
+per slot, mapped by model processes next to the pool), so the check costs no RPC.
+
+Ordering: the sidecar stores the new generation before the allocation's answer
+leaves, and a writer writes only after that answer, so a reader that saw any byte
+of the new contents sees the new generation when it reads it after its copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationsExport:
+    """The generations file: num_slots native-endian uint64, slot i at byte 8 * i."""
+
+    path: str
+    size_bytes: int
+
+
+class SlotGenerations(Protocol):
+    """A generation counter per slot, readable by model processes."""
+
+    def bump(self, slot: int) -> int:
+        """Advance the slot's generation (it is about to be rewritten); the new value."""
+        ...
+
+    def get(self, slot: int) -> int:
+        """The slot's current generation (0: never allocated)."""
+        ...
+
+    def export(self) -> GenerationsExport | None:
+        """Where model processes map the generations (None: not shared)."""
+        ...
+
+    def close(self) -> None:
+        """Release the storage."""
+        ...
+
+
+class MemoryGenerations:
+    """Generations in a private list: the shipped fake (nothing to map)."""
+
+    def __init__(self, num_slots: int) -> None:
+        self._gen = [0] * num_slots
+
+    def bump(self, slot: int) -> int:
+        """Advance in place."""
+        self._gen[slot] += 1
+        return self._gen[slot]
+
+    def get(self, slot: int) -> int:
+        """The current value."""
+        return self._gen[slot]
+
+    def export(self) -> GenerationsExport | None:
+        """Not shared."""
+        return None
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class SharedGenerations:
+    """Generations in a shared-memory file under `directory` (plain mmap, no torch)."""
+
+    def __init__(self, num_slots: int, directory: str) -> None:
+        self.size_bytes = 8 * num_slots
+        self.path = str(Path(directory) / f"infercache-kvgen-{os.getpid()}-{secrets.token_hex(8)}")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, self.size_bytes)
+            self._map = mmap.mmap(fd, self.size_bytes)
+        finally:
+            os.close(fd)
+        # An aligned 8-byte item per slot: each store is one machine word.
+        self._view = memoryview(self._map).cast("Q")
+
+    def bump(self, slot: int) -> int:
+        """Advance in the shared file (the sidecar is its only writer)."""
+        value: int = self._view[slot] + 1
+        self._view[slot] = value
+        return value
+
+    def get(self, slot: int) -> int:
+        """The current value."""
+        value: int = self._view[slot]
+        return value
+
+    def export(self) -> GenerationsExport:
+        """The file's path and size."""
+        return GenerationsExport(self.path, self.size_bytes)
+
+    def close(self) -> None:
+        """Unmap and unlink (mappers keep their mapping)."""
+        self._view.release()
+        self._map.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)

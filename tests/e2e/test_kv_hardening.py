@@ -17,6 +17,7 @@ from infercache.v1 import kv_pb2 as pb
 from infercache.v1 import kv_pb2_grpc
 from infercache_client.kv import HotTier, KvCacheClient, kv_layout
 
+from tests.support.devices import KV_DEVICES
 from tests.support.sidecars import SidecarProcess
 
 pytestmark = [pytest.mark.e2e]
@@ -27,16 +28,7 @@ LAYOUT = kv_layout(
 BLOCK_BYTES = 2 * 2 * 4 * 2 * 8 * 4  # 1 KiB
 SLOTS = 8
 TTL_MS = 1500
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ],
-    ),
-]
+DEVICES = KV_DEVICES
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from infercache.v1 import kv_pb2 as pb
 from infercache.v1 import kv_pb2_grpc
 
 from sidecar.kv.layout import version_tag
+from tests.support.devices import KV_DEVICES
 from tests.support.processes import RedisServer
 from tests.support.sidecars import SidecarProcess
 
@@ -30,16 +31,7 @@ LAYOUT = pb.KvLayout(
     num_layers=2, num_kv_heads=2, head_dim=8, tokens_per_block=4, dtype=pb.KV_DTYPE_FLOAT32
 )
 BLOCK_BYTES = 2 * 2 * 4 * 2 * 8 * 4  # 1 KiB
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ],
-    ),
-]
+DEVICES = KV_DEVICES
 
 
 def gpu_uuid() -> str:

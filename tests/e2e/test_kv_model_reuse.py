@@ -25,6 +25,7 @@ import torch
 from infercache_client.kv import Allocation, HotTier, KvCacheClient, chain_hashes
 
 from sidecar.kv.layout import version_tag
+from tests.support.devices import KV_DEVICES
 from tests.support.kv_model.model import (
     TinyCausalLM,
     TinyConfig,
@@ -54,16 +55,7 @@ SECOND = PREFIX + prompt(seed=3, length=20)  # request 2: same prefix, another q
 PREFIX_BLOCKS = len(PREFIX) // TOKENS_PER_BLOCK
 BLOCK_BYTES = TinyConfig().num_layers * 2 * TOKENS_PER_BLOCK * 2 * 16 * 4
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ],
-    ),
-]
+DEVICES = KV_DEVICES
 
 
 @dataclass(frozen=True)

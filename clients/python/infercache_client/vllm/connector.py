@@ -1,0 +1,149 @@
+"""InfercacheConnector: vLLM's KV connector API on top of the sidecar's KV hot tier."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+
+from infercache_client.vllm.config import ConnectorConfig
+from infercache_client.vllm.identity import AdapterFingerprints, layout_of, model_fingerprint
+from infercache_client.vllm.link import SidecarLink
+from infercache_client.vllm.metadata import InfercacheMetadata
+from infercache_client.vllm.scheduler import SchedulerSide
+from infercache_client.vllm.worker import WorkerSide
+
+log = logging.getLogger("infercache_client.vllm")
+
+
+class InfercacheConnector(KVConnectorBase_V1):
+    """Version-bound KV reuse across vLLM engines through the infercache sidecar.
+
+    The scheduler-role instance looks up, pins and plans; the worker-role instance
+    copies. Both attach to the sidecar with the fingerprint of the weights vLLM loaded
+    and the KV layout, so only blocks of the same weights and layout are ever found.
+    """
+
+    def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any) -> None:
+        """Called by vLLM's connector factory (kv_connector_module_path)."""
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        transfer = vllm_config.kv_transfer_config
+        self.config = ConnectorConfig.from_extra(transfer.kv_connector_extra_config)
+        layout = layout_of(vllm_config)
+        fingerprint = model_fingerprint(vllm_config, self.config)
+        is_scheduler = role == KVConnectorRole.SCHEDULER
+        self.link = SidecarLink(
+            self.config.sidecar,
+            model_fingerprint=fingerprint,
+            layout=layout,
+            process_name="vllm-scheduler" if is_scheduler else "vllm-worker",
+            timeout_s=self.config.lookup_timeout_s if is_scheduler else self.config.rpc_timeout_s,
+            attach_timeout_s=self.config.attach_timeout_s,
+            retry_s=self.config.retry_s,
+        )
+        self.scheduler: SchedulerSide | None = None
+        self.worker: WorkerSide | None = None
+        if is_scheduler:
+            # A cache miss must never fail a request: a block that cannot be loaded is
+            # recomputed (vLLM's default for load failures is to fail the request).
+            transfer.kv_load_failure_policy = "recompute"
+            self.scheduler = SchedulerSide(
+                self.link,
+                tenant=self.config.tenant,
+                block_size=layout.tokens_per_block,
+                adapters=AdapterFingerprints(self.config.fingerprint_mode),
+            )
+        else:
+            self.worker = WorkerSide(
+                self.link,
+                num_layers=layout.num_layers,
+                block_size=layout.tokens_per_block,
+                num_kv_heads=layout.num_kv_heads,
+                head_dim=layout.head_dim,
+            )
+        log.info(
+            "infercache: %s connector for %s (fingerprint %s) via %s",
+            role.name.lower(),
+            vllm_config.model_config.model,
+            fingerprint[:24],
+            self.config.sidecar,
+        )
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """A best-effort cache: a dropped save is a later miss."""
+        return False
+
+    # -- worker side ---------------------------------------------------------------
+
+    def _meta(self) -> InfercacheMetadata | None:
+        if not self.has_connector_metadata():
+            return None
+        meta = self._get_connector_metadata()
+        return meta if isinstance(meta, InfercacheMetadata) else None
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        """vLLM's paged KV cache, one tensor per attention layer."""
+        if self.worker is not None:
+            self.worker.register_kv_caches(kv_caches)
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        """Load this step's external blocks (synchronously: see worker.py)."""
+        meta = self._meta()
+        if self.worker is not None and meta is not None:
+            self.worker.start_load_kv(meta)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Nothing to wait for: start_load_kv loaded every layer."""
+
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any
+    ) -> None:
+        """Nothing per layer: wait_for_save copies every layer once the pass is done."""
+
+    def wait_for_save(self) -> None:
+        """Save the prompt blocks this step completed."""
+        meta = self._meta()
+        if self.worker is not None and meta is not None:
+            self.worker.wait_for_save(meta)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        """Blocks vLLM must recompute."""
+        return self.worker.take_load_errors() if self.worker is not None else set()
+
+    def shutdown(self) -> None:
+        """Detach from the sidecar."""
+        self.link.close()
+
+    # -- scheduler side ------------------------------------------------------------
+
+    def get_num_new_matched_tokens(
+        self, request: Any, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        """Tokens loadable from the sidecar beyond the local prefix cache's."""
+        assert self.scheduler is not None
+        return self.scheduler.get_num_new_matched_tokens(request, num_computed_tokens), False
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        """Pin and plan the load of the promised blocks."""
+        assert self.scheduler is not None
+        self.scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
+        """This step's loads and saves for the worker."""
+        assert self.scheduler is not None
+        return self.scheduler.build_connector_meta(scheduler_output)
+
+    def request_finished(
+        self, request: Any, block_ids: list[int]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Release the request's pins; vLLM may free its blocks at once (saves are sync)."""
+        if self.scheduler is not None:
+            self.scheduler.request_finished(request)
+        return False, None

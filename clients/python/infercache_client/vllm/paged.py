@@ -1,0 +1,104 @@
+"""Copies between vLLM's paged KV cache and the sidecar's pool slots.
+
+A pool slot holds one block as [num_layers, 2 (K, V), tokens, kv_heads, head_dim]
+(KV_SLOT_LAYOUT_LAYER_KV_TOKEN_HEAD_DIM). vLLM's per-layer cache tensor depends on
+the attention backend; the two layouts known here:
+
+- CPU: [num_blocks, kv_heads, block_size, 2 * head_dim], which the CPU backend views
+  as [num_blocks, kv_heads, 2 * block_size, head_dim] and splits in two along the
+  tokens: per head, all K rows of the block, then all V rows;
+- flash-attention style: [2, num_blocks, block_size, kv_heads, head_dim].
+
+Anything else is refused at registration (the connector then neither loads nor saves).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from infercache_client.kv.pool import KvPool
+
+
+class UnknownLayout(ValueError):
+    """A KV cache tensor whose layout this connector cannot copy."""
+
+
+@dataclass(frozen=True, slots=True)
+class PagedLayout:
+    """Shape facts shared by every layer."""
+
+    kind: str  # "cpu" or "flash"
+    block_size: int
+    num_kv_heads: int
+    head_dim: int
+
+
+def detect_layout(
+    kv: torch.Tensor, *, block_size: int, num_kv_heads: int, head_dim: int
+) -> PagedLayout:
+    """Which of the known layouts `kv` (one layer) has; UnknownLayout otherwise."""
+    shape = tuple(kv.shape)
+    if len(shape) == 4 and shape[1:] == (num_kv_heads, block_size, 2 * head_dim):
+        return PagedLayout("cpu", block_size, num_kv_heads, head_dim)
+    if len(shape) == 5 and shape[0] == 2 and shape[2:] == (block_size, num_kv_heads, head_dim):
+        return PagedLayout("flash", block_size, num_kv_heads, head_dim)
+    raise UnknownLayout(
+        f"KV cache of shape {list(shape)} is neither [blocks, {num_kv_heads}, {block_size}, "
+        f"{2 * head_dim}] (CPU) nor [2, blocks, {block_size}, {num_kv_heads}, {head_dim}]"
+    )
+
+
+def _as_slots(layout: PagedLayout, kv: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
+    """One layer's blocks as [n, 2, T, H, D] (a copy)."""
+    t, h, d = layout.block_size, layout.num_kv_heads, layout.head_dim
+    if layout.kind == "cpu":
+        picked = kv.index_select(0, block_ids).view(-1, h, 2, t, d)
+        return picked.permute(0, 2, 3, 1, 4)
+    return kv.index_select(1, block_ids).permute(1, 0, 2, 3, 4)
+
+
+def _into_paged(
+    layout: PagedLayout, kv: torch.Tensor, block_ids: torch.Tensor, src: torch.Tensor
+) -> None:
+    """Write [n, 2, T, H, D] into one layer's blocks."""
+    t, h, d = layout.block_size, layout.num_kv_heads, layout.head_dim
+    if layout.kind == "cpu":
+        packed = src.permute(0, 3, 1, 2, 4).reshape(-1, h, t, 2 * d)
+        kv.index_copy_(0, block_ids, packed.to(kv.dtype))
+    else:
+        kv.index_copy_(1, block_ids, src.permute(1, 0, 2, 3, 4).to(kv.dtype))
+
+
+def load_blocks(
+    layout: PagedLayout,
+    layers: Sequence[torch.Tensor],
+    pool: KvPool,
+    slot_ids: Sequence[int],
+    block_ids: Sequence[int],
+) -> None:
+    """Copy pool slots into vLLM blocks, every layer."""
+    slots = torch.tensor(list(slot_ids), dtype=torch.long, device=pool.device)
+    picked = pool.blocks.index_select(0, slots)  # [n, L, 2, T, H, D]
+    for index, kv in enumerate(layers):
+        ids = torch.tensor(list(block_ids), dtype=torch.long, device=kv.device)
+        _into_paged(layout, kv, ids, picked[:, index].to(kv.device))
+
+
+def save_blocks(
+    layout: PagedLayout,
+    layers: Sequence[torch.Tensor],
+    pool: KvPool,
+    block_ids: Sequence[int],
+    slot_ids: Sequence[int],
+) -> None:
+    """Copy vLLM blocks into pool slots, every layer (then commit: HotTier.commit syncs)."""
+    per_layer = []
+    for kv in layers:
+        ids = torch.tensor(list(block_ids), dtype=torch.long, device=kv.device)
+        per_layer.append(_as_slots(layout, kv, ids))
+    stacked = torch.stack(per_layer, dim=1)  # [n, L, 2, T, H, D]
+    slots = torch.tensor(list(slot_ids), dtype=torch.long, device=pool.device)
+    pool.blocks.index_copy_(0, slots, stacked.to(device=pool.device, dtype=pool.dtype))

@@ -1,0 +1,222 @@
+"""The scheduler half: prefix lookups, pins, and what to load and save each step.
+
+- get_num_new_matched_tokens asks the sidecar for the longest cached prefix and lets go
+  of it at once (the lookup's lease is released before returning: vLLM may ask again,
+  or never schedule the request, so nothing may stay pinned).
+- update_state_after_alloc pins the promised blocks with a second lookup; any block the
+  sidecar no longer has (evicted, sidecar gone) is sent to the worker as failed, which
+  reports it through get_block_ids_with_load_errors and vLLM recomputes from there.
+- build_connector_meta hands the worker the loads and the prompt blocks that this step
+  completes (saved once each); request_finished releases the pins.
+
+Every sidecar call is bounded by lookup_timeout_s; a failure makes the link back off,
+during which requests see 0 external tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from infercache_client.vllm.chain import ChainScope, request_chain
+from infercache_client.vllm.identity import AdapterFingerprints
+from infercache_client.vllm.link import SidecarLink
+from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec, SaveSpec
+
+log = logging.getLogger("infercache_client.vllm")
+
+
+@dataclass
+class _Request:
+    """What the scheduler half remembers about one running request."""
+
+    prompt: list[int]
+    hashes: list[bytes]
+    cache_salt: str
+    block_ids: list[int] = field(default_factory=list)
+    saved_blocks: int = 0
+    """Leading prompt blocks already in the sidecar (loaded from it, or saved)."""
+    lease: tuple[Any, str] | None = None
+    """(HotTier, lease id) pinning the loaded blocks until the request finishes."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    hashes: list[bytes]
+    local_blocks: int
+    matched_blocks: int
+
+
+class SchedulerSide:
+    """State and sidecar calls of the scheduler-role connector."""
+
+    def __init__(
+        self, link: SidecarLink, *, tenant: str, block_size: int, adapters: AdapterFingerprints
+    ) -> None:
+        """`link` is attached lazily; `tenant` scopes every block."""
+        self._link = link
+        self._tenant = tenant
+        self._block_size = block_size
+        self._adapters = adapters
+        self._matches: dict[str, _Match] = {}
+        self._requests: dict[str, _Request] = {}
+        self._loads: list[LoadSpec] = []
+        self._failed: set[int] = set()
+        self.lookups = 0
+        self.matched_tokens = 0
+
+    def _chain(self, request: Any) -> tuple[list[bytes], str] | None:
+        """The request's block hashes over its prompt, or None when it must not be cached."""
+        prompt = request.prompt_token_ids
+        if not prompt or getattr(request, "prompt_embeds", None) is not None:
+            return None
+        if getattr(request, "mm_features", None):
+            return None  # image/audio inputs are not in the token ids: never shared
+        salt = request.cache_salt or ""
+        lora = request.lora_request
+        scope = ChainScope(cache_salt=salt)
+        if lora is not None:
+            adapter = self._adapters.of(lora.lora_path) if lora.lora_path else None
+            if adapter is None:
+                return None  # an adapter we cannot identify: any doubt = different
+            scope = ChainScope(lora.lora_name, adapter, salt)
+        tier = self._link.tier()
+        limit = tier.max_chain_blocks if tier is not None else 0
+        return request_chain(prompt, self._block_size, scope, limit), salt
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> int:
+        """External tokens beyond `num_computed_tokens` the sidecar holds (nothing pinned)."""
+        self._matches.pop(request.request_id, None)
+        chain = self._chain(request)
+        if chain is None:
+            return 0
+        hashes, salt = chain
+        # The last prompt token is always computed (its logits sample the next token).
+        usable = min(len(hashes), (len(request.prompt_token_ids) - 1) // self._block_size)
+        local = num_computed_tokens // self._block_size
+        if usable <= local:
+            return 0
+        tenant = self._tenant
+
+        def probe(tier: Any) -> int:
+            match = tier.lookup_prefix(tenant, hashes[:usable], cache_salt=salt)
+            if match.lease is not None:
+                tier.release(match.lease.lease_id)
+            return int(match.matched_blocks)
+
+        matched = self._link.call("prefix lookup", probe)
+        self.lookups += 1
+        if not matched or matched <= local:
+            return 0
+        self._matches[request.request_id] = _Match(hashes, local, matched)
+        external = matched * self._block_size - num_computed_tokens
+        self.matched_tokens += external
+        return external
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        """Pin the promised blocks and plan their load; start tracking the request."""
+        req_id = request.request_id
+        match = self._matches.pop(req_id, None)
+        block_ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
+        state = self._requests.get(req_id)
+        if state is None:
+            chain = (match.hashes, request.cache_salt or "") if match else self._chain(request)
+            if chain is None:
+                return  # never cached: nothing to load or save
+            hashes, salt = chain
+            state = _Request(list(request.prompt_token_ids), hashes, salt)
+            state.saved_blocks = request.num_computed_tokens // self._block_size
+            self._requests[req_id] = state
+        state.block_ids = block_ids
+        if num_external_tokens <= 0 or match is None:
+            return
+        first = match.local_blocks
+        count = num_external_tokens // self._block_size
+        wanted = block_ids[first : first + count]
+        self._pin(req_id, state, match.hashes[: first + count], first, wanted)
+        state.saved_blocks = max(state.saved_blocks, first + count)
+
+    def _pin(
+        self, req_id: str, state: _Request, hashes: list[bytes], first: int, wanted: list[int]
+    ) -> None:
+        tenant, salt = self._tenant, state.cache_salt
+        self._unpin(state)  # a preempted request allocates (and pins) again
+
+        def pin(tier: Any) -> tuple[Any, list[int], str]:
+            match = tier.lookup_prefix(tenant, hashes, cache_salt=salt)
+            lease = match.lease.lease_id if match.lease is not None else ""
+            return tier, list(match.slot_ids), lease
+
+        pinned = self._link.call("pin", pin)
+        if pinned is None:
+            self._failed.update(wanted)
+            return
+        tier, slots, lease_id = pinned
+        pool_id = tier.pool_id
+        if lease_id:
+            state.lease = (tier, lease_id)
+        got = slots[first : first + len(wanted)]
+        loadable = len(got)
+        if loadable:
+            self._loads.append(LoadSpec(req_id, pool_id, tuple(wanted[:loadable]), tuple(got)))
+        if loadable < len(wanted):
+            log.info("infercache: %d promised blocks gone before pinning", len(wanted) - loadable)
+            self._failed.update(wanted[loadable:])
+
+    def build_connector_meta(self, scheduler_output: Any) -> InfercacheMetadata:
+        """This step's loads and saves (resets the pending loads)."""
+        meta = InfercacheMetadata(self._loads, [], self._failed)
+        self._loads, self._failed = [], set()
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            state = self._requests.get(new.req_id)
+            if state is not None:
+                state.block_ids = list(new.block_ids[0])
+                done = new.num_computed_tokens + scheduled.get(new.req_id, 0)
+                self._plan_save(meta, new.req_id, state, done)
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            state = self._requests.get(req_id)
+            if state is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids and new_ids is not None:
+                state.block_ids = list(new_ids[0])  # after preemption: the whole list
+            elif new_ids is not None:
+                state.block_ids.extend(new_ids[0])
+            self._plan_save(meta, req_id, state, cached.num_computed_tokens[i] + scheduled[req_id])
+        return meta
+
+    def _plan_save(self, meta: InfercacheMetadata, req_id: str, state: _Request, done: int) -> None:
+        """Save the prompt blocks this step completes (once each, while the sidecar is up)."""
+        full = min(min(done, len(state.prompt)) // self._block_size, len(state.hashes))
+        if full <= state.saved_blocks or self._link.tier() is None:
+            return
+        start = state.saved_blocks
+        block_ids = state.block_ids[start:full]
+        if len(block_ids) < full - start:
+            return  # blocks not known yet (cannot happen with a consistent block table)
+        meta.saves.append(
+            SaveSpec(
+                req_id,
+                self._tenant,
+                state.cache_salt,
+                tuple(block_ids),
+                tuple(state.hashes[start:full]),
+            )
+        )
+        state.saved_blocks = full
+
+    def request_finished(self, request: Any) -> None:
+        """Release the request's pins and forget it."""
+        self._matches.pop(request.request_id, None)
+        state = self._requests.pop(request.request_id, None)
+        if state is not None:
+            self._unpin(state)
+
+    def _unpin(self, state: _Request) -> None:
+        if state.lease is not None:
+            tier, lease_id = state.lease
+            state.lease = None
+            self._link.release(tier, lease_id)

@@ -1,0 +1,140 @@
+"""The worker half: copies between vLLM's paged KV cache and the sidecar's pool.
+
+Loads run in start_load_kv, before the forward pass reads the cache (all layers at
+once: on the CPU pool a copy is a memcpy, there is no transfer to overlap); saves run
+in wait_for_save, after the forward pass wrote every layer: allocate slots, copy,
+commit, release. A block that cannot be loaded (its slots belong to a pool this
+worker is not attached to, a copy failed, the scheduler could not pin it) is
+reported by get_block_ids_with_load_errors and vLLM recomputes it; a save that fails
+is dropped (a later miss, never a wrong hit: uncommitted slots are never published).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from infercache_client.vllm.link import SidecarLink
+from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec, SaveSpec
+from infercache_client.vllm.paged import (
+    PagedLayout,
+    UnknownLayout,
+    detect_layout,
+    load_blocks,
+    save_blocks,
+)
+
+log = logging.getLogger("infercache_client.vllm")
+
+
+def _layer_index(name: str) -> int:
+    """The layer number in a vLLM attention layer name ("model.layers.3.self_attn.attn")."""
+    numbers = [int(part) for part in name.split(".") if part.isdigit()]
+    if len(numbers) != 1:
+        raise UnknownLayout(f"cannot tell the layer index of KV cache {name!r}")
+    return numbers[0]
+
+
+class WorkerSide:
+    """State and copies of the worker-role connector."""
+
+    def __init__(
+        self,
+        link: SidecarLink,
+        *,
+        num_layers: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+    ) -> None:
+        """Shape facts come from the same config the scheduler half attached with."""
+        self._link = link
+        self._num_layers = num_layers
+        self._block_size = block_size
+        self._num_kv_heads = num_kv_heads
+        self._head_dim = head_dim
+        self._layers: list[torch.Tensor] = []
+        self._layout: PagedLayout | None = None
+        self._errors: set[int] = set()
+        self.loaded_blocks = 0
+        self.saved_blocks = 0
+
+    def register_kv_caches(self, kv_caches: Mapping[str, torch.Tensor]) -> None:
+        """Keep the per-layer caches in layer order; unknown layouts disable the worker."""
+        try:
+            ordered = sorted(kv_caches.items(), key=lambda item: _layer_index(item[0]))
+            if len(ordered) != self._num_layers:
+                raise UnknownLayout(f"{len(ordered)} KV caches, the layout has {self._num_layers}")
+            layouts = {
+                detect_layout(
+                    kv,
+                    block_size=self._block_size,
+                    num_kv_heads=self._num_kv_heads,
+                    head_dim=self._head_dim,
+                )
+                for _, kv in ordered
+            }
+            if len(layouts) != 1:
+                raise UnknownLayout("the layers' KV caches differ in layout")
+        except UnknownLayout as exc:
+            log.error("infercache: KV connector disabled: %s", exc)
+            return
+        self._layers = [kv for _, kv in ordered]
+        self._layout = layouts.pop()
+
+    def start_load_kv(self, meta: InfercacheMetadata) -> None:
+        """Copy this step's pinned slots into their blocks before the forward pass."""
+        self._errors.update(meta.failed_block_ids)
+        for spec in meta.loads:
+            if not self._load(spec):
+                self._errors.update(spec.block_ids)
+
+    def _load(self, spec: LoadSpec) -> bool:
+        layout = self._layout
+        tier = self._link.tier() if layout is not None else None
+        if tier is None or layout is None:
+            return False
+        if tier.pool_id != spec.pool_id:
+            log.info("infercache: slots of pool %s, attached to %s", spec.pool_id, tier.pool_id)
+            return False
+        try:
+            load_blocks(layout, self._layers, tier.pool, spec.slot_ids, spec.block_ids)
+        except Exception as exc:  # a bad slot id or a torn mapping: recompute
+            log.warning("infercache: load of %d blocks failed: %s", len(spec.block_ids), exc)
+            return False
+        self.loaded_blocks += len(spec.block_ids)
+        return True
+
+    def wait_for_save(self, meta: InfercacheMetadata) -> None:
+        """Copy the blocks this step completed into the pool and commit them."""
+        if self._layout is None:
+            return
+        for spec in meta.saves:
+            self._link.call("save", self._saver(spec))
+
+    def _saver(self, spec: SaveSpec) -> Callable[[Any], None]:
+        return lambda tier: self._save(tier, spec)
+
+    def _save(self, tier: Any, spec: SaveSpec) -> None:
+        assert self._layout is not None
+        alloc = tier.allocate(len(spec.block_ids))
+        try:
+            save_blocks(self._layout, self._layers, tier.pool, spec.block_ids, alloc.slot_ids)
+            result = tier.commit(
+                alloc.lease.lease_id,
+                spec.tenant,
+                alloc.slot_ids,
+                spec.block_hashes,
+                cache_salt=spec.cache_salt,
+            )
+            self.saved_blocks += result.committed_blocks
+        finally:
+            tier.release(alloc.lease.lease_id)
+
+    def take_load_errors(self) -> set[int]:
+        """Blocks that could not be loaded since the last call."""
+        errors, self._errors = self._errors, set()
+        return errors

@@ -1,0 +1,234 @@
+"""A vLLM engine in its own process, driven line by line from a test.
+
+    python -m tests.support.vllm_engine --model DIR [--connector infercache|example|none] ...
+
+Each engine is a fresh process (a fresh vLLM: nothing shared through its own prefix
+cache or global connector state), in-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+~10 s to start). Commands are JSON lines on stdin, answers JSON lines on stdout marked
+with MARK (vLLM logs to stdout too). Runs in the vllm venv; EngineProcess (the test's
+end) needs only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from tests.support.processes import REPO, stop_process
+
+MARK = "@@infercache-engine "
+BLOCK_SIZE = 32
+
+
+def engine_env() -> dict[str, str]:
+    """The environment an engine runs in: offline, in-process core, the checkout's client."""
+    path = [str(REPO / "clients" / "python"), str(REPO)]
+    if os.environ.get("PYTHONPATH"):
+        path.append(os.environ["PYTHONPATH"])
+    return os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "PYTHONPATH": os.pathsep.join(path),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+class EngineProcess:
+    """One engine process; generate() sends prompts (token ids) and returns the outputs."""
+
+    def __init__(
+        self,
+        model: Path,
+        *,
+        connector: str = "none",
+        extra: dict[str, Any] | None = None,
+        prefix_caching: bool = False,
+        timeout_s: float = 240.0,
+    ) -> None:
+        """Start the engine and wait until it answers (`timeout_s` covers vLLM's init)."""
+        argv = [sys.executable, "-m", "tests.support.vllm_engine", "--model", str(model)]
+        argv += ["--connector", connector, "--extra", json.dumps(extra or {})]
+        if prefix_caching:
+            argv.append("--prefix-caching")
+        self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=engine_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._timeout_s = timeout_s
+        self.request({"op": "ping"})
+
+    def request(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Send one command, wait for its answer (skipping vLLM's log lines)."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"engine exited ({self.proc.poll()}): {self.log()}")
+            if line.startswith(MARK):
+                answer: dict[str, Any] = json.loads(line[len(MARK) :])
+                if "error" in answer:
+                    raise RuntimeError(f"engine failed: {answer['error']}\n{self.log()}")
+                return answer
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_tokens: int = 8,
+        cache_salt: str | None = None,
+        lora: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Greedy outputs: per prompt {"tokens": [...], "cached": num_cached_tokens}."""
+        answer = self.request(
+            {
+                "op": "generate",
+                "prompts": [list(p) for p in prompts],
+                "max_tokens": max_tokens,
+                "cache_salt": cache_salt,
+                "lora": lora,
+            }
+        )
+        outputs: list[dict[str, Any]] = answer["outputs"]
+        return outputs
+
+    def stats(self) -> dict[str, Any]:
+        """The connector's counters (infercache connector only)."""
+        return self.request({"op": "stats"})
+
+    def log(self) -> str:
+        """The last 4000 characters of the engine's stderr."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+    def close(self) -> None:
+        """Ask the engine to exit, then make sure it did."""
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        stop_process(self.proc)  # type: ignore[arg-type]
+        self._log.close()
+
+
+def _transfer_config(connector: str, extra: dict[str, Any]) -> Any:
+    from vllm.config import KVTransferConfig
+
+    if connector == "none":
+        return None
+    if connector == "example":
+        return KVTransferConfig(
+            kv_connector="ExampleConnector", kv_role="kv_both", kv_connector_extra_config=extra
+        )
+    return KVTransferConfig(
+        kv_connector="InfercacheConnector",
+        kv_connector_module_path="infercache_client.vllm",
+        kv_role="kv_both",
+        kv_connector_extra_config=extra,
+    )
+
+
+def _stats(llm: Any) -> dict[str, Any]:
+    from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler.connector
+    out: dict[str, Any] = {}
+    if scheduler is not None and getattr(scheduler, "scheduler", None) is not None:
+        side = scheduler.scheduler
+        out |= {"lookups": side.lookups, "matched_tokens": side.matched_tokens}
+        out |= {"scheduler_attaches": scheduler.link.attaches}
+        out |= {"scheduler_failures": scheduler.link.failures}
+    if has_kv_transfer_group():
+        worker = get_kv_transfer_group()
+        if getattr(worker, "worker", None) is not None:
+            out |= {"loaded_blocks": worker.worker.loaded_blocks}
+            out |= {"saved_blocks": worker.worker.saved_blocks}
+    return out
+
+
+def _serve(llm: Any) -> None:
+    from vllm import SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    for line in sys.stdin:
+        command = json.loads(line)
+        op = command["op"]
+        try:
+            if op == "exit":
+                return
+            if op == "ping":
+                answer: dict[str, Any] = {"ok": True}
+            elif op == "stats":
+                answer = _stats(llm)
+            elif op == "generate":
+                params = SamplingParams(temperature=0.0, max_tokens=command["max_tokens"])
+                prompt: dict[str, Any] = {}
+                if command.get("cache_salt") is not None:
+                    prompt["cache_salt"] = command["cache_salt"]
+                lora = None
+                if command.get("lora"):
+                    lora = LoRARequest(Path(command["lora"]).name, 1, command["lora"])
+                results = llm.generate(
+                    [prompt | {"prompt_token_ids": p} for p in command["prompts"]],
+                    params,
+                    lora_request=lora,
+                    use_tqdm=False,
+                )
+                answer = {
+                    "outputs": [
+                        {"tokens": list(r.outputs[0].token_ids), "cached": r.num_cached_tokens}
+                        for r in results
+                    ]
+                }
+            else:
+                answer = {"error": f"unknown op {op!r}"}
+        except Exception as exc:
+            answer = {"error": repr(exc)}
+        print(MARK + json.dumps(answer), flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Build the engine, then answer commands until "exit" or end of input."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--connector", choices=["none", "infercache", "example"], default="none")
+    parser.add_argument("--extra", default="{}")
+    parser.add_argument("--prefix-caching", action="store_true")
+    parser.add_argument("--lora", action="store_true")
+    args = parser.parse_args(argv)
+    from vllm import LLM
+
+    llm = LLM(
+        model=args.model,
+        enforce_eager=True,
+        dtype="float32",
+        max_model_len=512,
+        block_size=BLOCK_SIZE,
+        kv_cache_memory_bytes=16 << 20,
+        enable_prefix_caching=args.prefix_caching,
+        kv_transfer_config=_transfer_config(args.connector, json.loads(args.extra)),
+    )
+    _serve(llm)
+
+
+if __name__ == "__main__":
+    main()

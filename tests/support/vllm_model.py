@@ -116,6 +116,36 @@ def write_model(out: Path, version: int) -> None:
         write_tokenizer(out)
 
 
+def write_lora(out: Path, seed: int, rank: int = 8) -> None:
+    """A PEFT LoRA adapter on every layer's q_proj and v_proj, seeded weights (large
+    enough to change the model's answers)."""
+    import torch
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    hidden = int(CONFIG["hidden_size"])  # type: ignore[call-overload]
+    heads, kv_heads, dim = 4, 2, 32
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(int(CONFIG["num_hidden_layers"])):  # type: ignore[call-overload]
+        for proj, width in (("q_proj", heads * dim), ("v_proj", kv_heads * dim)):
+            base = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
+            tensors[f"{base}.lora_A.weight"] = torch.randn(rank, hidden, generator=gen) * 0.3
+            tensors[f"{base}.lora_B.weight"] = torch.randn(width, rank, generator=gen) * 0.3
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": 2 * rank,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "target_modules": ["q_proj", "v_proj"],
+        "base_model_name_or_path": "tiny-llama",
+    }
+    (out / "adapter_config.json").write_text(json.dumps(config))
+
+
 def replace_weights(src: Path, dst: Path) -> None:
     """Put `src`'s weights in place at `dst` (same path: what an in-place update does)."""
     tmp = dst / "model.safetensors.tmp"

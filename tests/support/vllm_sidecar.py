@@ -74,8 +74,19 @@ class SidecarServer:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
 
+    def freeze(self) -> None:
+        """SIGSTOP: alive, but answers nothing (a GC pause, CPU starvation)."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """SIGTERM (then SIGKILL) and clean up."""
+        self.thaw()
         stop_process(self.proc)
         self._log.close()
         self._shm.cleanup()

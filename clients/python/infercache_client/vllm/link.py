@@ -116,6 +116,13 @@ class SidecarLink:
                 tier.renewer.forget(lease_id)
             log.debug("infercache: release of %s failed: %s", lease_id, exc)
 
+    def reset(self, tier: HotTier) -> None:
+        """Drop `tier` without backing off: the next tier() attaches again at once (the
+        scheduler half saw a newer pool, i.e. the sidecar restarted)."""
+        with self._lock:
+            if tier is self._tier:
+                self._drop_locked()
+
     def fail(self, what: str, exc: BaseException, tier: HotTier | None = None) -> None:
         """Drop the attachment `tier` (if still current) and back off."""
         with self._lock:

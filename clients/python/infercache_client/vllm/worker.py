@@ -98,8 +98,12 @@ class WorkerSide:
         if tier is None or layout is None:
             return False
         if tier.pool_id != spec.pool_id:
-            log.info("infercache: slots of pool %s, attached to %s", spec.pool_id, tier.pool_id)
-            return False
+            # The scheduler half attached after a sidecar restart: this half follows.
+            self._link.reset(tier)
+            tier = self._link.tier()
+            if tier is None or tier.pool_id != spec.pool_id:
+                log.info("infercache: slots of pool %s, not this worker's pool", spec.pool_id)
+                return False
         try:
             load_blocks(layout, self._layers, tier.pool, spec.slot_ids, spec.block_ids)
         except Exception as exc:  # a bad slot id or a torn mapping: recompute

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
 import signal
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -25,11 +22,13 @@ from sidecar.api.auth import AdminAuth
 from sidecar.api.cache_servicer import CacheServicer, server_info_pb
 from sidecar.api.decode import add_decoded
 from sidecar.api.kv_servicer import KvServicer
+from sidecar.api.listeners import listen
 from sidecar.api.observe import RpcObserver
 from sidecar.api.streams import StreamSettings
 from sidecar.app import MESSAGE_HEADROOM, App, Stores, build_app, identify_pod, policy_watcher
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
+from sidecar.gateway.build import Gateway
 from sidecar.identity import PodIdentity
 from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import KeyLimits
@@ -63,6 +62,13 @@ class RunningServer:
     health_server: grpc.aio.Server | None = None
     """The health-only listener (INFERCACHE_HEALTH_LISTEN), when configured."""
     health_ports: list[int] = field(default_factory=list)
+    gateway: Gateway | None = None
+    """The OpenAI-compatible HTTP gateway (INFERCACHE_GATEWAY_LISTEN), when configured."""
+
+    @property
+    def gateway_port(self) -> int | None:
+        """The gateway's bound port, when it is served."""
+        return self.gateway.port if self.gateway else None
 
     @property
     def cache(self) -> ResultCache:
@@ -107,6 +113,9 @@ class RunningServer:
         except TierUnavailable as exc:
             log.warning("leave_failed", error=str(exc))
         stops = [self.server.stop(grace_s)]
+        if self.gateway is not None:
+            # In-flight gateway requests finish (and store) before the stores close.
+            stops.append(self.gateway.stop())
         for extra in (self.admin_server, self.health_server):
             if extra is not None:
                 stops.append(extra.stop(grace_s))
@@ -178,64 +187,6 @@ def _add_health_and_reflection(
     )
 
 
-def _check_bindable(addr: str) -> None:
-    """OSError naming `addr` when a TCP HOST:PORT cannot be bound (port in use, no such
-    address), before gRPC tries: gRPC would also print its own C-core error line."""
-    if addr.startswith("unix:"):
-        _check_socket_dir(addr)
-        return
-    host, _, port = addr.rpartition(":")
-    if not port.isdigit() or int(port) == 0:
-        return  # kernel-picked ports: nothing to check
-    try:
-        infos = socket.getaddrinfo(
-            host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except socket.gaierror as exc:
-        raise OSError(f"cannot listen on {addr}: {exc.strerror}") from exc
-    failures: list[OSError] = []
-    for family, kind, proto, _, sockaddr in infos:
-        with socket.socket(family, kind, proto) as probe:
-            # As gRPC binds: SO_REUSEADDR, so a port in TIME_WAIT is not reported as taken.
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(sockaddr)
-            except OSError as exc:
-                failures.append(exc)
-    # gRPC listens if any resolved address binds (e.g. localhost without IPv6), but a
-    # port someone else holds is an error on any of them.
-    in_use = [e for e in failures if e.errno == errno.EADDRINUSE]
-    if in_use or (failures and len(failures) == len(infos)):
-        first = (in_use or failures)[0]
-        raise OSError(f"cannot listen on {addr}: {first.strerror}") from first
-
-
-def _check_socket_dir(addr: str) -> None:
-    """OSError naming `addr` when a unix:PATH socket's directory is missing or not
-    writable (gRPC's bind would fail there, printing its own C-core error line first)."""
-    path = addr.removeprefix("unix:")
-    path = "/" + path.removeprefix("//").lstrip("/") if path.startswith("//") else path
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise OSError(f"cannot listen on {addr}: no such directory {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OSError(f"cannot listen on {addr}: cannot create a socket in {parent}")
-
-
-def _listen(server: grpc.aio.Server, addresses: tuple[str, ...], variable: str) -> list[int]:
-    """Bind each address; OSError naming `variable` (the setting) when one cannot be."""
-    ports = []
-    for addr in addresses:
-        try:
-            _check_bindable(addr)
-            ports.append(server.add_insecure_port(addr))
-        except RuntimeError as exc:
-            raise OSError(f"{variable}: cannot listen on {addr}: {exc}") from exc
-        except OSError as exc:
-            raise OSError(f"{variable}: {exc}") from exc
-    return ports
-
-
 async def start_server(
     config: Config,
     pod: PodIdentity | None = None,
@@ -301,7 +252,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     # Watches exhaust (every Check then timed out and SIGTERM no longer stopped).
     health_servicer = health.aio.HealthServicer()
     _add_health_and_reflection(server, health_servicer, data_services)
-    ports = _listen(server, config.server.listen, "INFERCACHE_LISTEN")
+    ports = listen(server, config.server.listen, "INFERCACHE_LISTEN")
 
     admin_server: grpc.aio.Server | None = None
     admin_ports: list[int] = []
@@ -325,7 +276,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         )
         add_decoded(admin_pb2_grpc.add_AdminServiceServicer_to_server, admin_servicer, admin_server)
         _add_health_and_reflection(admin_server, health_servicer, [ADMIN_SERVICE])
-        admin_ports = _listen(admin_server, config.admin.listen, "INFERCACHE_ADMIN_LISTEN")
+        admin_ports = listen(admin_server, config.admin.listen, "INFERCACHE_ADMIN_LISTEN")
         await admin_server.start()
     health_server: grpc.aio.Server | None = None
     health_ports: list[int] = []
@@ -339,11 +290,14 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
             health_server,
             observed=False,
         )
-        health_ports = _listen(
+        health_ports = listen(
             health_server, config.server.health_listen, "INFERCACHE_HEALTH_LISTEN"
         )
         await health_server.start()
+    gateway = Gateway(app) if config.gateway.listen else None  # binds now: errors name it
     await server.start()
+    if gateway is not None:
+        await gateway.start()
 
     tasks = [asyncio.create_task(loop()) for loop in app.background()]
     for name in ("", *data_services):
@@ -354,6 +308,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         ports=ports,
         admin_ports=admin_ports,
         health_ports=health_ports,
+        gateway_port=gateway.port if gateway else None,
         metrics_port=setup.metrics_port if setup else None,
         tracing=telemetry.tracing,
         warm_tier=app.stores.warm.name,
@@ -371,6 +326,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         setup,
         health_server,
         health_ports,
+        gateway,
     )
 
 

@@ -8,6 +8,7 @@ naming the variable.
 """
 
 from sidecar.config.feature_sections import (
+    GatewayConfig,
     HitsConfig,
     IdentityConfig,
     KvConfig,
@@ -47,6 +48,7 @@ __all__ = [
     "AdminConfig",
     "Config",
     "ConfigError",
+    "GatewayConfig",
     "HitsConfig",
     "IdentityConfig",
     "InvalidationConfig",

@@ -1,5 +1,6 @@
 """The sections of the optional features: model identity, prewarm, hit recording,
-cacheability policy, the KV tier and telemetry (same rules as sections.py)."""
+cacheability policy, the KV tier, telemetry and the OpenAI gateway (same rules as
+sections.py)."""
 
 from __future__ import annotations
 
@@ -197,4 +198,62 @@ class TelemetryConfig:
         False,
         "Put tenant names in span attributes in clear (default: a SHA-256 prefix)",
         name="telemetry_tenants_in_clear",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """The OpenAI-compatible HTTP gateway (sidecar/gateway); upstream is model_server_url."""
+
+    PREFIX: ClassVar[str] = "gateway_"
+    listen: str = setting(
+        "",
+        "OpenAI-compatible caching gateway HOST:PORT (in the sidecar's process); empty disables it",
+        p.optional_hostport,
+    )
+    keys_file: str | None = setting(
+        None,
+        "File of gateway API keys, one TENANT=KEY per line (keys >= 16 chars); re-read "
+        "when it changes",
+        p.optional_str,
+    )
+    keys_poll_ms: int = setting(
+        2000, "How often the keys file is checked for changes (0 = never)", p.non_negative_int
+    )
+    tenant_header: str = setting(
+        "",
+        "Trusted request header naming the tenant (only behind a proxy that sets it); "
+        "empty = API keys only",
+        p.header_name,
+    )
+    default_prompt_version: str = setting(
+        "default",
+        "Prompt version of requests without an x-infercache-prompt-version header",
+        p.prompt_version,
+    )
+    max_body_bytes: int = setting(
+        16 * 1024**2, "Largest request body; larger is 413", p.parse_bytes
+    )
+    wait_ms: int = setting(
+        30000,
+        "Concurrent identical requests wait this long for the first one's answer "
+        "(single flight; capped by INFERCACHE_LEASE_MAX_WAIT_MS), 0 = no waiting",
+        p.non_negative_int,
+    )
+    upstream_timeout_s: int = setting(
+        600, "Deadline of one upstream call (a whole answer or stream)", p.positive_int
+    )
+    upstream_max_connections: int = setting(
+        256, "Most connections to the model server", p.positive_int
+    )
+    upstream_api_key: str = setting(
+        "",
+        "Bearer token the gateway sends to the model server (vLLM --api-key); empty = none",
+        secret=True,
+    )
+    replay_pace: str = setting(
+        "fastest",
+        "Default pace of a streamed hit: fastest, original, or tokens per second "
+        "(x-infercache-replay-pace overrides it)",
+        p.replay_pace,
     )

@@ -62,6 +62,7 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
     # Checked here, before the start's slow imports: opening a FIFO would block forever.
     _not_special(values["policy"]["file"], "INFERCACHE_POLICY_FILE")
     _not_special(admin["tokens_file"], "INFERCACHE_ADMIN_TOKENS_FILE")
+    _not_special(values["gateway"]["keys_file"], "INFERCACHE_GATEWAY_KEYS_FILE")
     if admin["tokens_file"]:
         admin["tokens"] = _merge_token_file(admin["tokens"], admin["tokens_file"])
     if not identity["fingerprint_cache_file"]:
@@ -148,6 +149,13 @@ def check_consistency(c: Config) -> None:
         raise ConfigError(
             f"INFERCACHE_STREAM_BUFFER_MAX_BYTES ({c.stream.buffer_max_bytes}) cannot buffer "
             f"one stream of INFERCACHE_MAX_PAYLOAD_BYTES ({limits.max_payload_bytes})"
+        )
+    if c.gateway.listen and not c.identity.model_path:
+        # The gateway's keys are bound to the weights it serves; without a fingerprint a
+        # model upgrade under the same served name would hit the old model's answers.
+        raise ConfigError(
+            "INFERCACHE_GATEWAY_LISTEN needs INFERCACHE_MODEL_PATH: gateway keys carry the "
+            "fingerprint of the model the pod serves"
         )
     if c.kv.lease_ttl_ms > c.kv.max_lease_ttl_ms:
         raise ConfigError(

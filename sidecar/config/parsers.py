@@ -266,3 +266,33 @@ def payload_format(text: str) -> Literal["text", "openai_json"]:
     if value not in ("text", "openai_json"):
         raise ValueError(f"expected text or openai_json, got {text!r}")
     return cast(Literal["text", "openai_json"], value)
+
+
+def header_name(text: str) -> str:
+    """An HTTP header name (RFC 9110 token), lower-cased; empty means none."""
+    name = text.strip().lower()
+    if name and not re.fullmatch(r"[!#$%&'*+.^_`|~0-9a-z-]{1,128}", name):
+        raise ValueError(f"expected an HTTP header name, got {text!r}")
+    return name
+
+
+def replay_pace(text: str) -> str:
+    """fastest, original, or a positive number of tokens per second."""
+    pace = text.strip().lower()
+    if pace in ("fastest", "original"):
+        return pace
+    try:
+        rate = float(pace)
+    except ValueError:
+        rate = 0.0
+    if not 0 < rate <= 1_000_000:
+        raise ValueError(f"expected fastest, original or tokens per second, got {text!r}")
+    return pace
+
+
+def prompt_version(text: str) -> str:
+    """A non-empty prompt version label (printable, no spaces, 256 chars at most)."""
+    label = text.strip()
+    if not re.fullmatch(r"[\x21-\x7e]{1,256}", label):
+        raise ValueError(f"expected a prompt version such as v3, got {text!r}")
+    return label

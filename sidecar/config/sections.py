@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import sidecar.config.parsers as p
 from sidecar.config.feature_sections import (
+    GatewayConfig,
     HitsConfig,
     IdentityConfig,
     KvConfig,
@@ -259,6 +260,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     kv: KvConfig = field(default_factory=KvConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
     otel_env: Mapping[str, str] = field(default_factory=dict)
     """The standard OTEL_* variables (not settings of ours; see observability/telemetry.py)."""
 

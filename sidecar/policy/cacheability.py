@@ -54,6 +54,10 @@ _NON_DETERMINISTIC = Bypass(
 )
 
 
+GATEWAY_CACHE_MODES = ("read-write", "read-only", "write-only", "off")
+"""Values of a policy's gateway_cache_mode (the gateway's x-infercache-cache-mode)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestTraits:
     """What a caller declares about a request that its key does not say."""
@@ -111,6 +115,9 @@ class TenantPolicy:
     """Larger results are BYPASSED at Store; None = INFERCACHE_MAX_PAYLOAD_BYTES only."""
     retain_inputs: bool = False
     """May this tenant's inputs be kept (e.g. recorded for prewarm)? Off unless allowed."""
+    gateway_cache_mode: str | None = None
+    """The OpenAI gateway's cache mode for requests that name none (GATEWAY_CACHE_MODES);
+    None = read-write."""
     inert: bool = field(init=False, repr=False, compare=False)
     """Derived: only declared traits can bypass a request (lets the hot path skip checks)."""
 

@@ -9,6 +9,7 @@
       bypass: {side_effects: true, private_data: true, real_time: true, tools: false}
       max_entry_bytes: 1MiB   # bytes, or a size with KiB/MiB/GiB (KB/MB/GB)
       retain_inputs: false
+      gateway_cache_mode: read-write   # the gateway's mode when a request names none
     tenants:
       acme: {max_ttl_s: 600, retain_inputs: true}   # only the named fields change
 
@@ -31,7 +32,7 @@ from typing import Any
 import yaml
 
 from sidecar.config import Config, parse_bytes
-from sidecar.policy.cacheability import Policy, TenantPolicy
+from sidecar.policy.cacheability import GATEWAY_CACHE_MODES, Policy, TenantPolicy
 
 MAX_POLICY_FILE_BYTES = 1024 * 1024
 _TAG = "tag:yaml.org,2002:"
@@ -139,6 +140,12 @@ class _Reader:
             )
         return value
 
+    def cache_mode(self, node: yaml.Node, field: str) -> str:
+        if isinstance(node, yaml.ScalarNode) and node.value in GATEWAY_CACHE_MODES:
+            return str(node.value)
+        expected = ", ".join(GATEWAY_CACHE_MODES)
+        raise self.fail(node, field, f"expected one of {expected}, got {_kind(node)}")
+
     def overrides(self, node: yaml.Node, field: str) -> dict[str, Any]:
         """The TenantPolicy fields a defaults or tenant block sets (and only those)."""
         fields: dict[str, Callable[[yaml.Node, str], Any]] = {
@@ -148,6 +155,7 @@ class _Reader:
             "deterministic_only": self.boolean,
             "max_entry_bytes": self.size,
             "retain_inputs": self.boolean,
+            "gateway_cache_mode": self.cache_mode,
         }
         out: dict[str, Any] = {}
         lines: dict[str, yaml.Node] = {}

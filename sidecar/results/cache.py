@@ -366,6 +366,17 @@ class ResultCache:
         await self._flight.release_token(lease_token, key.digest)
         return StoreResult(StoreStatus.BYPASSED, key.digest, 0, decision)
 
+    def fresh_lease(self, key: CacheKey) -> bytes:
+        """A lease token for a result computed from now on without a lookup first (a
+        refresh: the caller skips reading but stores the answer); no single-flight hold."""
+        self.stats.count_lease(key.model_version, "issued")
+        return self._flight.issue_token(key.digest)
+
+    async def release_token(self, lease_token: bytes, digest: KeyDigest) -> None:
+        """Give up the hold of a lease token whose result will not be stored (the caller
+        failed, went away or may not store it); waiters on the key stop waiting at once."""
+        await self._flight.release_token(lease_token, digest)
+
     async def release(self, lease: Lease | None) -> None:
         """Give up a lease's single-flight hold (a result will not come); errors are logged."""
         await self._flight.release(lease)

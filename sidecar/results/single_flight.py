@@ -78,6 +78,10 @@ class SingleFlight:
             return Handover(lease, token)
         return None
 
+    def issue_token(self, digest: KeyDigest) -> bytes:
+        """A lease for a computation that starts now, without a single-flight hold."""
+        return self._issue(digest)[1]
+
     def _issue(self, digest: KeyDigest) -> tuple[Lease, bytes]:
         expires = self._clock_ms() + self.policy.ttl_s * 1000
         # The epoch applied locally when the computation starts: if this sidecar

@@ -10,8 +10,16 @@ A prompt containing one of these markers changes the answer:
     [[error]]        HTTP 500
     [[slow]]         answer after --slow-s seconds (to trip a client deadline)
     [[wrong-model]]  the response names another model
-GET /stats returns {"completions": N, "prompts": [...], "models": [...], "bodies": [...]}
-(bodies as received, byte for byte), recorded when a request arrives.
+    [[cut]]          (stream) ends after the first content chunk: no finish_reason, no [DONE]
+    [[no-done]]      (stream) every chunk and the finish_reason, but no [DONE]
+    [[trickle]]      (stream) a content chunk every 0.2 s for --slow-s seconds
+    [[error-event]]  (stream) an error event after the first chunk, then [DONE]
+`stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
+when stream_options.include_usage); POST /v1/embeddings answers a vector derived
+from (weights, input).
+GET /stats returns {"completions": N, "prompts": [...], "models": [...], "bodies": [...],
+"aborted": N} (bodies as received, byte for byte, recorded when a request arrives;
+aborted: streams whose client went away before the end).
 """
 
 from __future__ import annotations
@@ -31,9 +39,25 @@ def answer_for(weights: str, prompt: str) -> str:
     return f"[{weights}] answer {digest}"
 
 
-def chat_prompt(messages: list[dict[str, str]]) -> str:
+def chat_prompt(messages: list[dict[str, Any]]) -> str:
     """The prompt text a chat request stands for (what answer_for is given)."""
-    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+    return "\n".join(f"{m['role']}: {_text(m.get('content'))}" for m in messages)
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def embedding_for(weights: str, text: str) -> list[float]:
+    """The vector the model with `weights` gives `text` (8 dimensions)."""
+    digest = hashlib.sha256(f"{weights}\0emb\0{text}".encode()).digest()
+    return [round(b / 255, 6) for b in digest[:8]]
+
+
+def stream_pieces(text: str) -> list[str]:
+    """How a streamed answer is cut: one piece per word, spaces kept."""
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
 def token_prompt(ids: list[int]) -> str:
@@ -48,6 +72,7 @@ class _State:
         self.prompts: list[str] = []
         self.bodies: list[str] = []
         self.models: list[str] = []
+        self.aborted = 0
 
 
 def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
@@ -76,7 +101,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     prompts, models = list(state.prompts), list(state.models)
                     bodies = list(state.bodies)
                 doc = {"completions": len(prompts), "prompts": prompts, "models": models}
-                self._send(200, doc | {"bodies": bodies})
+                self._send(200, doc | {"bodies": bodies, "aborted": state.aborted})
             else:
                 self._send(404, {"error": "not found"})
 
@@ -89,6 +114,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             elif self.path == "/v1/completions":
                 p = req["prompt"]
                 prompt = p if isinstance(p, str) else token_prompt(p)
+            elif self.path == "/v1/embeddings":
+                prompt = _text(req["input"])
             else:
                 self._send(404, {"error": "not found"})
                 return
@@ -107,7 +134,17 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if req["model"] not in args.model:
                 self._send(404, {"error": {"message": f"model {req['model']} not served"}})
                 return
+            if self.path == "/v1/embeddings":
+                vector = embedding_for(args.weights, prompt)
+                item = {"object": "embedding", "index": 0, "embedding": vector}
+                usage = {"prompt_tokens": len(prompt.split()), "total_tokens": len(prompt.split())}
+                doc = {"object": "list", "data": [item], "model": model, "usage": usage}
+                self._send(200, doc | {"id": "embd-test", "created": 0})
+                return
             text = answer_for(args.weights, prompt)
+            if req.get("stream"):
+                self._stream(req, model, prompt, text)
+                return
             choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
             if self.path == "/v1/chat/completions":
                 choice["message"] = {"role": "assistant", "content": text}
@@ -128,6 +165,61 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     "usage": usage,
                 },
             )
+
+        def _stream(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:
+            chat = self.path == "/v1/chat/completions"
+            head = {
+                "id": "cmpl-stream-test",
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": 0,
+                "model": model,
+            }
+            events: list[dict[str, Any]] = []
+            pieces = stream_pieces(text)
+            for i, piece in enumerate(pieces):
+                if chat:
+                    delta = (
+                        {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+                    )
+                    choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
+                else:
+                    choice = {"index": 0, "text": piece, "finish_reason": None}
+                events.append(head | {"choices": [choice]})
+            final: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+            if chat:
+                final["delta"] = {}
+            else:
+                final["text"] = ""
+            events.append(head | {"choices": [final]})
+            if (req.get("stream_options") or {}).get("include_usage"):
+                usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(pieces)}
+                events.append(head | {"choices": [], "usage": usage})
+            if "[[cut]]" in prompt:
+                events = events[:1]
+            if "[[error-event]]" in prompt:
+                events = [*events[:1], {"error": {"message": "engine died", "code": 500}}]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                for i, event in enumerate(events):
+                    self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                    self.wfile.flush()
+                    if "[[trickle]]" in prompt and i == 0:
+                        deadline = time.monotonic() + args.slow_s
+                        while time.monotonic() < deadline:
+                            time.sleep(0.2)
+                            # A comment line: keeps writing, so a gone client is noticed.
+                            self.wfile.write(b": tick\n\n")
+                            self.wfile.flush()
+                if "[[cut]]" not in prompt and "[[no-done]]" not in prompt:
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with state.lock:
+                    state.aborted += 1
+            self.close_connection = True
 
     return Handler
 

@@ -441,7 +441,12 @@ def test_inert_flag_follows_the_rules() -> None:
 
     assert TenantPolicy().inert
     assert TenantPolicy(retain_inputs=True, max_ttl_s=5, bypass_side_effects=False).inert
-    for strict in ({"cacheable": False}, {"deterministic_only": True}, {"bypass_tools": True}):
+    cases: list[dict[str, Any]] = [
+        {"cacheable": False},
+        {"deterministic_only": True},
+        {"bypass_tools": True},
+    ]
+    for strict in cases:
         assert not TenantPolicy(**strict).inert, strict
         assert not dataclasses.replace(TenantPolicy(), **strict).inert, strict
     assert Policy().inert

@@ -1,0 +1,168 @@
+"""The gateway's HTTP surface as an ASGI application (served by uvicorn, see service.py).
+
+Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models
+(proxied); GET /health. Credentials are checked before the body is read; a body
+over the limit is 413 without being read whole. While a request is served, a watcher
+waits for the client to go away and then cancels it (and the upstream call with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import structlog
+
+from sidecar.gateway.errors import HttpError
+from sidecar.gateway.flow import Flow
+from sidecar.gateway.reply import JSON, Headers, Reply
+
+log = structlog.get_logger("infercache.gateway")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+ENDPOINTS = {
+    "/v1/chat/completions": "chat.completions",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
+MODELS_PATH = "/v1/models"
+
+
+class GatewayApp:
+    """The ASGI callable."""
+
+    def __init__(self, flow: Flow, max_body_bytes: int) -> None:
+        self.flow = flow
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # lifespan is off; websockets are not served
+        reply = _reply(send)
+        try:
+            await self._route(scope, receive, reply)
+        except HttpError as exc:
+            await _error(reply, exc)
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            timeout_s = self.flow.upstream.timeout_s
+            await _error(
+                reply,
+                HttpError(
+                    504,
+                    f"the model server did not answer within {timeout_s:g} s "
+                    "(INFERCACHE_GATEWAY_UPSTREAM_TIMEOUT_S)",
+                    kind="timeout_error",
+                    code="upstream_timeout",
+                ),
+            )
+        except Exception as exc:
+            log.exception("gateway_internal_error", path=scope.get("path"))
+            await _error(
+                reply,
+                HttpError(
+                    500, f"internal error: {type(exc).__name__}", kind="server_error", code=None
+                ),
+            )
+
+    async def _route(self, scope: Scope, receive: Receive, reply: Reply) -> None:
+        path, method = scope["path"], scope["method"]
+        headers = dict(scope["headers"])
+        endpoint = ENDPOINTS.get(path)
+        if endpoint is not None:
+            if method != "POST":
+                raise HttpError(405, f"{path} takes POST", code="method_not_allowed")
+            tenant = self.flow.tenant(headers)
+            raw = await _read_body(receive, headers, self.max_body_bytes)
+            work = self.flow.completion(endpoint, tenant, headers, raw, reply)
+            await _until_disconnect(work, receive)
+        elif path == MODELS_PATH:
+            if method != "GET":
+                raise HttpError(405, f"{path} takes GET", code="method_not_allowed")
+            self.flow.tenant(headers)
+            await _until_disconnect(self.flow.models(reply), receive)
+        elif path == "/health" and method == "GET":
+            await reply.whole(200, [(b"content-type", JSON)], b'{"status":"ok"}')
+        else:
+            raise HttpError(404, f"no route {method} {path}", code="not_found")
+
+
+def _reply(send: Send) -> Reply:
+    async def start(status: int, headers: Headers) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def body(data: bytes, more: bool) -> None:
+        await send({"type": "http.response.body", "body": data, "more_body": more})
+
+    return Reply(start, body)
+
+
+async def _error(reply: Reply, exc: HttpError) -> None:
+    if reply.started:
+        # Too late for a status: end the response; a stream without [DONE] is incomplete.
+        log.info("gateway_error_after_start", status=exc.status, error=exc.message)
+        with contextlib.suppress(Exception):
+            await reply.send(b"", False)
+        return
+    headers: Headers = [(b"content-type", JSON)]
+    if exc.status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await reply.whole(exc.status, headers, exc.body())
+
+
+async def _read_body(receive: Receive, headers: dict[bytes, bytes], limit: int) -> bytes:
+    declared = headers.get(b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise asyncio.CancelledError  # nobody is left to answer
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _too_large(limit: int) -> HttpError:
+    return HttpError(
+        413,
+        f"the body is larger than {limit} bytes (INFERCACHE_GATEWAY_MAX_BODY_BYTES)",
+        code="request_too_large",
+    )
+
+
+async def _until_disconnect(work: Awaitable[None], receive: Receive) -> None:
+    """Run `work`; cancel it if the client disconnects first."""
+
+    async def gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    if task.cancelled() or not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return
+    task.result()  # re-raise the work's own error

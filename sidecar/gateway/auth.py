@@ -1,0 +1,160 @@
+"""Who is asking: gateway API keys mapped to tenants, from a mounted file.
+
+    # TENANT=KEY, one per line; a tenant may have several keys (rotation)
+    acme=sk-acme-0123456789abcdef
+    globex=sk-globex-0123456789abcdef
+
+The tenant comes from authentication only, never from the body: `Authorization:
+Bearer KEY` (or `api-key: KEY`, as Azure-style clients send it). A trusted header
+names the tenant only when the operator configured one (a proxy in front that sets
+it). The file is re-read when its size or mtime changes; a file that no longer
+parses keeps the keys in force and is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from sidecar.gateway.errors import HttpError
+
+log = structlog.get_logger("infercache.gateway")
+
+MIN_KEY_CHARS = 16
+MAX_KEYS_FILE_BYTES = 1024 * 1024
+
+
+def parse_keys(text: str, source: str) -> dict[str, str]:
+    """KEY -> TENANT from the file's text; ValueError naming the line."""
+    out: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        tenant, sep, key = (part.strip() for part in line.partition("="))
+        if not sep or not tenant or not key:
+            raise ValueError(f"{source}:{n}: expected TENANT=KEY")
+        if len(key) < MIN_KEY_CHARS:
+            raise ValueError(f"{source}:{n}: keys must be at least {MIN_KEY_CHARS} characters")
+        if not tenant.isprintable() or len(tenant) > 256:
+            raise ValueError(f"{source}:{n}: the tenant must be printable, 256 chars at most")
+        if key in out:
+            raise ValueError(f"{source}:{n}: this key is listed twice")
+        out[key] = tenant
+    return out
+
+
+def read_keys(path: str) -> dict[str, str]:
+    """Read and parse the keys file (blocking: call it off the event loop)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read(MAX_KEYS_FILE_BYTES + 1)
+    if len(text) > MAX_KEYS_FILE_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_KEYS_FILE_BYTES} bytes")
+    return parse_keys(text, path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    size: int
+    mtime_ns: int
+    inode: int
+
+
+def _stamp(path: str) -> _Stamp:
+    st = os.stat(path)
+    return _Stamp(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+class ApiKeys:
+    """The tenant of a request's credentials; 401 (HttpError) when it has none."""
+
+    def __init__(
+        self, keys: Mapping[str, str], path: str | None = None, tenant_header: str = ""
+    ) -> None:
+        self._keys = dict(keys)
+        self._path = path
+        self._stamp = _stamp(path) if path else None
+        self.tenant_header = tenant_header.encode("latin-1")
+        self.reloads = 0
+        self.reload_failures = 0
+
+    @classmethod
+    def load(cls, path: str | None, tenant_header: str = "") -> ApiKeys:
+        """From the file at `path` (None: no keys; every request is 401 unless a trusted
+        header is configured). Raises OSError / ValueError when the file is unusable."""
+        return cls(read_keys(path) if path else {}, path, tenant_header)
+
+    def tenant(self, headers: Mapping[bytes, bytes]) -> str:
+        """The authenticated tenant of a request's (lower-cased) headers."""
+        if self.tenant_header:
+            named = headers.get(self.tenant_header)
+            if named:
+                tenant = named.decode("latin-1").strip()
+                if tenant:
+                    return tenant
+        key = _presented_key(headers)
+        if key is None:
+            raise HttpError(
+                401,
+                "missing API key: send Authorization: Bearer <key>",
+                kind="authentication_error",
+                code="invalid_api_key",
+            )
+        found = self._lookup(key)
+        if found is None:
+            raise HttpError(
+                401, "unknown API key", kind="authentication_error", code="invalid_api_key"
+            )
+        return found
+
+    def _lookup(self, key: str) -> str | None:
+        tenant = self._keys.get(key)
+        if tenant is not None:
+            return tenant
+        # Not found: a constant-time pass over the keys, so timing tells nothing of them.
+        for known in self._keys:
+            hmac.compare_digest(known.encode(), key.encode())
+        return None
+
+    async def run_reload(self, poll_s: float) -> None:
+        """Re-read the file whenever it changes (until cancelled)."""
+        if not self._path or poll_s <= 0:
+            return
+        while True:
+            await asyncio.sleep(poll_s)
+            await self.reload_if_changed()
+
+    async def reload_if_changed(self) -> bool:
+        """Re-read the file if its stamp changed; True when new keys are in force."""
+        path = self._path
+        if path is None:
+            return False
+        try:
+            stamp = await asyncio.to_thread(_stamp, path)
+            if stamp == self._stamp:
+                return False
+            keys = await asyncio.to_thread(read_keys, path)
+        except (OSError, ValueError) as exc:
+            self.reload_failures += 1
+            log.warning("gateway_keys_reload_failed", path=path, error=str(exc))
+            return False
+        self._keys, self._stamp = keys, stamp
+        self.reloads += 1
+        log.info("gateway_keys_reloaded", path=path, keys=len(keys))
+        return True
+
+
+def _presented_key(headers: Mapping[bytes, bytes]) -> str | None:
+    auth = headers.get(b"authorization")
+    if auth:
+        scheme, _, value = auth.decode("latin-1").partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+        return None
+    api_key = headers.get(b"api-key")
+    return api_key.decode("latin-1").strip() or None if api_key else None

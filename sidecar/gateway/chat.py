@@ -1,0 +1,214 @@
+"""Chat `messages` as key values (docs/keys.md, chat completions): every message field
+either has its key field or goes into `extra` under its JSON path.
+
+Media parts are keyed by the digest of the bytes the model receives: inline data
+(a `data:` URL, base64 audio or file data) is decoded and hashed here. Media the
+gateway would have to fetch (an http URL, a `file_id`) cannot be hashed without
+fetching it, so such a request is not cached at all (`Uncacheable`): a URL's
+content can change under the same text.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import MutableMapping
+from typing import Any
+
+from sidecar.gateway.errors import bad_request
+from sidecar.gateway.values import extra_value
+from sidecar.keys import ChatMessage, ContentPart, PartKind, ToolCall
+
+_MESSAGE_FIELDS = frozenset(
+    {"role", "content", "name", "tool_call_id", "tool_calls", "reasoning_content", "reasoning"}
+)
+_MEDIA = {
+    "image_url": PartKind.IMAGE,
+    "input_audio": PartKind.AUDIO,
+    "file": PartKind.FILE,
+    "video_url": PartKind.VIDEO,
+}
+
+
+class Uncacheable(Exception):
+    """The request is valid but cannot be keyed safely; it is forwarded uncached."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def chat_messages(raw: Any, extra: MutableMapping[str, str]) -> tuple[ChatMessage, ...]:
+    """The `messages` array as ChatMessages; fields without a key field go into `extra`."""
+    if not isinstance(raw, list) or not raw:
+        raise bad_request("messages", "must be a non-empty array of messages")
+    return tuple(_message(m, i, extra) for i, m in enumerate(raw))
+
+
+def _message(m: Any, i: int, extra: MutableMapping[str, str]) -> ChatMessage:
+    p = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise bad_request(p, "must be an object")
+    role = m.get("role")
+    if not isinstance(role, str) or not role:
+        raise bad_request(p + ".role", "is required and must be a string")
+    for name, value in m.items():
+        if name not in _MESSAGE_FIELDS:
+            extra[f"{p}.{name}"] = extra_value(value)
+    content = m.get("content")
+    text: str | None = None
+    parts: tuple[ContentPart, ...] = ()
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        parts = tuple(
+            part
+            for j, raw_part in enumerate(content)
+            if (part := _part(raw_part, f"{p}.content[{j}]", extra)) is not None
+        )
+        if not parts:
+            # Every part went into `extra` (e.g. only refusals): keep "parts, not text".
+            extra[f"{p}.content"] = extra_value(content)
+    elif content is not None:
+        raise bad_request(p + ".content", "must be a string, an array of parts, or null")
+    name = _optional_str(m, "name", p, extra)
+    call_id = _optional_str(m, "tool_call_id", p, extra)
+    reasoning = m.get("reasoning_content")
+    if "reasoning" in m:
+        if reasoning is None:
+            reasoning = m["reasoning"]
+        else:
+            extra[f"{p}.reasoning"] = extra_value(m["reasoning"])
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise bad_request(p + ".reasoning_content", "must be a string")
+    return ChatMessage(
+        role=role,
+        content=text,
+        name=name,
+        tool_call_id=call_id,
+        parts=parts,
+        tool_calls=_tool_calls(m.get("tool_calls"), p + ".tool_calls"),
+        reasoning_content=reasoning,
+    )
+
+
+def _optional_str(m: dict[str, Any], field: str, p: str, extra: MutableMapping[str, str]) -> str:
+    v = m.get(field)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise bad_request(f"{p}.{field}", "must be a string")
+    if v == "":
+        # The key reads an empty name as none; the forwarded "" is kept apart by extra.
+        extra[f"{p}.{field}"] = '""'
+    return v
+
+
+def _tool_calls(raw: Any, p: str) -> tuple[ToolCall, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise bad_request(p, "must be an array")
+    calls = []
+    for j, c in enumerate(raw):
+        q = f"{p}[{j}]"
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict):
+            raise bad_request(q + ".function", "is required and must be an object")
+        if set(c) - {"id", "type", "function"} or set(fn) - {"name", "arguments"}:
+            raise bad_request(q, "has fields other than id, type and function{name, arguments}")
+        call_id, kind = c.get("id"), c.get("type", "function")
+        name, arguments = fn.get("name"), fn.get("arguments")
+        if not (
+            isinstance(call_id, str)
+            and isinstance(kind, str)
+            and isinstance(name, str)
+            and isinstance(arguments, str)
+        ):
+            raise bad_request(q, "id, type, function.name and function.arguments must be strings")
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments, type=kind))
+    return tuple(calls)
+
+
+def _part(raw: Any, p: str, extra: MutableMapping[str, str]) -> ContentPart | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise bad_request(p, "must be an object with a string `type`")
+    kind = raw["type"]
+    if kind == "text":
+        text = raw.get("text")
+        if not isinstance(text, str):
+            raise bad_request(p + ".text", "is required and must be a string")
+        if set(raw) - {"type", "text"}:
+            extra[p] = extra_value(raw)
+        return ContentPart(PartKind.TEXT, text=text)
+    media = _MEDIA.get(kind)
+    if media is None:
+        # refusal parts and part types this gateway does not know: keyed whole.
+        extra[p] = extra_value(raw)
+        return None
+    body = raw.get(kind)
+    if not isinstance(body, dict):
+        raise bad_request(f"{p}.{kind}", "is required and must be an object")
+    if set(raw) - {"type", kind}:
+        extra[p] = extra_value({k: v for k, v in raw.items() if k not in ("type", kind)})
+    return _media_part(media, body, f"{p}.{kind}", extra)
+
+
+def _media_part(
+    kind: PartKind, body: dict[str, Any], p: str, extra: MutableMapping[str, str]
+) -> ContentPart:
+    if kind is PartKind.AUDIO:
+        data, known = _decoded(body.get("data"), p + ".data"), {"data", "format"}
+    elif kind is PartKind.FILE:
+        if "file_data" not in body:
+            raise Uncacheable(f"{p} names a file by id; its bytes are not in the request")
+        data, known = _data_url_or_base64(body.get("file_data"), p + ".file_data")
+    else:
+        url = body.get("url")
+        if not isinstance(url, str):
+            raise bad_request(p + ".url", "is required and must be a string")
+        if not url.startswith("data:"):
+            raise Uncacheable(f"{p}.url is fetched by the model server; its content can change")
+        data, known = _data_url(url, p + ".url"), {"url", "detail"}
+    for name in set(body) - known:
+        extra[f"{p}.{name}"] = extra_value(body[name])
+    return ContentPart(
+        kind,
+        sha256=hashlib.sha256(data).digest(),
+        detail=_opt(body, "detail", p) if kind is PartKind.IMAGE else None,
+        format=_opt(body, "format", p) if kind is PartKind.AUDIO else None,
+        filename=_opt(body, "filename", p) if kind is PartKind.FILE else None,
+    )
+
+
+def _data_url_or_base64(v: Any, p: str) -> tuple[bytes, set[str]]:
+    known = {"file_data", "filename"}
+    if isinstance(v, str) and v.startswith("data:"):
+        return _data_url(v, p), known
+    return _decoded(v, p), known
+
+
+def _data_url(url: str, p: str) -> bytes:
+    head, sep, payload = url.partition(",")
+    if not sep:
+        raise bad_request(p, "is not a data: URL")
+    if head.endswith(";base64"):
+        return _decoded(payload, p)
+    return payload.encode("utf-8", "surrogatepass")
+
+
+def _decoded(v: Any, p: str) -> bytes:
+    if not isinstance(v, str):
+        raise bad_request(p, "must be a base64 string")
+    try:
+        return base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise bad_request(p, f"is not valid base64 ({exc})") from exc
+
+
+def _opt(body: dict[str, Any], name: str, p: str) -> str | None:
+    v = body.get(name)
+    if v is not None and not isinstance(v, str):
+        raise bad_request(f"{p}.{name}", "must be a string")
+    return v

@@ -1,0 +1,119 @@
+"""Per-request cache controls from HTTP headers (no I/O).
+
+    Cache-Control: no-cache      skip the lookup, store the fresh answer ("refresh")
+    Cache-Control: no-store      look up, but store nothing
+    Cache-Control: max-age=N     a cached answer older than N seconds is a miss (0 = no-cache)
+    x-infercache-cache-mode: read-write | read-only | write-only | off
+    x-infercache-prompt-version: the prompt template version (else the configured default)
+    x-infercache-replay-pace: fastest | original | TOKENS_PER_SECOND (streamed hits)
+
+The mode's default is the tenant's `cache_mode` in the policy file, else read-write.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from sidecar.gateway.errors import HttpError
+from sidecar.results.pacing import MAX_TOKENS_PER_SECOND, PaceMode, Pacing
+
+MODE_HEADER = b"x-infercache-cache-mode"
+PROMPT_VERSION_HEADER = b"x-infercache-prompt-version"
+PACE_HEADER = b"x-infercache-replay-pace"
+MAX_PROMPT_VERSION_CHARS = 256
+
+
+class CacheMode(Enum):
+    """What the cache may do for a request."""
+
+    READ_WRITE = "read-write"
+    READ_ONLY = "read-only"
+    WRITE_ONLY = "write-only"
+    OFF = "off"
+
+
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """The cache behaviour one request asked for."""
+
+    read: bool = True
+    """Look the request up (False: no-cache, write-only, off)."""
+    write: bool = True
+    """Store the fresh answer of a miss (False: no-store, read-only, off)."""
+    max_age_s: int = 0
+    """A hit must be at most this old; 0 = any age."""
+
+    @property
+    def off(self) -> bool:
+        """Neither read nor written: forwarded untouched."""
+        return not self.read and not self.write
+
+
+def parse_mode(text: str, source: str = "x-infercache-cache-mode") -> CacheMode:
+    """A cache mode by name; 400 naming `source` otherwise."""
+    try:
+        return CacheMode(text.strip().lower())
+    except ValueError:
+        names = ", ".join(m.value for m in CacheMode)
+        raise HttpError(400, f"{source}: expected one of {names}, got {text[:64]!r}") from None
+
+
+def controls(headers: Mapping[bytes, bytes], default_mode: CacheMode) -> Controls:
+    """The request's controls: its mode header (or `default_mode`) and Cache-Control."""
+    raw_mode = headers.get(MODE_HEADER)
+    mode = parse_mode(raw_mode.decode("latin-1")) if raw_mode else default_mode
+    read = mode in (CacheMode.READ_WRITE, CacheMode.READ_ONLY)
+    write = mode in (CacheMode.READ_WRITE, CacheMode.WRITE_ONLY)
+    max_age = 0
+    for directive in headers.get(b"cache-control", b"").decode("latin-1").split(","):
+        name, _, value = directive.strip().partition("=")
+        name = name.strip().lower()
+        if name == "no-cache":
+            read = False
+        elif name == "no-store":
+            write = False
+        elif name == "max-age":
+            seconds = value.strip().strip('"')
+            if not seconds.isdigit() or len(seconds) > 10:
+                raise HttpError(400, f"Cache-Control: max-age must be seconds, got {value!r}")
+            if int(seconds) == 0:
+                read = False  # nothing cached is zero seconds old
+            else:
+                max_age = min(int(seconds), 2**31 - 1)
+    return Controls(read=read, write=write, max_age_s=max_age)
+
+
+def prompt_version(headers: Mapping[bytes, bytes], default: str) -> str:
+    """The x-infercache-prompt-version header, else `default`."""
+    raw = headers.get(PROMPT_VERSION_HEADER)
+    if raw is None:
+        return default
+    try:
+        value = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise HttpError(400, "x-infercache-prompt-version: not UTF-8") from None
+    if not value or len(value) > MAX_PROMPT_VERSION_CHARS or not value.isprintable():
+        raise HttpError(400, "x-infercache-prompt-version: must be printable, 1 to 256 characters")
+    return value
+
+
+def pacing(headers: Mapping[bytes, bytes], default: str) -> Pacing:
+    """The replay pace of a streamed hit (header, else the configured default)."""
+    raw = headers.get(PACE_HEADER)
+    text = raw.decode("latin-1").strip().lower() if raw else default
+    if text == "fastest":
+        return Pacing()
+    if text == "original":
+        return Pacing(PaceMode.ORIGINAL)
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if not (math.isfinite(rate) and 0 < rate <= MAX_TOKENS_PER_SECOND):
+        raise HttpError(
+            400, f"x-infercache-replay-pace: fastest, original or tokens per second, got {text!r}"
+        )
+    return Pacing(PaceMode.TOKENS_PER_SECOND, tokens_per_second=rate)

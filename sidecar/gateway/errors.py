@@ -1,0 +1,76 @@
+"""HTTP errors of the gateway, answered as OpenAI-style error bodies.
+
+    {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+
+Every refusal of a caller's mistake is a 4xx naming what was wrong; domain errors
+(sidecar.errors) are mapped to statuses in one table, `for_domain`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sidecar.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InfercacheError,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unauthenticated,
+)
+
+
+class HttpError(Exception):
+    """An answer the gateway gives instead of a completion."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+        self.code = code
+
+    def body(self) -> bytes:
+        """The OpenAI-style JSON error body."""
+        doc = {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+        return json.dumps(doc, ensure_ascii=False).encode("utf-8")
+
+
+def bad_request(param: str, problem: str) -> HttpError:
+    """400 naming the body field (dotted path) that is wrong."""
+    return HttpError(400, f"{param}: {problem}", param=param, code="invalid_value")
+
+
+def for_domain(exc: InfercacheError) -> HttpError:
+    """The HTTP answer to a domain error raised while serving a request."""
+    if isinstance(exc, InvalidArgument):
+        param = exc.field.removeprefix("key.")
+        return HttpError(400, f"{param}: {exc.problem}", param=param, code="invalid_value")
+    if isinstance(exc, Unauthenticated):
+        return HttpError(401, str(exc), kind="authentication_error", code="invalid_api_key")
+    if isinstance(exc, NotFound):
+        return HttpError(404, str(exc), code="not_found")
+    if isinstance(exc, FailedPrecondition):
+        return HttpError(409, str(exc), code="failed_precondition")
+    if isinstance(exc, ResourceExhausted):
+        return HttpError(429, str(exc), kind="rate_limit_error", code="resource_exhausted")
+    if isinstance(exc, DeadlineExceeded):
+        return HttpError(504, str(exc), kind="timeout_error", code="deadline_exceeded")
+    return HttpError(503, str(exc), kind="server_error", code="unavailable")

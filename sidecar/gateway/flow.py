@@ -1,0 +1,297 @@
+"""One completion request through the gateway: authenticate, key, look up, answer from
+the cache or forward upstream, and store a complete answer.
+
+    hit      the cached answer, fresh id and created (a stream replayed event by event)
+    miss     forwarded; a complete 2xx answer is stored under the lease of the lookup
+    refresh  Cache-Control: no-cache / write-only: forwarded without a lookup, stored
+    bypass   not cacheable (mode off, policy, remote media, several inputs): forwarded
+
+Nothing is stored unless the whole answer arrived: a stream needs every choice's
+finish_reason and `data: [DONE]`; a client that goes away cancels this coroutine
+(the upstream call with it) and the lease is released in `finally`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from sidecar.errors import InfercacheError
+from sidecar.gateway.auth import ApiKeys
+from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
+from sidecar.gateway.errors import HttpError, bad_request, for_domain
+from sidecar.gateway.hit import ReplayLimits, answer_hit
+from sidecar.gateway.records import Recording
+from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
+from sidecar.gateway.request_keys import KeyedRequest, keyed_request
+from sidecar.gateway.stats import GatewayStats
+from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
+from sidecar.gateway.upstream import Upstream
+from sidecar.identity import KeyResolver
+from sidecar.keys import CacheKey
+from sidecar.results.cache import ResultCache
+from sidecar.results.types import LookupQuery, Outcome, StoreStatus
+
+log = structlog.get_logger("infercache.gateway")
+
+PATHS = {
+    "chat.completions": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSettings:
+    """The gateway's request handling settings (see the INFERCACHE_GATEWAY_* settings)."""
+
+    default_prompt_version: str
+    wait_ms: int
+    replay_pace: str
+    replay_max_gap_ms: int
+    replay_max_duration_ms: int
+    max_payload_bytes: int
+
+
+class Flow:
+    """Serves completion requests from the cache and the model server."""
+
+    def __init__(
+        self,
+        cache: ResultCache,
+        keys: KeyResolver,
+        api_keys: ApiKeys,
+        upstream: Upstream,
+        settings: FlowSettings,
+        stats: GatewayStats,
+        recording: Recording | None = None,
+    ) -> None:
+        self.cache = cache
+        self.keys = keys
+        self.api_keys = api_keys
+        self.upstream = upstream
+        self.settings = settings
+        self.stats = stats
+        self.recording = recording
+        self._model_header = keys.pod.model_version.encode()
+
+    def tenant(self, headers: Mapping[bytes, bytes]) -> str:
+        """The request's tenant from its credentials (401 HttpError otherwise)."""
+        return self.api_keys.tenant(headers)
+
+    def default_mode(self, tenant: str) -> CacheMode:
+        """The tenant's cache mode when a request names none (policy file, else read-write)."""
+        mode = self.cache.tenant_policy(tenant).gateway_cache_mode
+        return CacheMode(mode) if mode else CacheMode.READ_WRITE
+
+    async def models(self, reply: Reply) -> None:
+        """GET /v1/models, proxied to the model server."""
+        async with (
+            asyncio.timeout(self.upstream.timeout_s),
+            self.upstream.call("GET", "/v1/models") as resp,
+        ):
+            kind = resp.headers.get("content-type", "application/json").encode("latin-1")
+            await reply.start(resp.status_code, [(b"content-type", kind)])
+            async for piece in resp.aiter_raw():
+                await reply.send(piece)
+            await reply.send(b"", False)
+
+    async def completion(
+        self,
+        endpoint: str,
+        tenant: str,
+        headers: Mapping[bytes, bytes],
+        raw: bytes,
+        reply: Reply,
+    ) -> None:
+        """Answer one POST to `endpoint` by `tenant` (authenticated) whose body is `raw`."""
+        doc = parse_body(raw)
+        asked = controls(headers, self.default_mode(tenant))
+        version = prompt_version(headers, self.settings.default_prompt_version)
+        kr = keyed_request(endpoint, doc, tenant, version)
+        info: Headers = [(b"x-infercache-model-version", self._model_header)]
+        if kr.unknown:
+            self.stats.unknown_fields += len(kr.unknown)
+            info.append((b"x-infercache-unknown-fields", ",".join(kr.unknown).encode()))
+        if kr.key is None or asked.off:
+            reason = kr.uncacheable or "cache mode off"
+            await self._bypass(endpoint, raw, kr, info, reason, reply)
+            return
+        try:
+            key = self.keys.resolve(kr.key)
+        except InfercacheError as exc:
+            raise for_domain(exc) from exc
+        info.append((b"x-infercache-key", key.digest.hex()[:16].encode()))
+        policy = self.cache.tenant_policy(tenant)
+        if asked.read:
+            await self._lookup(endpoint, raw, kr, key, asked, headers, info, reply)
+            return
+        decision = policy.bypass_for(key, kr.traits)
+        if decision is not None:
+            await self._bypass(endpoint, raw, kr, info, decision.reason.value, reply)
+            return
+        self.stats.count("refresh")
+        lease = self.cache.fresh_lease(key)
+        await self._forward(endpoint, raw, kr, key, lease, asked, info, b"refresh", reply)
+
+    async def _lookup(
+        self,
+        endpoint: str,
+        raw: bytes,
+        kr: KeyedRequest,
+        key: CacheKey,
+        asked: Controls,
+        headers: Mapping[bytes, bytes],
+        info: Headers,
+        reply: Reply,
+    ) -> None:
+        query = LookupQuery(key, asked.max_age_s, self.settings.wait_ms, kr.key, kr.traits)
+        try:
+            result = await self.cache.lookup(query)
+        except InfercacheError as exc:
+            raise for_domain(exc) from exc
+        if result.outcome is Outcome.BYPASS:
+            reason = result.bypass.reason.value if result.bypass else "policy"
+            await self._bypass(endpoint, raw, kr, info, reason, reply)
+            return
+        if result.outcome is Outcome.HIT and result.entry is not None:
+            age = (str(result.age_ms // 1000)).encode()
+            hit = [*info, (b"age", age)]
+            pace = pacing(headers, self.settings.replay_pace)
+            replay = ReplayLimits(
+                self.settings.replay_max_gap_ms, self.settings.replay_max_duration_ms
+            )
+            if await answer_hit(endpoint, kr, result.entry, pace, replay, hit, reply):
+                self.stats.count("hit")
+                return
+            # Stored in a form this request cannot be answered from: recompute it.
+            self.stats.count("unservable_hit")
+            lease = self.cache.fresh_lease(key)
+        else:
+            lease = result.lease
+        self.stats.count("miss")
+        await self._forward(endpoint, raw, kr, key, lease, asked, info, b"miss", reply)
+
+    async def _bypass(
+        self,
+        endpoint: str,
+        raw: bytes,
+        kr: KeyedRequest,
+        info: Headers,
+        reason: str,
+        reply: Reply,
+    ) -> None:
+        self.stats.count("bypass")
+        marked = [*info, (CACHE_HEADER, b"bypass"), (b"x-infercache-bypass-reason", _ascii(reason))]
+        await self._relay(PATHS[endpoint], raw, kr.stream, marked, reply)
+
+    async def _relay(
+        self, path: str, raw: bytes, stream: bool, headers: Headers, reply: Reply
+    ) -> None:
+        """Forward without caching: status, content type and body as they come."""
+        async with (
+            asyncio.timeout(self.upstream.timeout_s),
+            self.upstream.call("POST", path, raw) as resp,
+        ):
+            kind = resp.headers.get("content-type", "application/json").encode("latin-1")
+            await reply.start(resp.status_code, [(b"content-type", kind), *headers])
+            async for piece in resp.aiter_raw():
+                await reply.send(piece)
+            await reply.send(b"", False)
+
+    async def _forward(
+        self,
+        endpoint: str,
+        raw: bytes,
+        kr: KeyedRequest,
+        key: CacheKey,
+        lease: bytes,
+        asked: Controls,
+        info: Headers,
+        outcome: bytes,
+        reply: Reply,
+    ) -> None:
+        """Forward a miss; store the answer if it is complete (the lease released if not)."""
+        stored = False
+        limit = self.settings.max_payload_bytes
+        try:
+            started_ms = self.cache.clock_ms()
+            t0 = time.monotonic()
+            async with (
+                asyncio.timeout(self.upstream.timeout_s),
+                self.upstream.call("POST", PATHS[endpoint], raw) as resp,
+            ):
+                kind = resp.headers.get("content-type", "application/json")
+                marked = [*info, (CACHE_HEADER, outcome)]
+                await reply.start(resp.status_code, [(b"content-type", kind.encode()), *marked])
+                ok = resp.status_code == 200
+                if kr.stream and ok and kind.startswith("text/event-stream"):
+                    answer = await tee_stream(resp.aiter_raw(), t0, reply, limit)
+                    if answer is None:
+                        self.stats.count("stream_not_stored")
+                else:
+                    answer = await tee_body(resp.aiter_raw(), reply, limit)
+                    if answer is not None and not (ok and whole_answer(answer.payload, kr)):
+                        answer = None
+            if answer is not None and asked.write:
+                stored = await self._store(endpoint, raw, kr, key, lease, answer, started_ms)
+        finally:
+            if not stored:
+                # Shielded: a cancelled request (client gone) must still free its waiters.
+                await asyncio.shield(self.cache.release_token(lease, key.digest))
+
+    async def _store(
+        self,
+        endpoint: str,
+        raw: bytes,
+        kr: KeyedRequest,
+        key: CacheKey,
+        lease: bytes,
+        answer: Answer,
+        started_ms: int,
+    ) -> bool:
+        """Store a complete answer; True when the lease is spent (stored or refused)."""
+        try:
+            result = await self.cache.store(
+                key,
+                answer.payload,
+                cost=answer.cost(),
+                lease_token=lease,
+                traits=kr.traits,
+                chunks=answer.chunks,
+                finish_reason=answer.finish_reason,
+                started_at_ms=started_ms,
+            )
+        except InfercacheError as exc:
+            self.stats.count("store_refused")
+            log.info("gateway_store_refused", error=str(exc))
+            return False
+        self.stats.count(f"store_{result.status.value}")
+        if result.status is StoreStatus.STORED and self.recording is not None:
+            self.recording.attach(key, kr, PATHS[endpoint], raw, result.ttl_s)
+        return result.status is not StoreStatus.WRITE_FAILED
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; 400 for anything else (NaN included)."""
+    try:
+        doc = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(doc, dict):
+        raise bad_request("body", "must be a JSON object")
+    return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _ascii(text: str) -> bytes:
+    return text.encode("ascii", "replace")[:200]

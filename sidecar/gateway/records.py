@@ -1,0 +1,42 @@
+"""Prewarm's record of what was really sent: for tenants whose policy retains inputs,
+a stored answer's exact upstream request body is attached to its hit ranking, so a
+prewarm replays it verbatim (sidecar/prewarm/records.py), never a reconstruction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sidecar.gateway.request_keys import KeyedRequest
+from sidecar.keys import CacheKey, KeyRequest
+from sidecar.prewarm.hits import HitRecorder
+from sidecar.prewarm.records import (
+    JSON_TYPE,
+    MAX_REPLAY_BYTES,
+    REPLAY_PATHS,
+    HitRecord,
+    ReplayRequest,
+)
+
+KeyEncoder = Callable[[KeyRequest], bytes]
+"""A KeyRequest as a record's key bytes (the CacheKey wire form, no model version)."""
+
+
+class Recording:
+    """Attaches the upstream body of each stored answer (retaining tenants only)."""
+
+    def __init__(self, recorder: HitRecorder, encode_key: KeyEncoder) -> None:
+        self._recorder = recorder
+        self._encode_key = encode_key
+
+    def attach(self, key: CacheKey, kr: KeyedRequest, path: str, body: bytes, ttl_s: int) -> None:
+        """Keep `body` (sent to `path`) as the replay of `key`'s entry, if allowed."""
+        if kr.key is None or path not in REPLAY_PATHS or len(body) > MAX_REPLAY_BYTES:
+            return
+        if kr.traits.private_data:
+            return
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            return
+        record = HitRecord(self._encode_key(kr.key), ReplayRequest(path, JSON_TYPE, body))
+        self._recorder.attach(key.tenant, key.model_version, key.digest, record, ttl_s=ttl_s)

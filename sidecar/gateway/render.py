@@ -1,0 +1,278 @@
+"""A cached answer as the response to a new request (no I/O).
+
+A hit gets a fresh `id` and `created`; everything else is the original answer.
+A stored body is rewritten in place (the two values only, the rest byte for byte);
+a stored stream is replayed event by event, each rewritten the same way.
+A request that streams may be answered from a stored body and the other way round
+(`stream` is not part of the key): `events_from_body` and `body_from_events` convert,
+and return None for anything they do not fully understand (the hit is then
+treated as a miss, never answered approximately).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sidecar.gateway.sse import event_doc, is_usage_only
+
+
+def fresh_id(kind: str) -> str:
+    """A new response id in OpenAI's style (chatcmpl-..., cmpl-..., embd-...)."""
+    prefix = {"chat.completions": "chatcmpl", "completions": "cmpl", "embeddings": "embd"}
+    return f"{prefix.get(kind, 'resp')}-{secrets.token_hex(12)}"
+
+
+class Renewal:
+    """Rewrites the original id and created of an answer's body or events."""
+
+    __slots__ = ("created", "new_id")
+
+    def __init__(self, kind: str) -> None:
+        self.new_id = fresh_id(kind).encode()
+        self.created = str(int(time.time())).encode()
+
+    def apply(self, data: bytes, doc: dict[str, Any], *, event: bool = False) -> bytes:
+        """`data` (whose parsed value is `doc`) with doc's id and created replaced.
+
+        The original values are replaced where they appear as written; if the text
+        spells them otherwise (escapes), the document is re-serialised instead
+        (`event`: as one SSE event).
+        """
+        old_id, old_created = doc.get("id"), doc.get("created")
+        if isinstance(old_id, str):
+            spelled = re.escape(json.dumps(old_id, ensure_ascii=False).encode())
+            fresh = b'"id":"' + self.new_id + b'"'
+            data, n = re.subn(rb'"id"\s*:\s*' + spelled, fresh, data, count=1)
+            if n == 0:
+                return self._reserialised(doc, event)
+        if isinstance(old_created, int) and not isinstance(old_created, bool):
+            pattern = rb'"created"\s*:\s*' + str(old_created).encode() + rb"(?![0-9.eE])"
+            data, n = re.subn(pattern, b'"created":' + self.created, data, count=1)
+            if n == 0:
+                return self._reserialised(doc, event)
+        return data
+
+    def _reserialised(self, doc: dict[str, Any], event: bool) -> bytes:
+        fresh = dict(doc)
+        if "id" in fresh:
+            fresh["id"] = self.new_id.decode()
+        if "created" in fresh:
+            fresh["created"] = int(self.created)
+        return _sse(fresh) if event else _compact(fresh)
+
+
+def body_doc(payload: bytes) -> dict[str, Any] | None:
+    """A stored whole answer as a JSON object with choices or data; None otherwise."""
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if not isinstance(doc.get("choices"), list) and not isinstance(doc.get("data"), list):
+        return None
+    return doc
+
+
+def replay_events(
+    events: Sequence[bytes], include_usage: bool, renewal: Renewal
+) -> list[bytes | None] | None:
+    """The stored events for a streaming request, renewed, by position (None: not sent:
+    the usage chunk when not asked for). None when the stored events are not an OpenAI
+    stream, or when asked for usage that the stored stream does not carry."""
+    out: list[bytes | None] = []
+    had_usage = False
+    for event in events:
+        doc = event_doc(event)
+        if doc is None:
+            return None  # not a stream this gateway stored
+        if is_usage_only(doc):
+            had_usage = True
+            if not include_usage:
+                out.append(None)
+                continue
+        out.append(renewal.apply(event, doc, event=True))
+    if include_usage and not had_usage:
+        return None
+    return out
+
+
+def _compact(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _sse(doc: dict[str, Any]) -> bytes:
+    return b"data: " + _compact(doc) + b"\n\n"
+
+
+def events_from_body(
+    payload: bytes, kind: str, include_usage: bool, renewal: Renewal
+) -> list[bytes] | None:
+    """A stored whole answer as stream events: one chunk per choice, then usage."""
+    doc = body_doc(payload)
+    if doc is None or not isinstance(doc.get("choices"), list):
+        return None
+    head = {
+        "id": renewal.new_id.decode(),
+        "object": "chat.completion.chunk" if kind == "chat.completions" else "text_completion",
+        "created": int(renewal.created),
+        "model": doc.get("model"),
+    }
+    if "system_fingerprint" in doc:
+        head["system_fingerprint"] = doc["system_fingerprint"]
+    out = []
+    for ch in doc["choices"]:
+        if not isinstance(ch, dict):
+            return None
+        piece: dict[str, Any] = {"index": ch.get("index", 0)}
+        if kind == "chat.completions":
+            message = ch.get("message")
+            if not isinstance(message, dict):
+                return None
+            delta = {k: x for k, x in message.items() if x is not None}
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                delta["tool_calls"] = [
+                    {"index": i, **c} if isinstance(c, dict) else c for i, c in enumerate(calls)
+                ]
+            piece["delta"] = delta
+        else:
+            piece["text"] = ch.get("text", "")
+        piece["logprobs"] = ch.get("logprobs")
+        piece["finish_reason"] = ch.get("finish_reason")
+        out.append(_sse(head | {"choices": [piece]}))
+    if include_usage:
+        if not isinstance(doc.get("usage"), dict):
+            return None
+        out.append(_sse(head | {"choices": [], "usage": doc["usage"]}))
+    return out
+
+
+_CHAT_DELTA = frozenset({"role", "content", "tool_calls", "reasoning_content", "reasoning"})
+_CHOICE = frozenset({"index", "delta", "text", "logprobs", "finish_reason", "stop_reason"})
+
+
+def body_from_events(events: Sequence[bytes], kind: str, renewal: Renewal) -> bytes | None:
+    """A stored stream as one whole answer (content, tool calls and logprobs joined)."""
+    chat = kind == "chat.completions"
+    choices: dict[int, dict[str, Any]] = {}
+    head: dict[str, Any] = {}
+    usage = None
+    for event in events:
+        doc = event_doc(event)
+        if doc is None:
+            return None
+        if not head:
+            head = {"model": doc.get("model")}
+            if "system_fingerprint" in doc:
+                head["system_fingerprint"] = doc["system_fingerprint"]
+        if isinstance(doc.get("usage"), dict):
+            usage = doc["usage"]
+        for ch in doc.get("choices") or ():
+            if not isinstance(ch, dict) or set(ch) - _CHOICE:
+                return None
+            if not isinstance(ch.get("index"), int):
+                return None
+            acc = choices.setdefault(ch["index"], {"text": [], "reasoning": [], "calls": {}})
+            if not _join(acc, ch, chat):
+                return None
+    if not choices:
+        return None
+    doc_out: dict[str, Any] = {
+        "id": renewal.new_id.decode(),
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(renewal.created),
+        **head,
+        "choices": [_choice(i, choices[i], chat) for i in sorted(choices)],
+    }
+    if usage is not None:
+        doc_out["usage"] = usage
+    return _compact(doc_out)
+
+
+def _join(acc: dict[str, Any], ch: dict[str, Any], chat: bool) -> bool:
+    if ch.get("finish_reason") is not None:
+        acc["finish_reason"] = ch["finish_reason"]
+    if "stop_reason" in ch:
+        acc["stop_reason"] = ch["stop_reason"]
+    lp = ch.get("logprobs")
+    if lp is not None and not _join_logprobs(acc, lp):
+        return False
+    if not chat:
+        text = ch.get("text", "")
+        if not isinstance(text, str):
+            return False
+        acc["text"].append(text)
+        return True
+    delta = ch.get("delta")
+    if not isinstance(delta, dict) or set(delta) - _CHAT_DELTA:
+        return False
+    if isinstance(delta.get("role"), str):
+        acc["role"] = delta["role"]
+    for name, into in (("content", "text"), ("reasoning_content", "reasoning")):
+        piece = delta.get(name)
+        if piece is not None:
+            if not isinstance(piece, str):
+                return False
+            acc[into].append(piece)
+    if delta.get("reasoning") is not None:
+        if not isinstance(delta["reasoning"], str):
+            return False
+        acc["reasoning"].append(delta["reasoning"])
+    for call in delta.get("tool_calls") or ():
+        if not isinstance(call, dict) or not isinstance(call.get("index"), int):
+            return False
+        slot = acc["calls"].setdefault(call["index"], {"args": []})
+        for name in ("id", "type"):
+            if call.get(name) is not None:
+                slot[name] = call[name]
+        fn = call.get("function") or {}
+        if fn.get("name") is not None:
+            slot["name"] = fn["name"]
+        if fn.get("arguments") is not None:
+            slot["args"].append(fn["arguments"])
+    return True
+
+
+def _join_logprobs(acc: dict[str, Any], lp: Any) -> bool:
+    if not isinstance(lp, dict):
+        return False
+    joined = acc.setdefault("logprobs", {})
+    for name, items in lp.items():
+        if not isinstance(items, list):
+            return False
+        joined.setdefault(name, []).extend(items)
+    return True
+
+
+def _choice(index: int, acc: dict[str, Any], chat: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": index}
+    if chat:
+        message: dict[str, Any] = {
+            "role": acc.get("role", "assistant"),
+            "content": "".join(acc["text"]) if acc["text"] or not acc["calls"] else None,
+        }
+        if acc["reasoning"]:
+            message["reasoning_content"] = "".join(acc["reasoning"])
+        if acc["calls"]:
+            message["tool_calls"] = [
+                {
+                    "id": c.get("id"),
+                    "type": c.get("type", "function"),
+                    "function": {"name": c.get("name"), "arguments": "".join(c["args"])},
+                }
+                for _, c in sorted(acc["calls"].items())
+            ]
+        out["message"] = message
+    else:
+        out["text"] = "".join(acc["text"])
+    out["logprobs"] = acc.get("logprobs")
+    out["finish_reason"] = acc.get("finish_reason")
+    if "stop_reason" in acc:
+        out["stop_reason"] = acc["stop_reason"]
+    return out

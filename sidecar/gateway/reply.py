@@ -1,0 +1,37 @@
+"""The response being written, whatever the HTTP stack underneath (asgi.py adapts it)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+Headers = list[tuple[bytes, bytes]]
+Start = Callable[[int, Headers], Awaitable[None]]
+Body = Callable[[bytes, bool], Awaitable[None]]
+
+CACHE_HEADER = b"x-infercache-cache"
+JSON = b"application/json"
+SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class Reply:
+    """The response being written: start once, then body pieces."""
+
+    __slots__ = ("_body", "_start", "started")
+
+    def __init__(self, start: Start, body: Body) -> None:
+        self._start, self._body = start, body
+        self.started = False
+
+    async def start(self, status: int, headers: Headers) -> None:
+        """Status line and headers."""
+        self.started = True
+        await self._start(status, headers)
+
+    async def send(self, data: bytes, more: bool = True) -> None:
+        """A piece of the body (`more=False`: the last one)."""
+        await self._body(data, more)
+
+    async def whole(self, status: int, headers: Headers, body: bytes) -> None:
+        """A complete response in one go."""
+        await self.start(status, headers)
+        await self.send(body, False)

@@ -1,0 +1,82 @@
+"""The gateway's listener: uvicorn (httptools parser) serving GatewayApp inside the
+sidecar's own event loop.
+
+uvicorn is run on a socket bound here (so a port taken is an error naming the
+setting, and port 0 works), and without its signal handling: the sidecar owns
+SIGTERM and stops the gateway with the rest (`stop`: stop accepting, let in-flight
+requests finish within the grace period, then cancel what is left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+
+from sidecar.gateway.asgi import GatewayApp
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn.Server that leaves signals to the process it is embedded in."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind(listen: str) -> socket.socket:
+    """A listening TCP socket on HOST:PORT; OSError naming INFERCACHE_GATEWAY_LISTEN."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM)
+        family, kind, proto, _, addr = infos[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except (OSError, ValueError) as exc:
+        raise OSError(f"INFERCACHE_GATEWAY_LISTEN: cannot listen on {listen}: {exc}") from exc
+    sock.setblocking(False)
+    return sock
+
+
+class GatewayServer:
+    """Starts and stops the gateway's HTTP listener."""
+
+    def __init__(self, app: GatewayApp, listen: str, grace_s: float) -> None:
+        self._sock = bind(listen)
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            http="httptools",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            timeout_graceful_shutdown=max(1, int(grace_s)),
+            timeout_keep_alive=30,
+        )
+        self._server = _EmbeddedServer(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Serve; returns once the listener accepts connections."""
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+                raise OSError("INFERCACHE_GATEWAY_LISTEN: the gateway did not start")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        """Stop accepting, drain in-flight requests (bounded by the grace period)."""
+        if self._task is None:
+            self._sock.close()
+            return
+        self._server.should_exit = True
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._sock.close()

@@ -1,0 +1,95 @@
+"""A pod with the gateway for tests and benches: the stand-in model server and an
+`infercache serve --gateway-listen` process in front of it, with API keys for tenants."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.support.checkpoints import llama_tensors, write_model
+from tests.support.processes import ModelServerProcess, free_port
+from tests.support.sidecars import SidecarProcess
+
+MODEL = "tiny"
+API_KEYS = {
+    "acme": "sk-acme-0123456789abcdef",
+    "globex": "sk-globex-0123456789abcdef",
+}
+
+
+def write_keys(path: Path, keys: dict[str, str] = API_KEYS) -> Path:
+    """A gateway keys file (TENANT=KEY lines)."""
+    path.write_text("".join(f"{tenant}={key}\n" for tenant, key in keys.items()))
+    return path
+
+
+class GatewayPod:
+    """Model server + sidecar with the gateway; `base_url` is what OpenAI clients use."""
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        weights: str = "v1",
+        delay_ms: int = 0,
+        slow_s: float = 5.0,
+        model_seed: int = 1,
+        **settings: Any,
+    ) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="ic-gw-")
+        root = Path(self._dir.name)
+        self.model_dir = write_model(root / "model", llama_tensors(layers=1, seed=model_seed))
+        self.keys_file = write_keys(root / "keys")
+        self.upstream = ModelServerProcess().start(weights, delay_ms=delay_ms, slow_s=slow_s)
+        self.redis_url = redis_url
+        self.settings: dict[str, Any] = {
+            "model_path": str(self.model_dir),
+            "model_server_url": self.upstream.url,
+            "gateway_keys_file": str(self.keys_file),
+        } | settings
+        self.sidecar: SidecarProcess | None = None
+        self.start()
+
+    def start(self) -> None:
+        """(Re)start the sidecar on a new gateway port."""
+        self.port = free_port()
+        settings = self.settings | {"gateway_listen": f"127.0.0.1:{self.port}"}
+        self.sidecar = SidecarProcess(self.redis_url, **settings)
+        self.sidecar.wait_ready()
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of the gateway."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def upstream_calls(self) -> int:
+        """Completions the model server received so far."""
+        return int(self.upstream.stats()["completions"])
+
+    def post(
+        self, path: str, body: Any, headers: dict[str, str] | None = None, tenant: str = "acme"
+    ) -> tuple[int, dict[str, str], bytes]:
+        """A raw POST (status, lower-cased headers, body); body is JSON-encoded unless bytes."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        hdrs = {"content-type": "application/json"}
+        if tenant:
+            hdrs["authorization"] = f"Bearer {API_KEYS[tenant]}"
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}", data=data, headers=hdrs | (headers or {})
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+
+    def stop(self) -> None:
+        """Stop both processes and remove the files."""
+        if self.sidecar is not None:
+            self.sidecar.stop()
+        self.upstream.stop()
+        self._dir.cleanup()

@@ -46,13 +46,16 @@ class Renewal:
         old_id, old_created = doc.get("id"), doc.get("created")
         if isinstance(old_id, str):
             spelled = re.escape(json.dumps(old_id, ensure_ascii=False).encode())
-            fresh = b'"id":"' + self.new_id + b'"'
-            data, n = re.subn(rb'"id"\s*:\s*' + spelled, fresh, data, count=1)
+            fresh = b'"' + self.new_id + b'"'
+            # The separator as written is kept: only the value's bytes change.
+            data, n = re.subn(
+                rb'("id"\s*:\s*)' + spelled, lambda m: m.group(1) + fresh, data, count=1
+            )
             if n == 0:
                 return self._reserialised(doc, event)
         if isinstance(old_created, int) and not isinstance(old_created, bool):
-            pattern = rb'"created"\s*:\s*' + str(old_created).encode() + rb"(?![0-9.eE])"
-            data, n = re.subn(pattern, b'"created":' + self.created, data, count=1)
+            pattern = rb'("created"\s*:\s*)' + str(old_created).encode() + rb"(?![0-9.eE])"
+            data, n = re.subn(pattern, lambda m: m.group(1) + self.created, data, count=1)
             if n == 0:
                 return self._reserialised(doc, event)
         return data

@@ -132,15 +132,14 @@ def test_sidecar_is_native_with_grpc_probes(rendering: tuple[str, str]) -> None:
 
 
 def test_every_infercache_variable_is_a_real_setting(rendering: tuple[str, str]) -> None:
-    """Each INFERCACHE_* the manifests set is a setting of this release, except the
-    gateway's, which only the overlay labelled for the gateway sets."""
+    """Each INFERCACHE_* the manifests set is a setting of this release."""
     name, text = rendering
     known = {s.env for s in SETTINGS}
-    unknown = set(env_of(sidecar_of(objects(text)))) - known
+    env = env_of(sidecar_of(objects(text)))
+    assert set(env) - known == set()
     if name == "gateway":
-        assert unknown == {"INFERCACHE_GATEWAY_LISTEN"}
-    else:
-        assert unknown == set()
+        assert env["INFERCACHE_GATEWAY_LISTEN"].startswith("0.0.0.0:")
+        assert env["INFERCACHE_GATEWAY_KEYS_FILE"].startswith("/etc/infercache/gateway/")
 
 
 def _bytes(quantity: str) -> int:

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from tests.support.gateway import API_KEYS, MODEL, GatewayPod
+from tests.support.readme import GATEWAY_ADDRESS, readme_gateway_example, run_example
 
 pytestmark = pytest.mark.e2e
 
@@ -280,3 +281,14 @@ def test_remote_image_is_bypassed(pod: GatewayPod) -> None:
         assert headers["x-infercache-cache"] == "bypass"
         assert "fetched" in headers["x-infercache-bypass-reason"]
     assert pod.upstream_calls() == before + 2
+
+
+def test_readme_gateway_example(pod: GatewayPod, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's OpenAI example, pointed at this pod: a miss, then the same answer hit."""
+    code = readme_gateway_example().replace(GATEWAY_ADDRESS, f"127.0.0.1:{pod.port}")
+    code = code.replace('"Hello"', f'"Hello {uuid.uuid4().hex}"')
+    namespace = run_example(code)
+    namespace["client"].close()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["miss", "hit"]
+    assert lines[0].split(" ", 1)[1] == lines[1].split(" ", 1)[1]

@@ -53,6 +53,11 @@ class GatewayPod:
         self.sidecar: SidecarProcess | None = None
         self.start()
 
+    def swap_weights(self, seed: int = 99) -> Path:
+        """A model directory with other weights (restart with model_path set to it)."""
+        root = Path(self._dir.name) / f"model-{seed}"
+        return write_model(root, llama_tensors(layers=1, seed=seed))
+
     def start(self) -> None:
         """(Re)start the sidecar on a new gateway port."""
         self.port = free_port()

@@ -12,13 +12,27 @@ DOCUMENTED_ADDRESS = "127.0.0.1:50051"
 """Where the examples talk to: the address `make run` listens on."""
 
 
+GATEWAY_ADDRESS = "127.0.0.1:8080"
+"""Where the gateway example talks to (the README's --gateway-listen)."""
+
+
+def _python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+
+
 def readme_examples() -> list[str]:
-    """The ```python blocks of README.md: the unary example, then the streaming one."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    assert len(blocks) == 2, f"expected two python blocks in README.md, found {len(blocks)}"
+    """The gRPC ```python blocks of README.md: the unary example, then the streaming one."""
+    blocks = [b for b in _python_blocks() if GATEWAY_ADDRESS not in b]
+    assert len(blocks) == 2, f"expected two gRPC python blocks in README.md, found {len(blocks)}"
     for code in blocks:
         assert DOCUMENTED_ADDRESS in code, "an example no longer talks to the `make run` address"
     return [str(b) for b in blocks]
+
+
+def readme_gateway_example() -> str:
+    """The README's OpenAI SDK example (the one that talks to the gateway)."""
+    [block] = [b for b in _python_blocks() if GATEWAY_ADDRESS in b]
+    return str(block)
 
 
 def readme_example() -> str:

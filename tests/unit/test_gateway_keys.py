@@ -1,0 +1,260 @@
+"""The gateway's pure parts: request bodies as keys, cache controls, SSE completeness,
+hit rendering, and the hit record's key bytes (no sockets)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sidecar.api.cache_codec import key_request_from_record
+from sidecar.api.key_encode import record_key_bytes
+from sidecar.gateway.controls import CacheMode, controls
+from sidecar.gateway.errors import HttpError
+from sidecar.gateway.render import Renewal, body_from_events, events_from_body, replay_events
+from sidecar.gateway.request_keys import CHAT, COMPLETIONS, EMBEDDINGS, keyed_request
+from sidecar.gateway.sse import EventSplitter, StreamWatch
+from sidecar.keys import build_key
+
+FP = "fp1-test"
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+IMAGE = "data:image/png;base64,iVBORw0KGgo="
+
+
+def chat_body(**kw: Any) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]} | kw
+
+
+def digest(endpoint: str, body: dict[str, Any], tenant: str = "acme", pv: str = "p1") -> bytes:
+    kr = keyed_request(endpoint, body, tenant, pv)
+    assert kr.key is not None, kr.uncacheable
+    return build_key(kr.key, default_model_version=FP).digest
+
+
+def test_transport_fields_do_not_change_the_key() -> None:
+    """stream, stream_options, user, metadata, request ids: same key."""
+    base = digest(CHAT, chat_body(temperature=0))
+    for extra in (
+        {"stream": True},
+        {"stream_options": {"include_usage": True}, "stream": True},
+        {"user": "u1", "metadata": {"a": "b"}, "store": True},
+        {"request_id": "r1", "priority": 3, "service_tier": "flex", "cache_salt": "s"},
+    ):
+        assert digest(CHAT, chat_body(temperature=0, **extra)) == base, extra
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"temperature": 0.5},
+        {"top_p": 0.9},
+        {"seed": 1},
+        {"stop": "x"},
+        {"tools": [TOOL]},
+        {"tool_choice": "auto"},
+        {"response_format": {"type": "json_object"}},
+        {"top_k": -1},
+        {"repetition_penalty": 1.0},
+        {"chat_template_kwargs": {"enable_thinking": False}},
+        {"brand_new_field": 1},
+        {"model": "other"},
+        {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]},
+        {"messages": [{"role": "user", "content": "h\u0131"}]},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+        {"messages": [{"role": "user", "content": "hi", "name": ""}]},
+        {"messages": [{"role": "user", "content": None}]},
+    ],
+    ids=lambda c: ",".join(c),
+)
+def test_any_keyed_change_is_a_new_key(change: dict[str, Any]) -> None:
+    """Every output-shaping field, unknown ones included, changes the key."""
+    assert digest(CHAT, chat_body(temperature=0) | change) != digest(CHAT, chat_body(temperature=0))
+
+
+def test_tenant_prompt_version_and_endpoint_keep_apart() -> None:
+    """Same body: another tenant, prompt version or endpoint is another key."""
+    body = {"model": "tiny", "prompt": "hi", "input": "hi"}
+    keys = {
+        digest(COMPLETIONS, body),
+        digest(COMPLETIONS, body, tenant="globex"),
+        digest(COMPLETIONS, body, pv="p2"),
+        digest(EMBEDDINGS, body),
+    }
+    assert len(keys) == 4
+
+
+def test_unknown_fields_are_reported() -> None:
+    """Fields outside the table are named in `unknown`; known extra-rule fields are not."""
+    kr = keyed_request(CHAT, chat_body(zeta=1, alpha={"x": 1}, vllm_xargs={"k": 1}), "a", "p")
+    assert kr.unknown == ("alpha", "zeta")
+    assert kr.key is not None
+    assert kr.key.extra["alpha"] == '{"x":1}'
+    assert kr.key.extra["vllm_xargs"] == '{"k":1}'
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (chat_body(temperature="hot"), "temperature"),
+        (chat_body(n=True), "n"),
+        (chat_body(stop=[1]), "stop"),
+        (chat_body(messages=[]), "messages"),
+        (chat_body(messages=[{"content": "x"}]), "messages[0].role"),
+        (chat_body(logit_bias={"abc": 1}), "logit_bias"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+    ],
+)
+def test_wrong_types_are_400(body: dict[str, Any], param: str) -> None:
+    """A wrong type is an HttpError 400 naming the field."""
+    with pytest.raises(HttpError) as exc:
+        keyed_request(CHAT, body, "acme", "p1")
+    assert exc.value.status == 400
+    assert exc.value.param == param
+
+
+def test_remote_media_and_batches_are_uncacheable() -> None:
+    """Media fetched by URL and several inputs at once are forwarded uncached."""
+    url_part = {"type": "image_url", "image_url": {"url": "https://x.invalid/a.png"}}
+    for endpoint, body in (
+        (CHAT, chat_body(messages=[{"role": "user", "content": [url_part]}])),
+        (COMPLETIONS, {"model": "tiny", "prompt": ["a", "b"]}),
+        (EMBEDDINGS, {"model": "tiny", "input": ["a", "b"]}),
+    ):
+        kr = keyed_request(endpoint, body, "acme", "p1")
+        assert kr.key is None
+        assert kr.uncacheable
+
+
+def test_inline_image_is_keyed_by_its_bytes() -> None:
+    """A data: URL image is keyed by the digest of its decoded bytes (and detail)."""
+    part = {"type": "image_url", "image_url": {"url": IMAGE}}
+    low = {"type": "image_url", "image_url": {"url": IMAGE, "detail": "low"}}
+    a = digest(CHAT, chat_body(messages=[{"role": "user", "content": [part]}]))
+    b = digest(CHAT, chat_body(messages=[{"role": "user", "content": [low]}]))
+    assert a != b
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        chat_body(temperature=0, tools=[TOOL], tool_choice={"type": "function"}, seed=3),
+        chat_body(
+            messages=[
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": [{"type": "text", "text": "a"}]},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "r"},
+            ],
+            response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": {}}},
+            logit_bias={"5": -1},
+            stop=["a", "b"],
+            guided_choice=["x", "y"],
+            chat_template_kwargs={"k": 1},
+            modalities=["text"],
+            unknown_thing=[1, 2],
+        ),
+    ],
+)
+def test_record_key_round_trips(body: dict[str, Any]) -> None:
+    """A hit record's key bytes decode to a request with the same key (prewarm replays it)."""
+    kr = keyed_request(CHAT, body, "acme", "p1")
+    assert kr.key is not None
+    decoded = key_request_from_record(record_key_bytes(kr.key))
+    assert decoded.model_version == ""
+    assert build_key(decoded, default_model_version=FP) == build_key(
+        kr.key, default_model_version=FP
+    )
+
+
+def test_cache_control_and_modes() -> None:
+    """no-cache skips reads, no-store skips writes, max-age bounds age, modes combine."""
+    rw = CacheMode.READ_WRITE
+    assert controls({}, rw) == controls({b"cache-control": b"public"}, rw)
+    c = controls({b"cache-control": b"no-cache, max-age=60"}, rw)
+    assert (c.read, c.write, c.max_age_s) == (False, True, 60)
+    assert not controls({b"cache-control": b"no-store"}, rw).write
+    assert not controls({b"cache-control": b"max-age=0"}, rw).read
+    assert controls({b"x-infercache-cache-mode": b"off"}, rw).off
+    assert controls({}, CacheMode.OFF).off
+    ro = controls({b"x-infercache-cache-mode": b"Read-Only"}, rw)
+    assert (ro.read, ro.write) == (True, False)
+    with pytest.raises(HttpError):
+        controls({b"cache-control": b"max-age=-1"}, rw)
+
+
+def sse(doc: Any) -> bytes:
+    return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+
+CHUNKS = [
+    {
+        "id": "x",
+        "created": 5,
+        "model": "m",
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": "a"}, "finish_reason": None}
+        ],
+    },
+    {
+        "id": "x",
+        "created": 5,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "b"}, "finish_reason": "stop"}],
+    },
+]
+
+
+def test_stream_watch_needs_finish_and_done() -> None:
+    """Complete only with every choice finished and [DONE]; split events survive any cut."""
+    data = b"".join(sse(c) for c in CHUNKS) + b"data: [DONE]\n\n"
+    for cut in range(1, len(data)):
+        splitter, watch = EventSplitter(1 << 20), StreamWatch()
+        for piece in (data[:cut], data[cut:]):
+            for event in splitter.feed(piece):
+                watch.see(event)
+        assert watch.complete, cut
+    cases: dict[str, bytes] = {
+        "no done": b"".join(sse(c) for c in CHUNKS),
+        "no finish": sse(CHUNKS[0]) + b"data: [DONE]\n\n",
+        "error": sse(CHUNKS[0])
+        + sse({"error": {"message": "x"}})
+        + sse(CHUNKS[1])
+        + b"data: [DONE]\n\n",
+    }
+    for name, stream in cases.items():
+        splitter, watch = EventSplitter(1 << 20), StreamWatch()
+        for event in splitter.feed(stream):
+            watch.see(event)
+        assert not watch.complete, name
+
+
+def test_rendering_renews_and_converts() -> None:
+    """Events keep their bytes but id/created; stream <-> whole answer conversions agree."""
+    events = [sse(c) for c in CHUNKS]
+    renewal = Renewal(CHAT)
+    replayed = replay_events(events, False, renewal)
+    assert replayed is not None
+    for old, new in zip(events, replayed, strict=True):
+        assert new is not None
+        assert json.loads(new[6:])["id"] == renewal.new_id.decode()
+        assert json.loads(new[6:])["choices"] == json.loads(old[6:])["choices"]
+    assert replay_events(events, True, renewal) is None  # usage asked, none stored
+    whole = body_from_events(events, CHAT, renewal)
+    assert whole is not None
+    doc = json.loads(whole)
+    assert doc["choices"][0]["message"] == {"role": "assistant", "content": "ab"}
+    assert doc["choices"][0]["finish_reason"] == "stop"
+    back = events_from_body(whole, CHAT, False, renewal)
+    assert back is not None
+    assert json.loads(back[0][6:])["choices"][0]["delta"]["content"] == "ab"

@@ -42,7 +42,11 @@ def unique(text: str = "ctl") -> str:
 
 
 def body(prompt: str, **kw: Any) -> dict[str, Any]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "temperature": 0} | kw
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+    } | kw
 
 
 def outcomes(

@@ -63,7 +63,7 @@ class GatewayPod:
         self.port = free_port()
         settings = self.settings | {"gateway_listen": f"127.0.0.1:{self.port}"}
         self.sidecar = SidecarProcess(self.redis_url, **settings)
-        self.sidecar.wait_ready()
+        self.sidecar.wait_ready(timeout_s=90)  # a loaded CI machine starts slowly
 
     @property
     def base_url(self) -> str:

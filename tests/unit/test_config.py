@@ -228,6 +228,8 @@ FREE_TEXT_SETTINGS = {
     "fingerprint_cache_file",
     "policy_file",  # a path; its content is validated when the server loads it
     "serving_config",  # a path; its content is validated when the pod is fingerprinted
+    "gateway_keys_file",  # a path; its content is validated when the gateway starts
+    "gateway_upstream_api_key",  # a bearer token, passed on as it is
 }
 
 
@@ -443,6 +445,18 @@ HISTORICAL_VARIABLES = [
     # Issue 15 item 4 (KV attachment liveness): new settings.
     "KV_ATTACHMENT_TTL_MS",
     "KV_MAX_ATTACHMENTS",
+    # The OpenAI gateway (issue 16):
+    "GATEWAY_LISTEN",
+    "GATEWAY_KEYS_FILE",
+    "GATEWAY_KEYS_POLL_MS",
+    "GATEWAY_TENANT_HEADER",
+    "GATEWAY_DEFAULT_PROMPT_VERSION",
+    "GATEWAY_MAX_BODY_BYTES",
+    "GATEWAY_WAIT_MS",
+    "GATEWAY_UPSTREAM_TIMEOUT_S",
+    "GATEWAY_UPSTREAM_MAX_CONNECTIONS",
+    "GATEWAY_UPSTREAM_API_KEY",
+    "GATEWAY_REPLAY_PACE",
 ]
 
 

@@ -164,6 +164,7 @@ def _stats(llm: Any) -> dict[str, Any]:
         worker = get_kv_transfer_group()
         if getattr(worker, "worker", None) is not None:
             out |= {"loaded_blocks": worker.worker.loaded_blocks}
+            out |= {"torn_blocks": worker.worker.torn_blocks}
             out |= {"saved_blocks": worker.worker.saved_blocks}
     return out
 

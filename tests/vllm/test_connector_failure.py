@@ -69,3 +69,4 @@ def test_sidecar_killed_or_frozen_mid_run_then_back(
         engine.close()
     assert stats["scheduler_attaches"] >= 2, stats
     assert stats["scheduler_failures"] >= 2, stats
+    assert stats["torn_blocks"] == 0, "pinned slots are never reused under a load"

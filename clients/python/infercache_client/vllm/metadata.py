@@ -17,6 +17,9 @@ class LoadSpec:
     restarted in between) cannot read them and reports the blocks as failed."""
     block_ids: tuple[int, ...]
     slot_ids: tuple[int, ...]
+    slot_generations: tuple[int, ...] = ()
+    """Each slot's generation when pinned: a copy is checked against it (a slot reused
+    under the copy, its pin lapsed, is a torn read: recomputed). () = nothing to check."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,23 +143,25 @@ class SchedulerSide:
         tenant, salt = self._tenant, state.cache_salt
         self._unpin(state)  # a preempted request allocates (and pins) again
 
-        def pin(tier: Any) -> tuple[Any, list[int], str]:
+        def pin(tier: Any) -> tuple[Any, list[int], list[int], str]:
             match = tier.lookup_prefix(tenant, hashes, cache_salt=salt)
             lease = match.lease.lease_id if match.lease is not None else ""
-            return tier, list(match.slot_ids), lease
+            return tier, list(match.slot_ids), list(match.slot_generations), lease
 
         pinned = self._link.call("pin", pin)
         if pinned is None:
             self._failed.update(wanted)
             return
-        tier, slots, lease_id = pinned
+        tier, slots, generations, lease_id = pinned
         pool_id = tier.pool_id
         if lease_id:
             state.lease = (tier, lease_id)
         got = slots[first : first + len(wanted)]
+        gens = tuple(generations[first : first + len(wanted)]) if generations else ()
         loadable = len(got)
         if loadable:
-            self._loads.append(LoadSpec(req_id, pool_id, tuple(wanted[:loadable]), tuple(got)))
+            spec = LoadSpec(req_id, pool_id, tuple(wanted[:loadable]), tuple(got), gens)
+            self._loads.append(spec)
         if loadable < len(wanted):
             log.info("infercache: %d promised blocks gone before pinning", len(wanted) - loadable)
             self._failed.update(wanted[loadable:])

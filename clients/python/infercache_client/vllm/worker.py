@@ -61,6 +61,7 @@ class WorkerSide:
         self._errors: set[int] = set()
         self.loaded_blocks = 0
         self.saved_blocks = 0
+        self.torn_blocks = 0
 
     def register_kv_caches(self, kv_caches: Mapping[str, torch.Tensor]) -> None:
         """Keep the per-layer caches in layer order; unknown layouts disable the worker."""
@@ -89,28 +90,40 @@ class WorkerSide:
         """Copy this step's pinned slots into their blocks before the forward pass."""
         self._errors.update(meta.failed_block_ids)
         for spec in meta.loads:
-            if not self._load(spec):
+            torn = self._load(spec)
+            if torn is None:
                 self._errors.update(spec.block_ids)
+            else:
+                self._errors.update(spec.block_ids[i] for i in torn)
 
-    def _load(self, spec: LoadSpec) -> bool:
+    def _load(self, spec: LoadSpec) -> tuple[int, ...] | None:
+        """Copy one spec; None if nothing could be loaded, else the torn positions."""
         layout = self._layout
         tier = self._link.tier() if layout is not None else None
         if tier is None or layout is None:
-            return False
+            return None
         if tier.pool_id != spec.pool_id:
             # The scheduler half attached after a sidecar restart: this half follows.
             self._link.reset(tier)
             tier = self._link.tier()
             if tier is None or tier.pool_id != spec.pool_id:
                 log.info("infercache: slots of pool %s, not this worker's pool", spec.pool_id)
-                return False
+                return None
         try:
             load_blocks(layout, self._layers, tier.pool, spec.slot_ids, spec.block_ids)
         except Exception as exc:  # a bad slot id or a torn mapping: recompute
             log.warning("infercache: load of %d blocks failed: %s", len(spec.block_ids), exc)
-            return False
-        self.loaded_blocks += len(spec.block_ids)
-        return True
+            return None
+        # Checked after the copy (the CPU copy is synchronous): a slot allocated again
+        # meanwhile means its bytes may be another block's.
+        torn = (
+            tier.torn_blocks(spec.slot_ids, spec.slot_generations) if spec.slot_generations else ()
+        )
+        if torn:
+            log.warning("infercache: %d torn blocks are recomputed", len(torn))
+        self.loaded_blocks += len(spec.block_ids) - len(torn)
+        self.torn_blocks += len(torn)
+        return tuple(torn)
 
     def wait_for_save(self, meta: InfercacheMetadata) -> None:
         """Copy the blocks this step completed into the pool and commit them."""

@@ -12,7 +12,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from infercache_client.vllm.config import ConnectorConfig
+from infercache_client.vllm.config import ConfigError, ConnectorConfig
 from infercache_client.vllm.identity import AdapterFingerprints, layout_of, model_fingerprint
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.metadata import InfercacheMetadata
@@ -36,6 +36,13 @@ class InfercacheConnector(KVConnectorBase_V1):
         transfer = vllm_config.kv_transfer_config
         self.config = ConnectorConfig.from_extra(transfer.kv_connector_extra_config)
         layout = layout_of(vllm_config)
+        groups = getattr(kv_cache_config, "kv_cache_groups", None)
+        if groups is not None and len(groups) > 1:
+            # Block ids are per group; the chain and the copies assume one.
+            raise ConfigError(
+                f"the infercache connector supports one KV cache group, this model has "
+                f"{len(groups)} (hybrid attention)"
+            )
         fingerprint = model_fingerprint(vllm_config, self.config)
         is_scheduler = role == KVConnectorRole.SCHEDULER
         self.link = SidecarLink(

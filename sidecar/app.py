@@ -24,8 +24,12 @@ from sidecar.backends.redis.kv_warm import RedisKvWarmStore
 from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
-from sidecar.fingerprint import fingerprint_async, load_serving_config
-from sidecar.identity import KeyResolver, PodIdentity
+from sidecar.identity.cell import IdentityCell
+from sidecar.identity.measure import identify_pod as measure_pod
+from sidecar.identity.measure import watched_paths
+from sidecar.identity.pod import PodIdentity
+from sidecar.identity.resolver import KeyResolver
+from sidecar.identity.watch import IdentityWatcher
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Durability, Invalidator
@@ -37,7 +41,11 @@ from sidecar.kv.generations import SharedGenerations
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.preload import TorchPreload
-from sidecar.observability.metrics import register_kv_metrics, register_metrics
+from sidecar.observability.metrics import (
+    register_event_metrics,
+    register_kv_metrics,
+    register_metrics,
+)
 from sidecar.observability.stats import CacheStats, RpcStats
 from sidecar.observability.telemetry import Telemetry
 from sidecar.observability.usage import TierUsageMonitor
@@ -134,7 +142,7 @@ def build_cache(
     signer: LeaseSigner,
     policy: PolicyHolder | None = None,
     observers: Sequence[LookupObserver] = (),
-    pod: PodIdentity | None = None,
+    pod: PodIdentity | IdentityCell | None = None,
 ) -> ResultCache:
     """The result cache with the configured budgets, TTL, lease and cacheability policies;
     `observers` see every lookup call after its counters (e.g. the prewarm HitRecorder)."""
@@ -192,10 +200,10 @@ def build_prewarmer(
     return Prewarmer(cache, keys, settings, model_server, hits, key_request_from_record, recorder)
 
 
-def build_kv(config: Config, stores: Stores, pod: PodIdentity) -> KvHotTier:
+def build_kv(config: Config, stores: Stores, identity: IdentityCell) -> KvHotTier:
     """The KV hot tier; torch starts loading now (see kv/preload.py), its pool comes
-    with the first attachment. It accepts attachments of the pod's own model only, when
-    the pod knows its fingerprint."""
+    with the first attachment. It accepts attachments of the pod's own model only (the
+    fingerprint in force now), when the pod knows its fingerprint."""
     device, shm_dir = config.kv.device, config.kv.shm_dir
     torch = TorchPreload()
 
@@ -214,8 +222,9 @@ def build_kv(config: Config, stores: Stores, pod: PodIdentity) -> KvHotTier:
         make_pool,
         warm,
         generations=lambda num_slots: SharedGenerations(num_slots, shm_dir),
-        pod_fingerprint=pod.model_version,
-        allow_foreign=pod.allow_foreign_store,
+        pod_fingerprint=lambda: identity.pod.model_version,
+        allow_foreign=identity.pod.allow_foreign_store,
+        doubt=identity.refuse_doubt,
     )
 
 
@@ -224,7 +233,9 @@ class App:
     """Every built part of one sidecar, before any of it is served."""
 
     config: Config
-    pod: PodIdentity
+    identity: IdentityCell
+    """The pod's identity now (`identity.pod`), re-measured by `watcher`."""
+    watcher: IdentityWatcher
     telemetry: Telemetry
     policy: PolicyWatcher
     stores: Stores
@@ -253,6 +264,8 @@ class App:
             self.usage.run,
             self.policy.run_forever,
         ]
+        if self.watcher.enabled:
+            loops.append(self.watcher.run_forever)
         if self.stores.control.shared:
             loops.append(self.freshness.run_listener)
         return loops
@@ -280,6 +293,7 @@ async def build_app(
     """Build every part from config. `rules`: a rule set to use (benches inject one)."""
     started = time.monotonic() if started is None else started
     stores = build_stores(config)
+    identity = IdentityCell(pod)
     rules = RuleSet() if rules is None else rules
     # Rules must outlive every entry they can kill: its TTL plus the lease windows.
     retention_s = config.ttl.max_ttl_s + config.lease.ttl_s + config.lease.unleased_window_s + 60
@@ -310,13 +324,14 @@ async def build_app(
         signer,
         policy.holder,
         observers=() if recorder is None else (recorder,),
-        pod=pod,
+        pod=identity,
     )
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
+    register_event_metrics(telemetry.meter, "identity", identity.stats)
     limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
-    keys = KeyResolver(pod, limits)
-    kv = build_kv(config, stores, pod) if config.kv.enabled else None
+    keys = KeyResolver(identity, limits)
+    kv = build_kv(config, stores, identity) if config.kv.enabled else None
     if kv is not None:
         register_kv_metrics(telemetry.meter, kv.stats)
     reclaimer = Reclaimer(
@@ -330,7 +345,8 @@ async def build_app(
     )
     return App(
         config=config,
-        pod=pod,
+        identity=identity,
+        watcher=identity_watcher(config, identity),
         telemetry=telemetry,
         policy=policy,
         stores=stores,
@@ -348,7 +364,7 @@ async def build_app(
             freshness,
             stores.warm,
             cache.stats,
-            pod,
+            identity,
             Durability(
                 config.invalidation.invalidate_wait_replicas,
                 config.invalidation.invalidate_wait_aof,
@@ -363,32 +379,16 @@ async def build_app(
 
 async def identify_pod(config: Config) -> PodIdentity:
     """Fingerprint the configured model and adapters (on worker threads)."""
-    if not config.identity.model_path and not config.identity.adapters:
-        return PodIdentity(allow_foreign_store=config.identity.allow_foreign_model_store)
-    cache_file = config.identity.fingerprint_cache_file
-    model = ""
-    if config.identity.model_path:
-        serving_file = config.identity.serving_config
-        fp = await fingerprint_async(
-            config.identity.model_path,
-            mode=config.identity.fingerprint_mode,
-            cache_file=cache_file,
-            serving=load_serving_config(serving_file) if serving_file else None,
-        )
-        log.info(
-            "model_fingerprint",
-            fingerprint=fp.value,
-            path=config.identity.model_path,
-            mode=fp.mode,
-            components=fp.components(),
-            tensors=fp.tensors,
-        )
-        model = fp.value
-    adapters: dict[str, str] = {}
-    for name, path in config.identity.adapters.items():
-        afp = await fingerprint_async(
-            path, kind="adapter", mode=config.identity.fingerprint_mode, cache_file=cache_file
-        )
-        log.info("adapter_fingerprint", adapter=name, fingerprint=afp.value, path=path)
-        adapters[name] = afp.value
-    return PodIdentity(model, adapters, config.identity.allow_foreign_model_store)
+    return await measure_pod(config.identity)
+
+
+def identity_watcher(config: Config, cell: IdentityCell) -> IdentityWatcher:
+    """The watcher that re-measures the pod's identity when its files change: the
+    files of each fingerprint the pod was started with (none when it was given none)."""
+    known = {label: w for label, w in watched_paths(config.identity).items() if w.version(cell.pod)}
+    return IdentityWatcher(
+        cell,
+        known,
+        functools.partial(measure_pod, config.identity),
+        config.identity.model_recheck_interval_s,
+    )

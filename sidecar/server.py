@@ -29,7 +29,7 @@ from sidecar.app import MESSAGE_HEADROOM, App, Stores, build_app, identify_pod, 
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
 from sidecar.gateway.build import Gateway
-from sidecar.identity import PodIdentity
+from sidecar.identity.pod import PodIdentity
 from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import KeyLimits
 from sidecar.kv.hot_tier import KvHotTier
@@ -272,7 +272,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
             tiers=app.usage.current,
             observer=RpcObserver(admin_api.SERVICE, telemetry, app.rpc_stats),
             started=app.started,
-            server_info=lambda: server_info_pb(app.pod, app.stores.warm.name),
+            server_info=lambda: server_info_pb(app.identity.pod, app.stores.warm.name),
         )
         add_decoded(admin_pb2_grpc.add_AdminServiceServicer_to_server, admin_servicer, admin_server)
         _add_health_and_reflection(admin_server, health_servicer, [ADMIN_SERVICE])
@@ -313,7 +313,7 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         tracing=telemetry.tracing,
         warm_tier=app.stores.warm.name,
         member_id=app.freshness.member_id,
-        model_version=app.pod.model_version or None,
+        model_version=app.identity.pod.model_version or None,
     )
     return RunningServer(
         app,

@@ -11,7 +11,7 @@ from sidecar.api.key_codec import key_request_from_known_pb
 from sidecar.api.unknown_fields import refuse_unknown_fields
 from sidecar.entries import ComputeCost
 from sidecar.errors import InvalidArgument
-from sidecar.identity import KeyResolver, ResolvedKey
+from sidecar.identity.resolver import KeyResolver, ResolvedKey
 from sidecar.keys import KeyRequest
 from sidecar.policy.cacheability import NO_TRAITS, Bypass, BypassReason, RequestTraits
 from sidecar.prewarm.records import HitRecord, ReplayRequest
@@ -105,6 +105,8 @@ def key_from_pb(k: PB2.CacheKey, keys: KeyResolver) -> ResolvedKey:
 def query_from_pb(request: PB2.LookupRequest, keys: KeyResolver) -> LookupQuery:
     """The domain query of a LookupRequest (LookupStream's embedded one too): key,
     freshness bound, wait, the request the key came from and the declared traits."""
+    # A newer request-level field (a bound, a wait) would change the answer allowed.
+    refuse_unknown_fields(request, "", skip=("key", "traits"))
     key, source = key_from_pb(request.key, keys)
     return LookupQuery(
         key, request.max_age_seconds, request.wait_ms, source, traits_from_pb(request)

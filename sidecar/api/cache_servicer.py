@@ -26,8 +26,10 @@ from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
 from sidecar.api.rpc import rpc
 from sidecar.api.stream_codec import chunks_from_pb, verdict_from_pb
 from sidecar.api.streams import CACHE_MARKER, StreamRpcs, StreamSettings
+from sidecar.api.unknown_fields import refuse_unknown_fields
 from sidecar.errors import InvalidArgument
-from sidecar.identity import KeyResolver, PodIdentity
+from sidecar.identity.pod import PodIdentity
+from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import KEY_SCHEMA_VERSION, CacheKey, KeyLimits
 from sidecar.observability.logs import REQUEST_KEY
 from sidecar.observability.stats import RpcStats
@@ -129,6 +131,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self, request: PB2.LookupBatchRequest, context: grpc.aio.ServicerContext
     ) -> PB2.LookupBatchResponse:
         """Many keys with one warm-tier round trip; answers in the request's order."""
+        refuse_unknown_fields(request, "", skip=("requests",))
         n = len(request.requests)
         if n > self._max_batch:
             raise InvalidArgument("requests", f"has {n} lookups; the limit is {self._max_batch}")
@@ -149,6 +152,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self, request: PB2.StoreRequest, context: grpc.aio.ServicerContext
     ) -> PB2.StoreResponse:
         """Store a result under the MISS's lease (ResultCache.store checks the pod's model)."""
+        refuse_unknown_fields(request, "", skip=("key", "traits"))
         key = self._key(request.key)
         REQUEST_KEY.set(key)
         replay = replay_from_pb(request)  # refused before anything is stored

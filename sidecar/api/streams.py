@@ -38,10 +38,11 @@ from sidecar.api.stream_codec import (
     stream_finish_from_pb,
     stream_result_to_pb,
 )
+from sidecar.api.unknown_fields import refuse_unknown_fields
 from sidecar.config import DEFAULTS, Config
 from sidecar.entries import Entry
 from sidecar.errors import DeadlineExceeded, InfercacheError, InvalidArgument
-from sidecar.identity import KeyResolver
+from sidecar.identity.resolver import KeyResolver
 from sidecar.observability.logs import REQUEST_KEY
 from sidecar.prewarm.hits import HitRecorder
 from sidecar.prewarm.records import HitRecord
@@ -168,6 +169,7 @@ class StreamRpcs:
     async def _lookup_head(
         self, request: PB2.LookupStreamRequest, context: grpc.aio.ServicerContext
     ) -> _Head:
+        refuse_unknown_fields(request, "", skip=("lookup",))
         pacing_from_pb(request.pacing)
         if not request.HasField("lookup"):
             raise InvalidArgument("lookup", "is required")
@@ -236,6 +238,7 @@ class StreamRpcs:
         async for msg in requests:
             if isinstance(msg, Undecodable):  # a message whose bytes did not decode
                 raise msg.error()
+            refuse_unknown_fields(msg, "", skip=("open",))
             which = msg.WhichOneof("message")
             if which == "chunk":
                 yield stream_chunk_from_pb(msg.chunk)
@@ -251,6 +254,7 @@ class StreamRpcs:
                 raise InvalidArgument("message", "is empty: set open, chunk or finish")
 
     def _open(self, req: PB2.StoreRequest) -> StreamOpen:
+        refuse_unknown_fields(req, "open", skip=("key", "traits"))
         if req.payload or req.chunks:
             raise InvalidArgument(
                 "open.payload", "must be empty: a StoreStream's result comes as chunks"

@@ -15,7 +15,7 @@ from sidecar.kv.types import KvSettings
 
 @dataclass(frozen=True, slots=True)
 class IdentityConfig:
-    """The pod's model and adapters, fingerprinted at start."""
+    """The pod's model and adapters: fingerprinted at start, re-checked when files change."""
 
     PREFIX: ClassVar[str] = ""
     model_path: str | None = setting(
@@ -44,6 +44,12 @@ class IdentityConfig:
         "JSON file of the model server's output-shaping options (--dtype, --max-model-len, "
         "...); a component of the model fingerprint",
         p.optional_str,
+    )
+    model_recheck_interval_s: int = setting(
+        10,
+        "Seconds between checks of the fingerprinted files' stat identity; on a change "
+        "stores under the old fingerprint are refused until it is re-measured (0 = off)",
+        p.non_negative_int,
     )
 
 

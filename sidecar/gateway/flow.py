@@ -33,7 +33,7 @@ from sidecar.gateway.request_keys import KeyedRequest, keyed_request
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
 from sidecar.gateway.upstream import Upstream
-from sidecar.identity import KeyResolver
+from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import CacheKey
 from sidecar.results.cache import ResultCache
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
@@ -79,7 +79,6 @@ class Flow:
         self.settings = settings
         self.stats = stats
         self.recording = recording
-        self._model_header = keys.pod.model_version.encode()
 
     def tenant(self, headers: Mapping[bytes, bytes]) -> str:
         """The request's tenant from its credentials (401 HttpError otherwise)."""
@@ -115,7 +114,8 @@ class Flow:
         asked = controls(headers, self.default_mode(tenant))
         version = prompt_version(headers, self.settings.default_prompt_version)
         kr = keyed_request(endpoint, doc, tenant, version)
-        info: Headers = [(b"x-infercache-model-version", self._model_header)]
+        # Read per request: the pod's fingerprint changes when its files are re-measured.
+        info: Headers = [(b"x-infercache-model-version", self.keys.pod.model_version.encode())]
         if kr.unknown:
             self.stats.unknown_fields += len(kr.unknown)
             info.append((b"x-infercache-unknown-fields", ",".join(kr.unknown).encode()))

@@ -12,7 +12,8 @@ import structlog
 
 from sidecar import entries
 from sidecar.errors import InvalidArgument, TierUnavailable, Unavailable
-from sidecar.identity import PodIdentity
+from sidecar.identity.cell import IdentityCell, as_cell
+from sidecar.identity.pod import PodIdentity
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import Rule, Selector
 from sidecar.invalidation.store import AuditRecord, ControlStore
@@ -52,12 +53,13 @@ class Invalidator:
         freshness: Freshness,
         warm: WarmTier,
         stats: CacheStats | None = None,
-        pod: PodIdentity | None = None,
+        pod: PodIdentity | IdentityCell | None = None,
         durability: Durability = Durability(),
     ) -> None:
         self.control = control
-        # Selectors name adapters as keys do; the pod resolves both the same way.
-        self.pod = pod or PodIdentity()
+        # Selectors name adapters as keys do; the pod (its identity now) resolves both
+        # the same way.
+        self.identity = as_cell(pod)
         self.durability = durability
         self.freshness = freshness
         self.warm = warm
@@ -74,7 +76,7 @@ class Invalidator:
         """
         selector.validate()
         if selector.adapter_version is not None:
-            adapter = self.pod.resolve_selector_adapter(selector.adapter_version)
+            adapter = self.identity.pod.resolve_selector_adapter(selector.adapter_version)
             selector = dataclasses.replace(selector, adapter_version=adapter)
         if not reason.strip():
             raise InvalidArgument("reason", "is required (it is kept in the audit log)")

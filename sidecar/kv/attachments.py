@@ -5,7 +5,9 @@ current version is the fingerprint attached last; attachments of any other are
 superseded (they may still release and detach, nothing else). When the pod knows its
 own weights' fingerprint, an attachment claiming other weights is refused unless
 foreign fingerprints are allowed (INFERCACHE_ALLOW_FOREIGN_MODEL_STORE, the switch
-that lets a Store claim another model).
+that lets a Store claim another model). The pod's fingerprint is read live: once the
+model files change, a fingerprint being re-measured is refused (attach, lookups,
+stores), and after the swap the old one is foreign like any other.
 
 Attachments are held by liveness: every RPC of an attachment, and RenewAttachment,
 extends it by the attachment ttl (INFERCACHE_KV_ATTACHMENT_TTL_MS); one not heard
@@ -41,19 +43,24 @@ class Attachments:
         *,
         ttl_ms: int = 30000,
         clock: Callable[[], float] = time.monotonic,
-        pod_fingerprint: str = "",
+        pod_fingerprint: str | Callable[[], str] = "",
         allow_foreign: bool = False,
+        doubt: Callable[[str, str], None] | None = None,
     ) -> None:
         """`ttl_ms`: how long an attachment lives unheard from; `pod_fingerprint`: the
-        weights this pod runs ("" = unknown: any fingerprint is accepted);
-        `allow_foreign`: accept other fingerprints all the same."""
+        weights this pod runs, or a function giving them now ("" = unknown: any
+        fingerprint is accepted); `allow_foreign`: accept other fingerprints all the
+        same; `doubt(fingerprint, adapter)`: raises FailedPrecondition while that
+        fingerprint is being re-measured."""
         self._max = max_attachments
         self.ttl_ms = ttl_ms
         self._clock = clock
         self._expiry = ExpiryQueue()
         self._stats = stats
-        self._pod_fingerprint = pod_fingerprint
+        fixed = pod_fingerprint
+        self._pod_fingerprint = fixed if callable(fixed) else (lambda: fixed)
         self._allow_foreign = allow_foreign
+        self._doubt = doubt
         self._by_id: dict[str, Attachment] = {}
         self.current: str | None = None
         """Version tag of the fingerprint attached last (None before the first)."""
@@ -74,7 +81,14 @@ class Attachments:
         check_text("adapter_fingerprint", adapter, required=False)
         check_text("gpu_uuid", gpu_uuid, required=False)
         check_text("process_name", process_name, required=False)
-        pod = self._pod_fingerprint
+        self.admit(fingerprint, adapter)
+
+    def admit(self, fingerprint: str, adapter: str) -> None:
+        """FailedPrecondition unless `fingerprint` is (now) the pod's weights, or foreign
+        ones are allowed; and while it is being re-measured."""
+        if self._doubt is not None:
+            self._doubt(fingerprint, adapter)
+        pod = self._pod_fingerprint()
         if pod and fingerprint != pod and not self._allow_foreign:
             self._stats.foreign_attachments_refused += 1
             log.warning(
@@ -158,7 +172,8 @@ class Attachments:
 
     def get(self, attachment_id: str, *, live: bool = True) -> Attachment:
         """The attachment, renewed (any call is a sign of life); FailedPrecondition if
-        unknown (never attached, detached or expired) or (with `live`) superseded."""
+        unknown (never attached, detached or expired) or (with `live`) superseded or no
+        longer admitted (see admit)."""
         a = self._by_id.get(attachment_id)
         if a is None:
             raise FailedPrecondition(
@@ -171,6 +186,8 @@ class Attachments:
                 f"KV attachment for model {a.fingerprint[:64]!r} was superseded by a newer "
                 "model version; re-attach with the fingerprint of the weights now loaded"
             )
+        if live:
+            self.admit(a.fingerprint, a.adapter)
         return a
 
     def find(self, attachment_id: str) -> Attachment | None:

@@ -75,13 +75,14 @@ class KvHotTier:
         leases: LeaseTable | None = None,
         generations: GenerationsFactory = MemoryGenerations,
         clock: Callable[[], float] = time.monotonic,
-        pod_fingerprint: str = "",
+        pod_fingerprint: str | Callable[[], str] = "",
         allow_foreign: bool = False,
+        doubt: Callable[[str, str], None] | None = None,
     ) -> None:
         """`generations`: where slot generations live (shared with model processes in
         production); `clock`: monotonic seconds for attachment liveness;
-        `pod_fingerprint` and `allow_foreign`: which model fingerprints may attach (see
-        Attachments; "" = the pod's weights are unknown, any may)."""
+        `pod_fingerprint`, `allow_foreign`, `doubt`: which model fingerprints may use the
+        tier (see Attachments; "" = the pod's weights are unknown, any may)."""
         self.settings = settings
         self.stats = KvStats()
         self._factory = pool_factory
@@ -102,6 +103,7 @@ class KvHotTier:
             clock=clock,
             pod_fingerprint=pod_fingerprint,
             allow_foreign=allow_foreign,
+            doubt=doubt,
         )
 
     @property

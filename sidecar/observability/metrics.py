@@ -184,18 +184,29 @@ def register_metrics(meter: Meter, stats: CacheStats, usage: UsageSource) -> Non
 
 def register_kv_metrics(meter: Meter, kv_stats: object) -> None:
     """`infercache.kv.events{event}`: every counter of the KV hot tier's stats dataclass."""
-    if not dataclasses.is_dataclass(kv_stats):
-        raise TypeError("kv_stats must be a dataclass instance of counters")
-    names = [f.name for f in dataclasses.fields(kv_stats)]
+    register_event_metrics(
+        meter,
+        "kv",
+        kv_stats,
+        "KV hot tier events: lookups, hit/promoted/demoted/dropped blocks, ...",
+    )
+
+
+def register_event_metrics(meter: Meter, name: str, stats: object, description: str = "") -> None:
+    """`infercache.<name>.events{event}`: every int counter of the dataclass `stats`
+    (e.g. the identity's: changes, stale marks, re-measure failures, stale refusals)."""
+    if not dataclasses.is_dataclass(stats):
+        raise TypeError("stats must be a dataclass instance of counters")
+    names = [f.name for f in dataclasses.fields(stats)]
 
     def events(options: CallbackOptions) -> Iterator[Observation]:
-        for name in names:
-            yield Observation(getattr(kv_stats, name), {"event": name})
+        for field_name in names:
+            yield Observation(getattr(stats, field_name), {"event": field_name})
 
     meter.create_observable_counter(
-        PREFIX + "kv.events",
+        PREFIX + name + ".events",
         callbacks=[events],
-        description="KV hot tier events: lookups, hit/promoted/demoted/dropped blocks, ...",
+        description=description or f"{name} events, by counter",
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Set
 
 from sidecar.entries import ComputeCost
 from sidecar.errors import InfercacheError, InvalidArgument
-from sidecar.identity import KeyResolver
+from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import CacheKey, KeyRequest
 from sidecar.prewarm.hits import HitRecorder
 from sidecar.prewarm.openai import BadAnswer, PayloadFormat, UpstreamCall, parse_answer

@@ -27,7 +27,8 @@ import structlog
 
 from sidecar.config import PrewarmConfig
 from sidecar.errors import FailedPrecondition, InvalidArgument
-from sidecar.identity import KeyResolver
+from sidecar.identity.pod import PodIdentity
+from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import KeyRequest
 from sidecar.prewarm import records
 from sidecar.prewarm.hits import HitRecorder, HitStore, HotRequest
@@ -93,11 +94,15 @@ class Prewarmer:
         self._decode_key = decode_key
         self.recorder = recorder
         self.keys = keys
-        self.pod = keys.pod
         self.settings = settings
         self._server_factory = server_factory
         self._hits = hits
         self.running = False
+
+    @property
+    def pod(self) -> PodIdentity:
+        """The pod's identity now (runs replay under the fingerprint in force)."""
+        return self.keys.pod
 
     def check_ready(self, count: int) -> None:
         """Refuse a run this sidecar cannot do, before anything is read or called."""

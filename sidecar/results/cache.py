@@ -24,7 +24,8 @@ from sidecar import entries
 from sidecar.config import LeaseConfig
 from sidecar.entries import ChunkMeta, ComputeCost, Entry, EntryRejected
 from sidecar.errors import InvalidArgument, TierUnavailable
-from sidecar.identity import PodIdentity
+from sidecar.identity.cell import IdentityCell, as_cell
+from sidecar.identity.pod import PodIdentity
 from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import CacheKey, KeyDigest
 from sidecar.observability.stats import CacheStats
@@ -33,6 +34,7 @@ from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.chunks import check_finish_reason, chunk_table
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.observers import LookupCounter
+from sidecar.results.screen import screen_doubt, screen_policy
 from sidecar.results.single_flight import SingleFlight
 from sidecar.results.types import (
     LookupObserver,
@@ -74,7 +76,7 @@ class ResultCache:
         stats: CacheStats | None = None,
         policy: PolicyHolder | None = None,
         observers: Sequence[LookupObserver] = (),
-        pod: PodIdentity | None = None,
+        pod: PodIdentity | IdentityCell | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         """`freshness` holds the rule set and the control store (leases, holds) this cache
@@ -89,9 +91,11 @@ class ResultCache:
         self.rules = freshness.rules
         self.stats = stats or CacheStats()
         self.policy = policy or PolicyHolder()
-        self.pod = pod or PodIdentity()
-        """Whose results may be stored: `store` refuses keys of weights the pod does not run."""
-        self.stats.admit(self.pod.model_version)  # the pod's own version is labelled first
+        self.identity = as_cell(pod)
+        """Whose results may be stored: `store` refuses keys of weights the pod does not
+        run or is re-measuring; lookups relying on the latter miss."""
+        self.stats.admit(self.identity.pod.model_version)  # the pod's own version first
+        self.identity.on_swap(self._admit_new_identity)
         self._clock_ms = clock_ms
         self._flight = SingleFlight(
             freshness.control,
@@ -107,6 +111,9 @@ class ResultCache:
         self._count = LookupCounter(self.stats).observe
         self._observers = tuple(observers)
         self._background: set[asyncio.Task[None]] = set()
+
+    def _admit_new_identity(self, old: PodIdentity, new: PodIdentity) -> None:
+        self.stats.admit(new.model_version)  # a re-measured model is the pod's own too
 
     def clock_ms(self) -> int:
         """The cache's wall clock in milliseconds (entry ages and expiry use it)."""
@@ -130,6 +137,8 @@ class ResultCache:
         Queries the policy bypasses are answered BYPASS without touching any tier.
         """
         bypassed = self._screen(queries)
+        if self.identity.stale:
+            bypassed = screen_doubt(self.identity, queries, bypassed)
         if bypassed is None:
             results = await self._find(queries)
         else:
@@ -147,30 +156,7 @@ class ResultCache:
 
     def _screen(self, queries: Sequence[LookupQuery]) -> list[LookupResult | None] | None:
         """BYPASS results by position, or None when the policy lets every query through."""
-        policy = self.policy.current
-        if policy.inert:
-            # Common case (no file, or rules only on declared traits): nothing declared,
-            # nothing to decide.
-            for q in queries:
-                if q.traits is not NO_TRAITS:
-                    break
-            else:
-                return None
-        out: list[LookupResult | None] | None = None
-        tenant_rules, defaults = policy.tenants.get, policy.defaults  # Policy.for_tenant, inlined
-        for i, q in enumerate(queries):
-            key, traits = q.key, q.traits
-            rules = tenant_rules(key.tenant, defaults)
-            if rules.inert and traits is NO_TRAITS:
-                continue
-            decision = rules.bypass_for(key, traits)
-            if decision is None:
-                continue
-            if out is None:
-                out = [None] * len(queries)
-            out[i] = LookupResult(Outcome.BYPASS, key.digest, bypass=decision)
-            self.stats.count_bypass(key.model_version, decision.reason.value)
-        return out
+        return screen_policy(self.policy.current, self.stats, queries)
 
     async def _find_unbypassed(
         self, queries: Sequence[LookupQuery], bypassed: list[LookupResult | None]
@@ -297,7 +283,7 @@ class ResultCache:
         FailedPrecondition for a key of weights this pod does not run (every entry
         point stores through here, so none can forget it).
         """
-        self.pod.check_store(key.model_version)
+        self.identity.check_store(key.model_version, key.adapter_version)
         if len(payload) > self.max_payload_bytes:
             raise InvalidArgument(
                 "payload",

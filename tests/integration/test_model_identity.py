@@ -122,7 +122,7 @@ async def test_kv_attach_with_other_weights_is_refused_unless_allowed(
         num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=2, dtype=kv_pb.KV_DTYPE_FLOAT16
     )
     async with in_process_sidecar(settings, fingerprint=True) as sc:
-        running, pod = sc.running, sc.running.app.pod
+        running, pod = sc.running, sc.running.app.identity.pod
         assert running.kv is not None
         async with grpc.aio.insecure_channel(sc.target) as channel:
             stub = kv_pb2_grpc.KvCacheServiceStub(channel)

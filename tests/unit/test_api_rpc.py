@@ -13,7 +13,8 @@ import pytest
 from sidecar.api.observe import RpcObserver
 from sidecar.api.rpc import rpc
 from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
-from sidecar.identity import KeyResolver, PodIdentity
+from sidecar.identity.pod import PodIdentity
+from sidecar.identity.resolver import KeyResolver
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import RuleSet
@@ -151,8 +152,8 @@ def test_resolver_fills_model_and_resolves_adapter_names() -> None:
 def test_resolver_memoises_only_valid_small_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """remember() keeps a valid key under its bytes, bounded in count and size; an invalid
     request raises and is not kept."""
-    monkeypatch.setattr("sidecar.identity.MEMO_MAX_KEYS", 2)
-    monkeypatch.setattr("sidecar.identity.MEMO_MAX_KEY_BYTES", 8)
+    monkeypatch.setattr("sidecar.identity.resolver.MEMO_MAX_KEYS", 2)
+    monkeypatch.setattr("sidecar.identity.resolver.MEMO_MAX_KEY_BYTES", 8)
     keys = KeyResolver(POD, KeyLimits())
     req = _request()
     key, source = keys.remember(b"a", req)

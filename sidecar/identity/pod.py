@@ -1,19 +1,18 @@
-"""What a sidecar knows about its own pod (the model and adapters it serves), and the
-one pod-aware key resolver every entry point builds its keys with."""
+"""What a sidecar knows about its own pod at one moment: the model and adapters it
+serves, as a frozen value (IdentityCell holds the current one)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sidecar.errors import FailedPrecondition
-from sidecar.keys import CacheKey, KeyLimits, KeyRequest, build_key
 
 
 @dataclass(frozen=True, slots=True)
 class PodIdentity:
-    """Fingerprints measured at start; empty when the sidecar was not given a model path."""
+    """Fingerprints measured at start (or at a re-check); empty when the sidecar was not
+    given a model path."""
 
     model_version: str = ""
     adapter_versions: Mapping[str, str] = field(default_factory=dict)
@@ -64,53 +63,3 @@ class PodIdentity:
                 f"({self.model_version}); leave it empty to mean this pod's model, or set "
                 "INFERCACHE_ALLOW_FOREIGN_MODEL_STORE=true"
             )
-
-
-ResolvedKey = tuple[CacheKey, KeyRequest]
-"""A validated key and the request it was built from, as the caller sent it."""
-
-# A hot hit spends most of its Python time canonicalising the key; repeated
-# requests skip that. 8192 x 4 KiB bounds the memo at ~32 MiB of key bytes.
-MEMO_MAX_KEYS = 8192
-MEMO_MAX_KEY_BYTES = 4096
-
-
-class KeyResolver:
-    """Builds this pod's cache keys: adapter names resolved, the model version filled in.
-
-    Holds a bounded memo from a request's serialised form (whatever the edge
-    received: the protobuf bytes of a CacheKey) to its resolved key; only keys
-    that passed validation are kept, and only small ones.
-    """
-
-    def __init__(self, pod: PodIdentity, limits: KeyLimits) -> None:
-        self.pod = pod
-        self.limits = limits
-        self._memo: dict[bytes, ResolvedKey] = {}
-        # The memo's bound dict.get, so a memo hit on the hot path costs what it did
-        # when the memo lived in the servicer: no extra Python call.
-        self.known = self._memo.get
-        """`known(raw)`: the memoised key of a serialised request, or None."""
-
-    def resolve(self, req: KeyRequest) -> CacheKey:
-        """The validated key of `req` for this pod (InvalidArgument naming the field)."""
-        pod = self.pod
-        if pod.adapter_versions and req.adapter_version:
-            req = dataclasses.replace(req, adapter_version=pod.resolve_adapter(req.adapter_version))
-        return build_key(req, self.limits, pod.model_version)
-
-    def remember(self, raw: bytes, req: KeyRequest) -> ResolvedKey:
-        """Resolve `req` (whose serialised form is `raw`) and memoise the result."""
-        # resolve is a pure function of the request (limits and pod are fixed), and a
-        # byte string parses to exactly one request, so equal bytes give equal keys.
-        built = (self.resolve(req), req)
-        if len(raw) <= MEMO_MAX_KEY_BYTES:
-            memo = self._memo
-            if len(memo) >= MEMO_MAX_KEYS:
-                memo.pop(next(iter(memo)))
-            memo[raw] = built
-        return built
-
-    def check_store(self, key: CacheKey) -> None:
-        """FailedPrecondition for a result claimed for weights this pod does not run."""
-        self.pod.check_store(key.model_version)

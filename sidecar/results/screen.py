@@ -1,0 +1,58 @@
+"""Answers a lookup gets before any tier is read: BYPASS from the cacheability
+policy, and a degraded MISS for keys relying on a fingerprint being re-measured."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sidecar.identity.cell import IdentityCell
+from sidecar.observability.stats import CacheStats
+from sidecar.policy.cacheability import NO_TRAITS, Policy
+from sidecar.results.types import LookupQuery, LookupResult, Outcome
+
+Decided = list[LookupResult | None]
+"""Answers by position (None: not decided yet, the tiers answer)."""
+
+
+def screen_policy(
+    policy: Policy, stats: CacheStats, queries: Sequence[LookupQuery]
+) -> Decided | None:
+    """BYPASS results by position, or None when the policy lets every query through."""
+    if policy.inert:
+        # Common case (no file, or rules only on declared traits): nothing declared,
+        # nothing to decide.
+        for q in queries:
+            if q.traits is not NO_TRAITS:
+                break
+        else:
+            return None
+    out: Decided | None = None
+    tenant_rules, defaults = policy.tenants.get, policy.defaults  # Policy.for_tenant, inlined
+    for i, q in enumerate(queries):
+        key, traits = q.key, q.traits
+        rules = tenant_rules(key.tenant, defaults)
+        if rules.inert and traits is NO_TRAITS:
+            continue
+        decision = rules.bypass_for(key, traits)
+        if decision is None:
+            continue
+        if out is None:
+            out = [None] * len(queries)
+        out[i] = LookupResult(Outcome.BYPASS, key.digest, bypass=decision)
+        stats.count_bypass(key.model_version, decision.reason.value)
+    return out
+
+
+def screen_doubt(
+    identity: IdentityCell, queries: Sequence[LookupQuery], out: Decided | None
+) -> Decided | None:
+    """Add a degraded MISS (a lease without a hold) for each undecided key relying on a
+    fingerprint being re-measured: its entries may be of weights no longer on disk."""
+    in_doubt = identity.in_doubt
+    for i, q in enumerate(queries):
+        key = q.key
+        if (out is None or out[i] is None) and in_doubt(key.model_version, key.adapter_version):
+            out = out or [None] * len(queries)
+            out[i] = LookupResult(Outcome.MISS, key.digest, degraded=True)
+            identity.stats.stale_lookup_misses += 1
+    return out

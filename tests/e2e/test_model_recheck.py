@@ -24,6 +24,9 @@ from tests.support.sidecars import SidecarProcess
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 SHARD = "model.safetensors"
+# Deadlines of the calls here: generous, since a loaded 2-core machine is no reason
+# for a wrong answer and speed is not what is tested.
+SLOW = 30.0
 
 
 def until(condition: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:
@@ -39,8 +42,8 @@ def store_code(client: CacheClient, k: pb.CacheKey, payload: bytes) -> str:
     """The status of a Store after a Lookup: "OK" when stored, else the code's name,
     with "(re-measuring)" when refused because the fingerprint is being re-measured."""
     try:
-        miss = client.lookup(k)
-        out = client.store(k, payload, lease=miss.lease)
+        miss = client.lookup(k, timeout=SLOW)
+        out = client.store(k, payload, lease=miss.lease, timeout=SLOW)
     except grpc.RpcError as exc:
         remeasuring = "being re-measured" in (exc.details() or "")
         code: grpc.StatusCode = exc.code()
@@ -90,34 +93,39 @@ def test_replaced_weights_refuse_stores_until_re_measured_then_serve_the_new_ver
     old_fp = fingerprint(model).value
     implicit = key("what changed?", model_version="")
     with CacheClient(pod.target) as client:
-        assert client.server_info().model_version == old_fp
+        assert client.server_info(timeout=SLOW).model_version == old_fp
         assert store_code(client, implicit, b"old weights' answer") == "OK"
-        assert client.lookup(implicit).payload == b"old weights' answer"
+        assert client.lookup(implicit, timeout=SLOW).payload == b"old weights' answer"
         (model / SHARD).write_bytes(b"\xff" * 8)  # a copy cut short: no valid header
         until(
             lambda: store_code(client, implicit, b"x") == "FAILED_PRECONDITION (re-measuring)",
             "stores refused after the shard changed",
         )
         with pytest.raises(grpc.RpcError) as refused:
-            client.store(key("what changed?", model_version=old_fp), b"x")
+            client.store(key("what changed?", model_version=old_fp), b"x", timeout=SLOW)
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "changed" in (refused.value.details() or "")
         assert "re-measured" in (refused.value.details() or "")
-        doubted = client.lookup(implicit)
+        doubted = client.lookup(implicit, timeout=SLOW)
         assert doubted.outcome == pb.LOOKUP_OUTCOME_MISS
-        assert client.server_info().model_version == old_fp  # no new fingerprint yet
+        assert client.server_info(timeout=SLOW).model_version == old_fp  # no new fingerprint yet
 
         write_model(model, llama_tensors(layers=1, seed=4))
         new_fp = fingerprint(model).value
         assert new_fp != old_fp
-        until(lambda: client.server_info().model_version == new_fp, "the new fingerprint")
-        assert client.lookup(implicit).outcome == pb.LOOKUP_OUTCOME_MISS
+        until(
+            lambda: client.server_info(timeout=SLOW).model_version == new_fp, "the new fingerprint"
+        )
+        assert client.lookup(implicit, timeout=SLOW).outcome == pb.LOOKUP_OUTCOME_MISS
         assert store_code(client, implicit, b"new weights' answer") == "OK"
-        hit = client.lookup(implicit)
+        hit = client.lookup(implicit, timeout=SLOW)
         assert (hit.outcome, hit.payload) == (pb.LOOKUP_OUTCOME_HIT, b"new weights' answer")
-        assert client.lookup(key("what changed?", model_version=new_fp)).payload == hit.payload
+        assert (
+            client.lookup(key("what changed?", model_version=new_fp), timeout=SLOW).payload
+            == hit.payload
+        )
         with pytest.raises(grpc.RpcError) as foreign:
-            client.store(key("other question", model_version=old_fp), b"x")
+            client.store(key("other question", model_version=old_fp), b"x", timeout=SLOW)
         assert foreign.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "not this pod's model" in (foreign.value.details() or "")
     events = identity_events(pod)
@@ -153,8 +161,11 @@ def test_a_shard_patched_in_place_with_its_mtime_restored_is_re_measured(
         )
         new_fp = fingerprint(model).value
         assert new_fp != old_fp
-        until(lambda: client.server_info().model_version == new_fp, "the patched fingerprint")
-        assert client.lookup(implicit).outcome == pb.LOOKUP_OUTCOME_MISS
+        until(
+            lambda: client.server_info(timeout=SLOW).model_version == new_fp,
+            "the patched fingerprint",
+        )
+        assert client.lookup(implicit, timeout=SLOW).outcome == pb.LOOKUP_OUTCOME_MISS
 
 
 def test_a_changed_adapter_is_re_measured_the_same_way(tmp_path: Path) -> None:
@@ -167,16 +178,16 @@ def test_a_changed_adapter_is_re_measured_the_same_way(tmp_path: Path) -> None:
         proc.wait_ready(timeout_s=60)
         tuned = key("top customers", adapter_version="sql")
         with CacheClient(proc.target) as client:
-            assert client.server_info().adapter_versions["sql"] == old_fp
+            assert client.server_info(timeout=SLOW).adapter_versions["sql"] == old_fp
             assert store_code(client, tuned, b"old adapter") == "OK"
             write_adapter(adapter, lora_tensors(seed=2))
             new_fp = fingerprint(adapter, kind="adapter").value
             until(
-                lambda: client.server_info().adapter_versions["sql"] == new_fp,
+                lambda: client.server_info(timeout=SLOW).adapter_versions["sql"] == new_fp,
                 "the adapter's new fingerprint",
             )
-            assert client.lookup(tuned).outcome == pb.LOOKUP_OUTCOME_MISS
+            assert client.lookup(tuned, timeout=SLOW).outcome == pb.LOOKUP_OUTCOME_MISS
             assert store_code(client, tuned, b"new adapter") == "OK"
-            assert client.lookup(tuned).payload == b"new adapter"
+            assert client.lookup(tuned, timeout=SLOW).payload == b"new adapter"
     finally:
         proc.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,7 +64,17 @@ def test_invalidate_by_adapter_name_kills_entries_keyed_by_that_name(
             miss = ca.lookup(k)
             assert ca.store(k, answer, lease=miss.lease).outcome == pb.STORE_OUTCOME_STORED
             assert cb.lookup(k).outcome == pb.LOOKUP_OUTCOME_HIT
-            assert cb.lookup(k).tier == pb.TIER_HOT
+            # A warm hit promotes the entry to b's hot tier, but b answers from memory only
+            # while its rule view is confirmed current; on a loaded machine a refresh can
+            # lag, and the warm read answers instead. What matters is that the entry is
+            # held hot before the invalidation, so ask until b answers from memory.
+            tiers = []
+            for _ in range(300):  # up to ~30 s: the confirmation is late, never absent
+                tiers.append(cb.lookup(k).tier)
+                if tiers[-1] == pb.TIER_HOT:
+                    break
+                time.sleep(0.1)
+            assert tiers[-1] == pb.TIER_HOT, tiers
         done = run_cli(
             "invalidate", "--admin", a.admin_target, "--adapter", "sql",
             "--reason", "adapter retrained", "--json",

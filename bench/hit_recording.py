@@ -6,15 +6,21 @@ source request as the data plane passes it). Configurations, run in alternating
 slices of 0.2 s (so background load falls on all alike):
 
     off            no HitRecorder among the cache's observers (baseline)
-    no_retain      rate 0.01, the tenant's policy does not retain inputs (the default)
-    retain_1pct    rate 0.01 (the default), the tenant retains inputs, embedded store
-    retain_all     rate 1.0, every hit encoded and written (worst case)
+    no_retain      the tenant's policy does not retain inputs (the default): a policy
+                   check per hit, nothing counted
+    counted        the tenant retains inputs: every hit counted in the Space-Saving
+                   sketch, merged into the embedded ranking at the end of each slice
+                   (the merge's CPU is in the figure)
+    counted_redis  as counted, merged into a real redis-server's ranking (the Redis
+                   script's work is in that process, not counted; the client's is)
+
+Before the sketch (1% sampling) the same bench measured the configurations
+retain_1pct and retain_all (every hit written to the store): docs/benchmarks.md.
 
 Reported: CPU microseconds per looked-up key (median over slices) and each configuration's
 ratio to `off` from adjacent slices (`off_control`, a second `off`, shows the noise).
-After each batch the loop gets a turn (as between RPCs in a server); the recorder's
-writer task runs there, and what is still queued is drained before the slice ends,
-so the writes' CPU is counted.
+After each batch the loop gets a turn (as between RPCs in a server); the slice ends
+with a merge of what was counted, so the merge's CPU is counted.
 
     .venv/bin/python -m bench.hit_recording --quick
     .venv/bin/python -m bench.hit_recording --smoke    # a few seconds
@@ -26,17 +32,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 import time
 from collections.abc import Sequence
 
+import redis.asyncio as aioredis
+
 from bench.harness.micro import Batches, alternate, report, stored_cache
-from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder
+from bench.harness.procs import redis_server
+from sidecar.backends.redis.hits import RedisHitStore
+from sidecar.prewarm.embedded_hits import EmbeddedHitStore
+from sidecar.prewarm.hits import HitRecorder, HitStore
 from sidecar.results.cache import ResultCache
 
+SKETCH_SIZE = 10_000  # INFERCACHE_HIT_SKETCH_SIZE's default
 
-def _recorder(rate: float, retain: bool) -> HitRecorder:
-    store = EmbeddedHitStore(max_per_version=10_000, ttl_ms=3_600_000)
-    return HitRecorder(store, lambda tenant: retain, sample_rate=rate)
+
+def _recorder(retain: bool, store: HitStore | None = None) -> HitRecorder:
+    if store is None:
+        store = EmbeddedHitStore(max_per_version=10_000, ttl_ms=3_600_000)
+    return HitRecorder(store, lambda tenant: retain, sketch_size=SKETCH_SIZE)
 
 
 def _observed_by(base: ResultCache, recorder: HitRecorder | None) -> ResultCache:
@@ -56,7 +71,7 @@ def _observed_by(base: ResultCache, recorder: HitRecorder | None) -> ResultCache
 async def _slice(
     cache: ResultCache, recorder: HitRecorder | None, batches: Batches, seconds: float
 ) -> float:
-    """CPU microseconds per key over one slice (including draining recorder writes).
+    """CPU microseconds per key over one slice (including the merge at its end).
 
     Process CPU time, not wall time: on a shared machine other processes' load then
     shows up less in the figures (the whole benchmark is one thread's work)."""
@@ -70,20 +85,41 @@ async def _slice(
             # Give the loop a turn, as a server does between RPCs: the writer runs there.
             await asyncio.sleep(0)
     if recorder is not None:
-        await recorder.drain()
+        assert await recorder.merge()
     return (time.process_time() - cpu_started) * 1e6 / keys
 
 
 async def run(rounds: int, seconds: float) -> None:
     """Every configuration in alternating slices; prints the table and the summary line."""
     base, batches = await stored_cache()
-    configs: dict[str, HitRecorder | None] = {
-        "off": None,
-        "off_control": None,
-        "no_retain": _recorder(0.01, retain=False),
-        "retain_1pct": _recorder(0.01, retain=True),
-        "retain_all": _recorder(1.0, retain=True),
-    }
+    with tempfile.TemporaryDirectory() as data:
+        redis = redis_server(data, "redis")
+        redis.start()
+        client = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis.port}")
+        redis_store = RedisHitStore(
+            client, key_prefix="bench:", max_per_version=10_000, ttl_ms=3_600_000, timeout_s=5
+        )
+        configs: dict[str, HitRecorder | None] = {
+            "off": None,
+            "off_control": None,
+            "no_retain": _recorder(retain=False),
+            "counted": _recorder(retain=True),
+            "counted_redis": _recorder(retain=True, store=redis_store),
+        }
+        try:
+            await _compare(base, batches, configs, rounds, seconds)
+        finally:
+            await client.aclose()
+            redis.stop()
+
+
+async def _compare(
+    base: ResultCache,
+    batches: Batches,
+    configs: dict[str, HitRecorder | None],
+    rounds: int,
+    seconds: float,
+) -> None:
 
     caches = {name: _observed_by(base, recorder) for name, recorder in configs.items()}
 

@@ -29,7 +29,7 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "invalidate": ("invalidate_1e3_vs_1e2", "freshness_cost", "freshness_cost_expected"),
     "kv": ("lookup_1024_p50_us", "demote_vs_redis", "promote_vs_redis", "kv_bytes_over_grpc"),
     "fingerprint": ("fast_detects", "full_detects", "reshard_stable", "full_vs_read"),
-    "hit_recording": ("off_us", "no_retain_vs_off", "retain_1pct_vs_off", "retain_all_vs_off"),
+    "hit_recording": ("off_us", "no_retain_vs_off", "counted_vs_off", "counted_redis_vs_off"),
     "policy": ("builtin_vs_unchecked", "file_1k_vs_unchecked", "bypass_all_vs_unchecked"),
     "robustness": (
         "unknown_statuses",

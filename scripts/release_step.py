@@ -4,7 +4,8 @@
         [--invalidate-tenant T] [--invalidate-prompt-version P] [--invalidate-adapter A]
         [--invalidate-all] [--reason TEXT]
         [--expect-version FP] [--wait-timeout SECONDS]
-        [--prewarm-file FILE] [--from-version OLD_FP --top-k K] [--max-failures N]
+        [--prewarm-file FILE] [--from-version OLD_FP --top-k K [--allow-fewer]]
+        [--max-failures N]
 
 Steps, in order; each one that fails ends the step with its own exit status, so a
 pipeline can gate on it and say what went wrong:
@@ -17,7 +18,8 @@ pipeline can gate on it and say what went wrong:
    --expect-version, or else any fingerprint other than --from-version -> 4 on timeout
 3. prewarm each new pod (a file of representative requests and/or the old version's
    --top-k most-hit requests), gated on `infercache prewarm`'s exit status
-   (at most --max-failures failed requests per run)                  -> 5 on failure
+   (at most --max-failures failed requests per run; fewer than K of the top K
+   replayable fails too unless --allow-fewer)                        -> 5 on failure
 4. print the per-version hit distribution summed over the pods
    (`infercache stats --json` on each)                               -> 6 if unreadable
 
@@ -165,7 +167,8 @@ def prewarm(cli: str, args: argparse.Namespace, pods: list[Pod]) -> bool:
     if args.prewarm_file:
         sources.append(["--file", str(args.prewarm_file)])
     if args.from_version and args.top_k:
-        sources.append(["--from-version", args.from_version, "--top-k", str(args.top_k)])
+        top = ["--from-version", args.from_version, "--top-k", str(args.top_k)]
+        sources.append([*top, "--allow-fewer"] if args.allow_fewer else top)
     if not sources:
         say("3/4 prewarm: no source given")
         return True
@@ -244,6 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--prewarm-file", type=Path, metavar="JSONL")
     warm.add_argument("--from-version", metavar="OLD_FP", help="the version being replaced")
     warm.add_argument("--top-k", type=int, default=0, help="its most-hit requests to replay")
+    warm.add_argument(
+        "--allow-fewer",
+        action="store_true",
+        help="pass even when fewer than --top-k of them were recorded and replayable",
+    )
     warm.add_argument("--max-failures", type=int, default=0, help="per prewarm run")
     return p
 

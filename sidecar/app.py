@@ -53,7 +53,8 @@ from sidecar.policy.cacheability import PolicyHolder
 from sidecar.policy.file import PolicyBounds
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.policy.watch import PolicyWatcher
-from sidecar.prewarm.hits import EmbeddedHitStore, HitRecorder, HitStore
+from sidecar.prewarm.embedded_hits import EmbeddedHitStore
+from sidecar.prewarm.hits import HitRecorder, HitStore
 from sidecar.prewarm.runner import Prewarmer, PrewarmSettings
 from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.results.cache import ResultCache
@@ -67,6 +68,8 @@ log = structlog.get_logger("infercache.app")
 
 # gRPC framing and the other fields of a Store need room beyond the payload itself.
 MESSAGE_HEADROOM = 1024 * 1024
+HIT_MERGE_CLOSE_S = 5.0
+"""Longest a shutdown waits to merge the last hit counts (a slow Redis must not hold it)."""
 
 
 @dataclass(slots=True)
@@ -244,7 +247,7 @@ class App:
     cache: ResultCache
     hits: HitStore
     recorder: HitRecorder | None
-    """Samples the cache's hits into `hits` for prewarm (None when INFERCACHE_HIT_SAMPLE_RATE=0)."""
+    """Counts the cache's hits into `hits` for prewarm (None when INFERCACHE_HIT_SKETCH_SIZE=0)."""
     usage: TierUsageMonitor
     limits: KeyLimits
     keys: KeyResolver
@@ -268,13 +271,17 @@ class App:
             loops.append(self.watcher.run_forever)
         if self.stores.control.shared:
             loops.append(self.freshness.run_listener)
+        if self.recorder is not None:
+            interval_s = self.config.hits.merge_interval_ms / 1000
+            loops.append(functools.partial(self.recorder.run_merge_loop, interval_s))
         return loops
 
     async def close(self) -> None:
         """Flush and close what the parts own (after serving has stopped)."""
         await self.cache.drain()
         if self.recorder is not None:
-            await self.recorder.close()
+            # The last counts go into the ranking (a new version's prewarm reads them).
+            await self.recorder.close(timeout_s=HIT_MERGE_CLOSE_S)
         if self.kv is not None:
             await self.kv.close()
         await self.stores.control.close()
@@ -310,9 +317,9 @@ async def build_app(
         log.warning("initial_refresh_failed", error=str(exc))
     hits = build_hit_store(config, stores)
     recorder = None
-    if config.hits.sample_rate > 0:
+    if config.hits.sketch_size > 0:
         recorder = HitRecorder(
-            hits, policy.holder.retains_inputs, sample_rate=config.hits.sample_rate
+            hits, policy.holder.retains_inputs, sketch_size=config.hits.sketch_size
         )
     signer = await lease_signer(config, stores.control)
     if not config.lease.secret:

@@ -3,6 +3,7 @@ listener only). Domain errors become statuses in RpcObserver.run (api/rpc.py).""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
@@ -123,12 +124,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         if self._prewarmer is None:
             raise FailedPrecondition("prewarm is not available on this sidecar")
         source = request.WhichOneof("source")
+        options = options_from_pb(request)
         if source == "requests":
             self._prewarmer.check_ready(len(request.requests.keys))
             items = items_from_pb(request.requests)
         elif source == "from_version":
             v = request.from_version
             items = await self._prewarmer.from_version(v.model_version, v.top_k)
+            options = dataclasses.replace(options, requested=v.top_k)
         else:
             raise InvalidArgument("source", "set requests or from_version")
-        return self._prewarmer.run(items, options_from_pb(request))
+        return self._prewarmer.run(items, options)

@@ -87,4 +87,6 @@ def progress_to_pb(p: Progress) -> PB2.PrewarmResponse:
         error=p.error,
         model_version=p.model_version,
         not_replayable=p.skipped_by_reason.get(NOT_REPLAYABLE, 0),
+        requested=p.requested,
+        replayable=p.replayable,
     )

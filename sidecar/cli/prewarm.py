@@ -16,10 +16,14 @@ the key), e.g.
 A line holding only a key is sent without a request and skipped (not_replayable).
 
 Progress is drawn on stderr; the summary goes to stdout (--json: the final
-progress message as JSON). Exit status: 0 only when the run completed with at
-most --max-failures failed requests (the sidecar also stops the run as soon as
-more failed); 1 otherwise; 2 on bad usage; 130 when interrupted (the run is
-cancelled on the sidecar: no further model-server calls).
+progress message as JSON). With --from-version the summary says how many of the
+top K were available (ranked), replayable and not_replayable. Exit status: 0 only
+when the run completed with at most --max-failures failed requests (the sidecar
+also stops the run as soon as more failed) and, with --from-version, all K
+requested were available and replayable; 3 when the run completed but fewer of
+the top K were replayable than asked for (--allow-fewer: 0 then); 1 otherwise; 2 on
+bad usage; 130 when interrupted (the run is cancelled on the sidecar: no further
+model-server calls).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from sidecar.cli.admin import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_common, connect_admin, fail
 
 EXIT_INTERRUPTED = 130
+EXIT_FEWER = 3
+"""--from-version: fewer of the top K were available and replayable than asked for."""
 # A sanity bound on what is read into memory; the sidecar enforces its own message limit
 # (INFERCACHE_PREWARM_MAX_MESSAGE_BYTES, default 16 MiB) and answers RESOURCE_EXHAUSTED.
 MAX_FILE_BYTES = 256 * 1024 * 1024
@@ -66,6 +72,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--from-version", metavar="MODEL_VERSION", help="replay this version's most-hit requests"
     )
     p.add_argument("--top-k", type=int, default=0, help="with --from-version: how many")
+    p.add_argument(
+        "--allow-fewer",
+        action="store_true",
+        help="with --from-version: exit 0 even when fewer than K were replayable (else 3)",
+    )
     p.add_argument(
         "--max-failures",
         type=int,
@@ -191,7 +202,17 @@ def _follow(admin: AdminClient, request: PB2.PrewarmRequest, args: argparse.Name
         return EXIT_FAILED
     _print_summary(last, items, as_json=args.json)
     ok = last.state == PB2.PREWARM_STATE_COMPLETED and last.failed <= args.max_failures
-    return EXIT_OK if ok else EXIT_FAILED
+    if not ok:
+        return EXIT_FAILED
+    top_k = request.WhichOneof("source") == "from_version"
+    if top_k and last.replayable < last.requested and not args.allow_fewer:
+        print(
+            f"infercache: prewarm: only {last.replayable} of the top {last.requested} "
+            "were replayable (--allow-fewer to accept that)",
+            file=sys.stderr,
+        )
+        return EXIT_FEWER
+    return EXIT_OK
 
 
 def _print_summary(
@@ -207,6 +228,11 @@ def _print_summary(
         f"prewarm {state}: {last.stored} stored, {last.skipped} skipped, {last.failed} failed "
         f"of {last.total} in {last.elapsed_ms / 1000:.1f} s (model {last.model_version})"
     )
+    if last.requested > last.total or last.replayable < last.total:
+        print(
+            f"  of {last.requested} requested: {last.total} available, "
+            f"{last.replayable} replayable, {last.not_replayable} not_replayable"
+        )
     if last.error:
         print(f"  error: {last.error}")
     for reason, n in sorted(last.skipped_by_reason.items()):

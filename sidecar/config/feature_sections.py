@@ -90,17 +90,24 @@ class HitsConfig:
     """Hit recording for prewarm's top-K."""
 
     PREFIX: ClassVar[str] = "hit_"
-    sample_rate: float = setting(
-        0.01,
-        "Fraction of hits recorded for prewarm's top-K (retaining tenants only); 0 = off",
-        p.fraction,
+    sketch_size: int = setting(
+        10000,
+        "Distinct requests whose hits are counted in memory between two merges into the "
+        "ranking (retaining tenants only; exact up to this many); 0 = off",
+        p.non_negative_int,
+    )
+    merge_interval_ms: int = setting(
+        5000,
+        "How often in-memory hit counts are merged into the shared ranking (also before "
+        "this pod's prewarm and at shutdown)",
+        p.positive_int,
     )
     record_max_per_version: int = setting(
         10000, "Most distinct requests ranked per model version for prewarm", p.positive_int
     )
     record_ttl_s: int = setting(
         604800,
-        "Recorded requests and hit counts expire this long after their last sampled hit",
+        "Recorded requests and hit counts expire this long after their last counted hit",
         p.positive_int,
     )
 

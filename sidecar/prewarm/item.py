@@ -129,7 +129,8 @@ class ItemWarmer:
         would rather wait a little than compute an answer it may not be able to store.
         """
         for pause in (*RETRY_PAUSES_S, None):
-            found = await self._cache.lookup(LookupQuery(key))
+            # Not traffic: neither a miss in the statistics nor a hit in the ranking.
+            found = await self._cache.lookup(LookupQuery(key), traffic=False)
             if not found.degraded or pause is None:
                 return found
             await asyncio.sleep(pause)

@@ -59,11 +59,14 @@ class ItemReport:
 @dataclass(frozen=True, slots=True)
 class RunOptions:
     """Per-run choices: TTL of stored results (0 = default), upstream concurrency
-    (0 = server default) and the failure budget (None = never stop early)."""
+    (0 = server default), the failure budget (None = never stop early) and how many
+    requests were asked for (0 = the run's items; from_version: its top_k, which the
+    ranking may not hold)."""
 
     ttl_s: int = 0
     concurrency: int = 0
     max_failures: int | None = None
+    requested: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,10 @@ class Progress:
     items: tuple[ItemReport, ...] = ()
     error: str = ""
     model_version: str = ""
+    requested: int = 0
+    """Requests asked for (from_version's top_k); `total` may be fewer."""
+    replayable: int = 0
+    """Of `total`, the requests with a model-server request to send."""
 
 
 @dataclass(slots=True)
@@ -90,6 +97,8 @@ class Tally:
     """Mutable counts of a run (event loop only)."""
 
     total: int
+    requested: int = 0
+    replayable: int = 0
     stored: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
@@ -135,4 +144,6 @@ class Tally:
             items=reports,
             error=error,
             model_version=model_version,
+            requested=self.requested or self.total,
+            replayable=self.replayable,
         )

@@ -26,7 +26,7 @@ COMPLETIONS_PATH = "/v1/completions"
 REPLAY_PATHS = (CHAT_PATH, COMPLETIONS_PATH)
 JSON_TYPE = "application/json"
 MAX_REPLAY_BYTES = 256 * 1024
-"""Largest request body a Store may attach (every sampled hit keeps the record alive)."""
+"""Largest request body a Store may attach (every counted hit keeps the record alive)."""
 
 
 class BadRecord(ValueError):

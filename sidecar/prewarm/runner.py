@@ -124,10 +124,12 @@ class Prewarmer:
             raise FailedPrecondition("a prewarm run is already in progress on this sidecar")
 
     async def from_version(self, model_version: str, top_k: int) -> list[PrewarmItem]:
-        """The top_k most-hit recorded requests of `model_version`, most hit first.
+        """The top_k most-hit recorded requests of `model_version`, most hit first (fewer
+        when the ranking holds fewer; the run's `requested` says how many were asked for).
 
-        The tenant's policy is checked again: a record kept while the policy allowed
-        it is not replayed once retention is withdrawn (it expires with its TTL)."""
+        This pod's own counts are merged first. The tenant's policy is checked again: a
+        record kept while the policy allowed it is not replayed once retention is
+        withdrawn (it expires with its TTL)."""
         if not model_version:
             raise InvalidArgument("from_version.model_version", "is required")
         if top_k <= 0:
@@ -135,6 +137,8 @@ class Prewarmer:
         self.check_ready(top_k)
         if self._hits is None or self._decode_key is None:
             raise FailedPrecondition("this sidecar has no hit records")
+        if self.recorder is not None:
+            await self.recorder.merge()
         return [self._item(hot) for hot in await self._hits.top(model_version, top_k)]
 
     def _item(self, hot: HotRequest) -> PrewarmItem:
@@ -184,7 +188,8 @@ class PrewarmRun:
         self._server_factory = server_factory
         self._server: ModelServer | None = None
         self._concurrency = concurrency
-        self._tally = Tally(len(items))
+        replayable = sum(1 for i in items if i.request is not None and i.record is not None)
+        self._tally = Tally(len(items), options.requested, replayable)
         self._state = RunState.RUNNING
         self._error = ""
         self._changed = asyncio.Event()
@@ -221,6 +226,8 @@ class PrewarmRun:
                 stored=t.stored,
                 skipped=dict(t.skipped),
                 failed=dict(t.failed),
+                requested=t.requested or t.total,
+                replayable=t.replayable,
                 elapsed_ms=self._elapsed_ms(),
             )
 

@@ -119,9 +119,9 @@ class ResultCache:
         """The cache's wall clock in milliseconds (entry ages and expiry use it)."""
         return self._clock_ms()
 
-    async def lookup(self, query: LookupQuery) -> LookupResult:
-        """Look one key up."""
-        return (await self.lookup_many([query]))[0]
+    async def lookup(self, query: LookupQuery, *, traffic: bool = True) -> LookupResult:
+        """Look one key up (`traffic`: as in lookup_many)."""
+        return (await self.lookup_many([query], traffic=traffic))[0]
 
     def tenant_policy(self, tenant: str) -> TenantPolicy:
         """The cacheability policy in force for `tenant` (it changes on reload)."""
@@ -131,10 +131,13 @@ class ResultCache:
         """May `tenant`'s inputs be kept (recorded for prewarm)? Its policy's retain_inputs."""
         return self.policy.retains_inputs(tenant)
 
-    async def lookup_many(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
+    async def lookup_many(
+        self, queries: Sequence[LookupQuery], *, traffic: bool = True
+    ) -> list[LookupResult]:
         """Look many keys up with at most one warm-tier round trip (plus lease work on misses).
 
-        Queries the policy bypasses are answered BYPASS without touching any tier.
+        Queries the policy bypasses are answered BYPASS without touching any tier. Not
+        `traffic` (prewarm's own): uncounted, unobserved (no misses added, no hits ranked).
         """
         bypassed = self._screen(queries)
         if self.identity.stale:
@@ -148,8 +151,8 @@ class ResultCache:
             leased = await self._flight.lease_many([(queries[i], results[i]) for i in missed])
             for i, r in zip(missed, leased, strict=True):
                 results[i] = r
-        self._count(queries, results)
-        if self._observers:
+        if traffic:
+            self._count(queries, results)
             for observer in self._observers:
                 observer.observe(queries, results)
         return results

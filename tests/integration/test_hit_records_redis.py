@@ -27,17 +27,16 @@ def digest(i: int) -> KeyDigest:
     return KeyDigest(bytes([i]) * 32)
 
 
-async def test_ranks_by_sampled_hits_and_keeps_requests(client: aioredis.Redis) -> None:
+async def test_ranks_by_merged_hits_and_keeps_requests(client: aioredis.Redis) -> None:
     """top() is most hit first with each attached record; a ranked digest whose Store
     attached nothing has none; versions are separate."""
     store = RedisHitStore(client, key_prefix="t:", max_per_version=10, ttl_ms=60_000, timeout_s=2)
-    for i, hits in ((1, 2), (2, 5), (3, 1)):
-        if i != 3:
-            await store.attach("fp1-v1", digest(i), b"req%d" % i, 30_000)
-        for _ in range(hits):
-            await store.record("fp1-v1", digest(i))
+    for i in (1, 2):
+        await store.attach("fp1-v1", digest(i), b"req%d" % i, 30_000)
+    await store.merge("fp1-v1", [(digest(1), 1), (digest(2), 5), (digest(3), 1)])
+    await store.merge("fp1-v1", [(digest(1), 1)])  # merges add up
     await store.attach("fp1-other", digest(9), b"other", 30_000)
-    await store.record("fp1-other", digest(9))
+    await store.merge("fp1-other", [(digest(9), 1)])
     top = await store.top("fp1-v1", 3)
     assert [(t.digest, t.hits, t.request) for t in top] == [
         (digest(2), 5, b"req2"),
@@ -51,12 +50,11 @@ async def test_ranks_by_sampled_hits_and_keeps_requests(client: aioredis.Redis) 
 async def test_trims_over_budget_and_everything_expires(client: aioredis.Redis) -> None:
     """Past 1.25 x the budget the ranking keeps its top (a cut digest's record stays until
     it expires: only a Store can attach it again); a record lives as long as its stored
-    result until a sampled hit extends it to the record TTL."""
+    result until a merged hit extends it to the record TTL."""
     store = RedisHitStore(client, key_prefix="t:", max_per_version=4, ttl_ms=60_000, timeout_s=2)
     for i in range(6):
         await store.attach("v", digest(i), b"r%d" % i, 5_000)
-        for _ in range(10 - i):
-            await store.record("v", digest(i))
+    await store.merge("v", [(digest(i), 10 - i) for i in range(6)])
     ranked = await store.top("v", 10)
     assert len(ranked) <= 5
     assert [t.digest for t in ranked][:4] == [digest(0), digest(1), digest(2), digest(3)]

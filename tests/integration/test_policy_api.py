@@ -182,15 +182,15 @@ async def test_invalid_policy_file_stops_an_in_process_start(
 async def test_only_tenants_whose_policy_retains_inputs_are_recorded_for_prewarm(
     start_sidecar: StartSidecar, tmp_path: Path
 ) -> None:
-    """Sampled hits are recorded for prewarm for a retain_inputs tenant and for no other."""
+    """Hits are counted for prewarm for a retain_inputs tenant and for no other."""
     path = tmp_path / "retain.yaml"
     path.write_text("tenants:\n  acme:\n    retain_inputs: true\n")
-    sidecar = await start_sidecar(policy_file=str(path), hit_sample_rate="1")
+    sidecar = await start_sidecar(policy_file=str(path))
     for tenant in ("acme", "globex"):
         k = key("popular question", tenant=tenant)
         await sidecar.store(k, b"answer")
         assert (await sidecar.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_HIT
     recorder = sidecar.running.app.recorder
     assert recorder is not None
-    await recorder.drain()
-    assert (recorder.recorded, recorder.not_retained) == (1, 1)
+    await recorder.merge()
+    assert (recorder.counted, recorder.merged, recorder.not_retained) == (1, 1, 1)

@@ -383,7 +383,7 @@ async def test_from_version_replays_v1_hot_requests_on_v2_weights(
     policy.write_text("tenants:\n  acme: {retain_inputs: true}\n")
     # A generous read deadline: on a loaded test machine a 50 ms Redis read can time out,
     # and this test is about which requests are replayed, not about deadlines.
-    settings = {"policy_file": str(policy), "hit_sample_rate": 1, "lookup_timeout_ms": 2000}
+    settings = {"policy_file": str(policy), "lookup_timeout_ms": 2000}
     secret_key = text_key(SECRET, tenant="private")
     upstream.start("v1")
     async with pod(weights["v1"], upstream, redis_server.url, **settings) as v1:
@@ -401,7 +401,7 @@ async def test_from_version_replays_v1_hot_requests_on_v2_weights(
         for _ in range(10):
             assert (await v1.client.lookup(secret_key)).outcome == pb.LOOKUP_OUTCOME_HIT
         assert v1.running.app.recorder is not None
-        await v1.running.app.recorder.drain()
+        await v1.running.app.recorder.merge()
 
     values = redis_values(redis_server.url)
     assert not any(SECRET.encode() in v for v in values), "never retained"
@@ -423,19 +423,28 @@ async def test_from_version_replays_v1_hot_requests_on_v2_weights(
             assert hit.payload.decode() == answer_for("v2", text)
             assert hit.payload.decode() != answer_for("v1", text)
 
-        # Asking for more than was recorded replays what there is, never the private tenant.
-        cli = await asyncio.to_thread(
-            run_cli,
-            "prewarm",
-            "--admin",
-            v2.admin_target,
-            "--from-version",
-            v1_version,
-            "--top-k",
-            "10",
-        )
-        assert cli.returncode == 0, cli.stderr
+        # Asking for more than was recorded replays what there is, never the private tenant,
+        # and says so: 3 of the top 10 available (exit 3 unless --allow-fewer).
+        top_10 = ("prewarm", "--admin", v2.admin_target, "--from-version", v1_version)
+        cli = await asyncio.to_thread(run_cli, *top_10, "--top-k", "10")
+        assert cli.returncode == 3, cli.stderr
         assert "1 stored, 2 skipped, 0 failed of 3" in cli.stdout
+        assert "of 10 requested: 3 available, 3 replayable, 0 not_replayable" in cli.stdout
+        assert "only 3 of the top 10 were replayable" in cli.stderr
+        again = await asyncio.to_thread(run_cli, *top_10, "--top-k", "10", "--allow-fewer")
+        assert again.returncode == 0, again.stderr
+        exactly = final(await prewarm(v2, from_version(v1_version, top_k=3)))
+        assert (exactly.requested, exactly.total, exactly.replayable) == (3, 3, 3)
+        assert dict(exactly.skipped_by_reason) == {"already_cached": 3}
+        # Prewarm's own lookups (2 + 1 misses, then 2 + 3 + 3 hits) are not traffic: the
+        # statistics hold only this test's 2 lookups and v2's ranking only their 2 hits.
+        app = v2.running.app
+        stats = app.cache.stats
+        assert stats.total("lookups", version=v2_version, outcome="hit") == 2
+        assert stats.total("lookups", version=v2_version, outcome="miss") == 0
+        assert app.recorder is not None
+        await app.recorder.merge()
+        assert [h.hits for h in await app.hits.top(v2_version, 10)] == [1, 1]
         assert sorted(upstream.stats()["prompts"]) == ["hot one", "hot two", "lukewarm"]
         lukewarm = await v2.client.lookup(text_key("lukewarm"))
         assert lukewarm.payload.decode() == answer_for("v2", "lukewarm")

@@ -54,10 +54,10 @@ def upstream() -> Iterator[ModelServerProcess]:
 
 
 def settings(tmp_path: Path) -> dict[str, object]:
-    """acme retains inputs; every hit is sampled; a generous read deadline under load."""
+    """acme retains inputs (every hit is counted); a generous read deadline under load."""
     policy = tmp_path / "policy.yaml"
     policy.write_text("tenants:\n  acme: {retain_inputs: true}\n")
-    return {"policy_file": str(policy), "hit_sample_rate": 1, "lookup_timeout_ms": 2000}
+    return {"policy_file": str(policy), "lookup_timeout_ms": 2000}
 
 
 def support_key(text: str, **kw: Any) -> pb.CacheKey:
@@ -93,7 +93,7 @@ async def test_prewarm_never_rebuilds_a_request_from_the_key(
             for k in (with_tools, templated):
                 assert (await v1.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_HIT
         assert v1.running.app.recorder is not None
-        await v1.running.app.recorder.drain()
+        await v1.running.app.recorder.merge()
 
     upstream.start("v2")
     async with pod(weights["v2"], upstream, redis_server.url, **settings(tmp_path)) as v2:
@@ -140,7 +140,7 @@ async def test_the_attached_request_is_replayed_byte_for_byte(
         for k in (templated, streamed):
             assert (await v1.client.lookup(k)).outcome == pb.LOOKUP_OUTCOME_HIT
         assert v1.running.app.recorder is not None
-        await v1.running.app.recorder.drain()
+        await v1.running.app.recorder.merge()
 
     upstream.start("v2")
     async with pod(weights["v2"], upstream, redis_server.url, **settings(tmp_path)) as v2:
@@ -153,7 +153,7 @@ async def test_the_attached_request_is_replayed_byte_for_byte(
         hit = await v2.client.lookup(streamed)
         assert hit.payload.decode() == answer_for("v2", "SYSTEM: formal\nstreamed question")
         assert v2.running.app.recorder is not None
-        await v2.running.app.recorder.drain()
+        await v2.running.app.recorder.merge()
         again = final(await prewarm(v2, from_version(v2_version)))
         assert dict(again.skipped_by_reason) == {"already_cached": 2}
 

@@ -248,7 +248,7 @@ def test_every_setting_rejects_garbage_naming_its_variable() -> None:
     [
         ("INFERCACHE_LOOKUP_TIMEOUT_MS", "fast", "expected a positive integer, got 'fast'"),
         ("INFERCACHE_HOT_MAX_ENTRIES", "-1", "expected an integer >= 0, got '-1'"),
-        ("INFERCACHE_HIT_SAMPLE_RATE", "often", "expected a number in [0, 1], got 'often'"),
+        ("INFERCACHE_HIT_SKETCH_SIZE", "many", "expected an integer >= 0, got 'many'"),
         ("INFERCACHE_KV_DEVICE", "gpu", "expected cpu, cuda or cuda:N, got 'gpu'"),
         ("INFERCACHE_HOT_MAX_BYTES", "1TB", "expected a size such as 268435456 or 256MiB"),
         ("INFERCACHE_REDIS_URL", "http://r:6379", "expected redis://, rediss:// or unix://"),
@@ -418,7 +418,8 @@ HISTORICAL_VARIABLES = [
     "PREWARM_MAX_REQUESTS",
     "PREWARM_MAX_MESSAGE_BYTES",
     "PREWARM_PAYLOAD",
-    "HIT_SAMPLE_RATE",
+    "HIT_SKETCH_SIZE",
+    "HIT_MERGE_INTERVAL_MS",
     "HIT_RECORD_MAX_PER_VERSION",
     "HIT_RECORD_TTL_S",
     "POLICY_FILE",

@@ -2,16 +2,20 @@
 
 Layout per model version V (h = first 16 hex digits of SHA-256(V), in a hash tag
 so that one version's keys share a Cluster slot):
-    {prefix}{hits:h}:rank        sorted set, member = key digest hex, score = sampled hits
+    {prefix}{hits:h}:rank        sorted set, member = key digest hex, score = counted hits
     {prefix}{hits:h}:q:<digest>  the hit record (JSON: key + model-server request), written
-                                 by attach (SET PX), its expiry refreshed by each sampled hit
-One Lua script counts, refreshes and trims. A record lives as long as its stored result
-until a sampled hit extends it to the record TTL; records outlive a trim of their digest.
+                                 by attach (SET PX), its expiry refreshed by each merge that
+                                 counts a hit of it
+One Lua script adds a merge batch's counts, refreshes and trims (one call per batch of at
+most hits.MERGE_BATCH digests: bounded work per call). A record lives as long as its stored
+result until a counted hit extends it to the record TTL; records outlive a trim of their
+digest.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import cast
 
 import redis.asyncio as aioredis
@@ -20,12 +24,15 @@ from sidecar.backends.redis.client import RedisGuard
 from sidecar.keys import KeyDigest
 from sidecar.prewarm.hits import HotRequest
 
-_RECORD = """
-redis.call('ZINCRBY', KEYS[1], 1, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+# KEYS[1] = ranking, KEYS[2..] = records; ARGV = ttl_ms, keep, then digest, count pairs.
+_MERGE = """
+local ttl, keep = ARGV[1], tonumber(ARGV[2])
+for i = 3, #ARGV, 2 do
+  redis.call('ZINCRBY', KEYS[1], ARGV[i + 1], ARGV[i])
+  redis.call('PEXPIRE', KEYS[(i - 1) / 2 + 1], ttl)
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
 local n = redis.call('ZCARD', KEYS[1])
-local keep = tonumber(ARGV[3])
 if n > keep + math.floor(keep / 4) then
   -- A cut digest keeps its record until it expires: it is attached only by a Store.
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - keep - 1)
@@ -53,21 +60,23 @@ class RedisHitStore:
         self._timeout_s = timeout_s
         # Its own circuit: a failing record must not pause cache reads or writes.
         self._guard = RedisGuard("redis hit records")
-        self._record = client.register_script(_RECORD)
+        self._merge = client.register_script(_MERGE)
 
     def _base(self, model_version: str) -> str:
         h = hashlib.sha256(model_version.encode("utf-8")).hexdigest()[:16]
         return f"{self._prefix}{{hits:{h}}}:"
 
-    async def record(self, model_version: str, digest: KeyDigest) -> None:
-        """ZINCRBY + PEXPIRE of the ranking and the record + trim, atomically."""
+    async def merge(self, model_version: str, counts: Sequence[tuple[KeyDigest, int]]) -> None:
+        """ZINCRBY of each count + PEXPIRE of the ranking and the records + trim, atomically."""
+        if not counts:
+            return
         base = self._base(model_version)
-        member = digest.hex()
+        members = [digest.hex() for digest, _ in counts]
+        args: list[int | str] = [self._ttl_ms, self._max]
+        for member, (_, n) in zip(members, counts, strict=True):
+            args += [member, n]
         async with self._guard(self._timeout_s):
-            await self._record(
-                keys=[base + "rank", base + "q:" + member],
-                args=[member, self._ttl_ms, self._max],
-            )
+            await self._merge(keys=[base + "rank", *(base + "q:" + m for m in members)], args=args)
 
     async def attach(
         self, model_version: str, digest: KeyDigest, request: bytes, ttl_ms: int

@@ -261,7 +261,7 @@ class PrewarmItemResult(_message.Message):
     def __init__(self, index: _Optional[int] = ..., outcome: _Optional[_Union[PrewarmItemOutcome, str]] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., key_digest: _Optional[bytes] = ...) -> None: ...
 
 class PrewarmResponse(_message.Message):
-    __slots__ = ("state", "total", "done", "stored", "skipped", "failed", "skipped_by_reason", "failed_by_reason", "elapsed_ms", "eta_ms", "items", "error", "model_version", "not_replayable")
+    __slots__ = ("state", "total", "done", "stored", "skipped", "failed", "skipped_by_reason", "failed_by_reason", "elapsed_ms", "eta_ms", "items", "error", "model_version", "not_replayable", "requested", "replayable")
     class SkippedByReasonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +290,8 @@ class PrewarmResponse(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     NOT_REPLAYABLE_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    REPLAYABLE_FIELD_NUMBER: _ClassVar[int]
     state: PrewarmState
     total: int
     done: int
@@ -304,4 +306,6 @@ class PrewarmResponse(_message.Message):
     error: str
     model_version: str
     not_replayable: int
-    def __init__(self, state: _Optional[_Union[PrewarmState, str]] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., stored: _Optional[int] = ..., skipped: _Optional[int] = ..., failed: _Optional[int] = ..., skipped_by_reason: _Optional[_Mapping[str, int]] = ..., failed_by_reason: _Optional[_Mapping[str, int]] = ..., elapsed_ms: _Optional[int] = ..., eta_ms: _Optional[int] = ..., items: _Optional[_Iterable[_Union[PrewarmItemResult, _Mapping]]] = ..., error: _Optional[str] = ..., model_version: _Optional[str] = ..., not_replayable: _Optional[int] = ...) -> None: ...
+    requested: int
+    replayable: int
+    def __init__(self, state: _Optional[_Union[PrewarmState, str]] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., stored: _Optional[int] = ..., skipped: _Optional[int] = ..., failed: _Optional[int] = ..., skipped_by_reason: _Optional[_Mapping[str, int]] = ..., failed_by_reason: _Optional[_Mapping[str, int]] = ..., elapsed_ms: _Optional[int] = ..., eta_ms: _Optional[int] = ..., items: _Optional[_Iterable[_Union[PrewarmItemResult, _Mapping]]] = ..., error: _Optional[str] = ..., model_version: _Optional[str] = ..., not_replayable: _Optional[int] = ..., requested: _Optional[int] = ..., replayable: _Optional[int] = ...) -> None: ...

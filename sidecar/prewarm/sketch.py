@@ -1,0 +1,116 @@
+"""Space-Saving heavy-hitter counts (Metwally, Agrawal, El Abbadi, 2005) in bounded memory.
+
+At most `capacity` items are counted. A new item when the table is full takes the place
+of one with the smallest count m and starts at m + 1, remembering m as its possible
+overestimate. Over a stream of N additions:
+  - every item whose true count exceeds N / capacity is in the table;
+  - for each item in the table, `count - error <= true count <= count`, and error <=
+    N / capacity;
+  - untracked items have true count <= the smallest count in the table.
+With at most `capacity` distinct items every count is exact (error 0).
+
+Counts are kept in buckets by value (a "stream summary"): adding 1 moves an item to the
+next bucket and eviction takes any item of the smallest bucket, so `add` is O(1) and
+allocation-light; no scan, no heap. A plain-Python structure a library would not improve
+on: the common libraries are either Count-Min sketches (no item list) or unbounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T", bound=Hashable)
+
+
+@dataclass(frozen=True, slots=True)
+class Counted(Generic[T]):
+    """One tracked item: its estimated count and how much of it may be overestimate."""
+
+    item: T
+    count: int
+    error: int
+
+    @property
+    def guaranteed(self) -> int:
+        """Additions certainly of this item (a lower bound of its true count)."""
+        return self.count - self.error
+
+
+class SpaceSaving(Generic[T]):
+    """Bounded heavy-hitter counter; not thread-safe (one event loop owns it)."""
+
+    __slots__ = ("_buckets", "_capacity", "_counts", "_errors", "_min", "total")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self._capacity = capacity
+        self._counts: dict[T, int] = {}
+        self._errors: dict[T, int] = {}
+        # count -> items with that count (a dict used as an insertion-ordered set)
+        self._buckets: dict[int, dict[T, None]] = {}
+        self._min = 0
+        self.total = 0
+        """Additions since creation or the last `take`."""
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    @property
+    def capacity(self) -> int:
+        """Most items tracked at once."""
+        return self._capacity
+
+    def _move(self, item: T, old: int, new: int) -> None:
+        if old:
+            bucket = self._buckets[old]
+            del bucket[item]
+            if not bucket:
+                del self._buckets[old]
+                if self._min == old:
+                    self._min = new  # the item left the only smallest bucket for `new`
+        self._buckets.setdefault(new, {})[item] = None
+        self._counts[item] = new
+
+    def add(self, item: T, n: int = 1) -> None:
+        """Count `n` (>= 1) more occurrences of `item`."""
+        self.total += n
+        count = self._counts.get(item)
+        if count is not None:
+            self._move(item, count, count + n)
+            if n > 1:
+                self._min = min(self._buckets)  # a jump may skip buckets (only re-adds do)
+            return
+        if len(self._counts) < self._capacity:
+            self._errors[item] = 0
+            self._move(item, 0, n)
+            self._min = n if len(self._counts) == 1 else min(self._min, n)
+            return
+        smallest = self._min
+        bucket = self._buckets[smallest]
+        victim = next(iter(bucket))
+        del bucket[victim]
+        del self._counts[victim], self._errors[victim]
+        self._errors[item] = smallest
+        self._buckets.setdefault(smallest + n, {})[item] = None
+        self._counts[item] = smallest + n
+        if not bucket:
+            del self._buckets[smallest]
+            # With n == 1 the newcomer's bucket is the next smallest one.
+            self._min = smallest + 1 if n == 1 else min(self._buckets)
+
+    def __iter__(self) -> Iterator[Counted[T]]:
+        """Tracked items, in no particular order."""
+        errors = self._errors
+        for item, count in self._counts.items():
+            yield Counted(item, count, errors[item])
+
+    def take(self) -> list[Counted[T]]:
+        """Every tracked item, then start over empty (what a merge hands to the store)."""
+        out = list(self)
+        self._counts, self._errors, self._buckets = {}, {}, {}
+        self._min = 0
+        self.total = 0
+        return out

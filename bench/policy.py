@@ -56,7 +56,7 @@ async def _slice(cache: ResultCache, batches: Batches, seconds: float) -> float:
     return (time.process_time() - cpu_started) * 1e6 / keys
 
 
-def _unchecked(queries: object, *, count: bool = True) -> list[LookupResult | None] | None:
+def _unchecked(queries: object) -> list[LookupResult | None] | None:
     return None
 
 

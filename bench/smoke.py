@@ -31,6 +31,13 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "fingerprint": ("fast_detects", "full_detects", "reshard_stable", "full_vs_read"),
     "hit_recording": ("off_us", "no_retain_vs_off", "counted_vs_off", "counted_redis_vs_off"),
     "policy": ("builtin_vs_unchecked", "file_1k_vs_unchecked", "bypass_all_vs_unchecked"),
+    "gateway": (
+        "hit_p50_vs_litellm",
+        "hit_rps_vs_litellm",
+        "miss_overhead_ms",
+        "sse_replay_exact",
+        "cross_tenant_hits",
+    ),
     "robustness": (
         "unknown_statuses",
         "health_check_p99_ms_under_watch",

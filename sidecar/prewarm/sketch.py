@@ -39,7 +39,13 @@ class Counted(Generic[T]):
 
 
 class SpaceSaving(Generic[T]):
-    """Bounded heavy-hitter counter; not thread-safe (one event loop owns it)."""
+    """Bounded heavy-hitter counter; not thread-safe (one event loop owns it).
+
+    Until the table is full nothing can be evicted, so counts are a plain dict (one dict
+    update per addition: the common case when the merge interval suits the traffic);
+    the first addition that needs an eviction builds the buckets, once, and from then
+    on until `take` every addition keeps them.
+    """
 
     __slots__ = ("_buckets", "_capacity", "_counts", "_errors", "_min", "total")
 
@@ -48,9 +54,10 @@ class SpaceSaving(Generic[T]):
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         self._capacity = capacity
         self._counts: dict[T, int] = {}
-        self._errors: dict[T, int] = {}
-        # count -> items with that count (a dict used as an insertion-ordered set)
-        self._buckets: dict[int, dict[T, None]] = {}
+        self._errors: dict[T, int] = {}  # only the items that took an evicted one's place
+        # count -> items with that count (a dict used as an insertion-ordered set);
+        # None while the table has room (no eviction needed yet)
+        self._buckets: dict[int, dict[T, None]] | None = None
         self._min = 0
         self.total = 0
         """Additions since creation or the last `take`."""
@@ -63,54 +70,70 @@ class SpaceSaving(Generic[T]):
         """Most items tracked at once."""
         return self._capacity
 
-    def _move(self, item: T, old: int, new: int) -> None:
-        if old:
-            bucket = self._buckets[old]
-            del bucket[item]
-            if not bucket:
-                del self._buckets[old]
-                if self._min == old:
-                    self._min = new  # the item left the only smallest bucket for `new`
-        self._buckets.setdefault(new, {})[item] = None
-        self._counts[item] = new
-
     def add(self, item: T, n: int = 1) -> None:
         """Count `n` (>= 1) more occurrences of `item`."""
         self.total += n
-        count = self._counts.get(item)
+        counts = self._counts
+        count = counts.get(item)
+        buckets = self._buckets
+        if buckets is None:
+            if count is not None:
+                counts[item] = count + n
+                return
+            if len(counts) < self._capacity:
+                counts[item] = n
+                return
+            buckets = self._build_buckets()
         if count is not None:
-            self._move(item, count, count + n)
-            if n > 1:
-                self._min = min(self._buckets)  # a jump may skip buckets (only re-adds do)
+            self._move(buckets, item, count, count + n)
             return
-        if len(self._counts) < self._capacity:
-            self._errors[item] = 0
-            self._move(item, 0, n)
-            self._min = n if len(self._counts) == 1 else min(self._min, n)
-            return
+        self._evict_for(buckets, item, n)
+
+    def _build_buckets(self) -> dict[int, dict[T, None]]:
+        buckets: dict[int, dict[T, None]] = {}
+        for item, count in self._counts.items():
+            buckets.setdefault(count, {})[item] = None
+        self._buckets = buckets
+        self._min = min(buckets)
+        return buckets
+
+    def _move(self, buckets: dict[int, dict[T, None]], item: T, old: int, new: int) -> None:
+        bucket = buckets[old]
+        del bucket[item]
+        buckets.setdefault(new, {})[item] = None
+        self._counts[item] = new
+        if not bucket:
+            del buckets[old]
+            if self._min == old:
+                # With n == 1 the item moved to the next smallest bucket; a jump (a
+                # failed merge's counts put back) may have skipped others.
+                self._min = new if new == old + 1 else min(buckets)
+
+    def _evict_for(self, buckets: dict[int, dict[T, None]], item: T, n: int) -> None:
+        """`item` takes the place of one with the smallest count m: count m + n, error m."""
         smallest = self._min
-        bucket = self._buckets[smallest]
+        bucket = buckets[smallest]
         victim = next(iter(bucket))
         del bucket[victim]
-        del self._counts[victim], self._errors[victim]
+        del self._counts[victim]
+        self._errors.pop(victim, None)
         self._errors[item] = smallest
-        self._buckets.setdefault(smallest + n, {})[item] = None
+        buckets.setdefault(smallest + n, {})[item] = None
         self._counts[item] = smallest + n
         if not bucket:
-            del self._buckets[smallest]
-            # With n == 1 the newcomer's bucket is the next smallest one.
-            self._min = smallest + 1 if n == 1 else min(self._buckets)
+            del buckets[smallest]
+            self._min = smallest + 1 if n == 1 else min(buckets)
 
     def __iter__(self) -> Iterator[Counted[T]]:
         """Tracked items, in no particular order."""
         errors = self._errors
         for item, count in self._counts.items():
-            yield Counted(item, count, errors[item])
+            yield Counted(item, count, errors.get(item, 0))
 
     def take(self) -> list[Counted[T]]:
         """Every tracked item, then start over empty (what a merge hands to the store)."""
         out = list(self)
-        self._counts, self._errors, self._buckets = {}, {}, {}
+        self._counts, self._errors, self._buckets = {}, {}, None
         self._min = 0
         self.total = 0
         return out

@@ -1,0 +1,352 @@
+"""infercache's OpenAI-compatible gateway against LiteLLM's proxy, same upstream, same load.
+
+    .venv/bin/python -m bench.gateway            # 3 rounds of 4 s loops (~5 min)
+    .venv/bin/python -m bench.gateway --smoke    # 1 round of 0.4 s loops (LiteLLM's start
+                                                 # takes most of it)
+
+Both sit in front of one model server (tests/support/model_server.py: deterministic
+answers after a fixed --delay-ms, default 20), each with its cache on its own real
+redis-server (bench/gateway/servers.py). One load generator (bench/gateway/load.py: raw
+keep-alive HTTP/1.1, closed loop) drives each in turn, alternating the order every round:
+
+  hit   32 hot chat requests, each asked twice first (stored), then cycled through for
+        the loop at concurrency 1, 16, 64; every answer must say hit and the upstream
+        must see no call, or the figure is flagged
+  miss  every request new, at concurrency 1 and 16, through each gateway and straight to
+        the upstream (`direct`): overhead = p50(gateway) - p50(direct) of the same round
+
+Figures are medians over rounds of each loop's p50, p99 and RPS. Then the correctness
+probes (bench/gateway/probes.py) against both and the SSE replay check.
+
+Summary keys (conservative: the worst concurrency counts): hit_p50_vs_litellm (max over
+concurrencies of infercache p50 / LiteLLM p50; goal <= 0.3), hit_rps_vs_litellm (min of
+the RPS ratios; goal >= 3), miss_overhead_ms (max over the miss concurrencies; goal <= 1),
+sse_replay_exact, cross_tenant_hits (the tenant probe's merged answers), merged_probes
+(all probes), each also as litellm_*; goals_met. A side that could not run (LiteLLM's
+venv not buildable, a checkout without the gateway) prints why and reports nan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import tempfile
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.gateway import servers
+from bench.gateway.load import LoadResult, Target, closed_loop, cycling, distinct, one, verdict
+from bench.gateway.probes import SseCheck, chat_body, run_probes, sse_replay, upstream_streams
+from bench.harness.report import print_head, print_summary
+from bench.harness.stats import median, percentile
+
+HOT = 32
+GOALS = {"hit_p50_vs_litellm": 0.3, "hit_rps_vs_litellm": 3.0, "miss_overhead_ms": 1.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How long and how wide the run is."""
+
+    rounds: int
+    seconds: float
+    hit_concurrency: tuple[int, ...]
+    miss_concurrency: tuple[int, ...]
+    delay_ms: int
+    infercache: Path = servers.INFERCACHE
+    model_server: Path = servers.MODEL_SERVER
+
+
+@dataclass(slots=True)
+class Side:
+    """One gateway under test: its targets for two callers (two tenants where it has
+    them) and its figures by (kind, concurrency)."""
+
+    name: str
+    pid: int
+    """The server process whose CPU (with its children's) each loop is charged."""
+    first: Target
+    second: Target
+    loops: dict[tuple[str, int], list[LoadResult]] = field(default_factory=dict)
+    cpu_ms: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    idle_cpu_per_s: float = 0.0
+    """CPU the server spends per second with no request (its background loops), taken
+    off each loop's CPU so that a slow loop's few requests are not charged for it."""
+    flags: list[str] = field(default_factory=list)
+    probes: dict[str, str] = field(default_factory=dict)
+    sse: SseCheck | None = None
+
+    def add(self, kind: str, concurrency: int, result: LoadResult, cpu_s: float) -> None:
+        self.loops.setdefault((kind, concurrency), []).append(result)
+        busy_s = max(0.0, cpu_s - self.idle_cpu_per_s * result.elapsed_s)
+        per_request = busy_s * 1000 / max(1, len(result.latencies))
+        self.cpu_ms.setdefault((kind, concurrency), []).append(per_request)
+
+    def cpu(self, kind: str, concurrency: int) -> float:
+        """Median over rounds of the server's CPU ms per request."""
+        return median(self.cpu_ms.get((kind, concurrency), []))
+
+    def p(self, kind: str, concurrency: int, q: float) -> float:
+        """Median over rounds of the loops' q-quantile latency, in ms."""
+        runs = self.loops.get((kind, concurrency), [])
+        return median(percentile(r.latencies, q) * 1000 for r in runs)
+
+    def rps(self, kind: str, concurrency: int) -> float:
+        return median(r.rps for r in self.loops.get((kind, concurrency), []))
+
+
+def _hot_bodies(side: str) -> list[bytes]:
+    return [chat_body(f"hot question {i} for {side}") for i in range(HOT)]
+
+
+async def _warm(side: Side) -> None:
+    """Ask each hot request until every one of them is a hit (LiteLLM writes its Redis
+    cache in batches: a second ask right after the first can still miss)."""
+    for _ in range(40):
+        answers = [await one(side.first, body) for body in _hot_bodies(side.name)]
+        if all(verdict(a.headers) == "hit" for a in answers):
+            return
+        await asyncio.sleep(0.5)
+    side.flags.append("warm-up: the hot requests never all hit")
+
+
+async def _hit_loop(side: Side, c: int, seconds: float, upstream_port: int) -> None:
+    before = servers.upstream_calls(upstream_port)
+    cpu = servers.tree_cpu_seconds(side.pid)
+    result = await closed_loop(side.first, cycling(side.first, _hot_bodies(side.name)), c, seconds)
+    cpu = servers.tree_cpu_seconds(side.pid) - cpu
+    called = servers.upstream_calls(upstream_port) - before
+    if set(result.verdicts) != {"hit"} or called or set(result.statuses) != {200}:
+        side.flags.append(f"hit c={c}: {dict(result.verdicts)} {dict(result.statuses)} {called=}")
+    side.add("hit", c, result, cpu)
+
+
+async def _miss_loop(side: Side, c: int, seconds: float) -> None:
+    nonce = uuid.uuid4().hex[:12]
+    bodies = distinct(side.first, lambda i: chat_body(f"new question {nonce} {i}"))
+    cpu = servers.tree_cpu_seconds(side.pid)
+    result = await closed_loop(side.first, bodies, c, seconds)
+    cpu = servers.tree_cpu_seconds(side.pid) - cpu
+    if set(result.statuses) != {200} or result.verdicts.get("hit"):
+        side.flags.append(f"miss c={c}: {dict(result.verdicts)} {dict(result.statuses)}")
+    side.add("miss", c, result, cpu)
+
+
+async def measure(sides: list[Side], direct: Side, plan: Plan, upstream_port: int) -> None:
+    """Every loop of every side, `plan.rounds` times, the side order reversed each round."""
+    for side in sides:
+        await _warm(side)
+    for side in [direct, *sides]:
+        cpu = servers.tree_cpu_seconds(side.pid)
+        await asyncio.sleep(plan.seconds)
+        side.idle_cpu_per_s = (servers.tree_cpu_seconds(side.pid) - cpu) / plan.seconds
+    for r in range(plan.rounds):
+        order = sides if r % 2 == 0 else sides[::-1]
+        for c in plan.hit_concurrency:
+            for side in order:
+                await _hit_loop(side, c, plan.seconds, upstream_port)
+        for c in plan.miss_concurrency:
+            for side in [direct, *order]:
+                await _miss_loop(side, c, plan.seconds)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b and not math.isnan(b) else math.nan
+
+
+def report(gw: Side | None, ll: Side | None, direct: Side, plan: Plan) -> dict[str, Any]:
+    """Print the tables; the summary's pairs."""
+    shown = [s for s in (gw, ll) if s is not None]
+    print_head(
+        f"{'kind':<5} {'conc':>4} {'server':<11} {'p50 ms':>8} {'p99 ms':>8} {'rps':>8} "
+        f"{'cpu ms/req':>10}"
+    )
+    rows = [("hit", c, s) for c in plan.hit_concurrency for s in shown]
+    rows += [("miss", c, s) for c in plan.miss_concurrency for s in [direct, *shown]]
+    for kind, c, s in rows:
+        print(
+            f"{kind:<5} {c:>4} {s.name:<11} {s.p(kind, c, 0.5):>8.2f} {s.p(kind, c, 0.99):>8.2f} "
+            f"{s.rps(kind, c):>8.0f} {s.cpu(kind, c):>10.3f}"
+        )
+    for s in shown:
+        for flag in s.flags:
+            print(f"# FLAGGED {s.name} {flag}")
+    pairs: dict[str, Any] = {}
+
+    def worst(values: list[float], pick: Any) -> float:
+        finite = [v for v in values if not math.isnan(v)]
+        return pick(finite) if finite and len(finite) == len(values) else math.nan
+
+    def p50s(s: Side | None) -> list[float]:
+        return [s.p("hit", c, 0.5) if s else math.nan for c in plan.hit_concurrency]
+
+    def rpss(s: Side | None) -> list[float]:
+        return [s.rps("hit", c) if s else math.nan for c in plan.hit_concurrency]
+
+    def overhead(s: Side | None) -> float:
+        return worst(
+            [
+                (s.p("miss", c, 0.5) - direct.p("miss", c, 0.5)) if s else math.nan
+                for c in plan.miss_concurrency
+            ],
+            max,
+        )
+
+    pairs["hit_p50_vs_litellm"] = worst(
+        [_ratio(a, b) for a, b in zip(p50s(gw), p50s(ll), strict=True)], max
+    )
+    pairs["hit_rps_vs_litellm"] = worst(
+        [_ratio(a, b) for a, b in zip(rpss(gw), rpss(ll), strict=True)], min
+    )
+    pairs["miss_overhead_ms"] = overhead(gw)
+    pairs["litellm_miss_overhead_ms"] = overhead(ll)
+    for maybe, prefix in ((gw, ""), (ll, "litellm_")):
+        sse = maybe.sse if maybe else None
+        pairs[prefix + "sse_replay_exact"] = (
+            "untested" if sse is None else ("yes" if sse.exact else "no")
+        )
+        probes = maybe.probes if maybe else {}
+        merged = sum(v == "MERGED" for v in probes.values())
+        tenant = probes.get("two_tenants_same_body")
+        pairs[prefix + "cross_tenant_hits"] = "nan" if tenant is None else int(tenant == "MERGED")
+        pairs[prefix + "merged_probes"] = merged if probes else "nan"
+    c1, cmax = plan.hit_concurrency[0], plan.hit_concurrency[-1]
+    m1 = plan.miss_concurrency[0]
+    for maybe, prefix in ((gw, "gateway"), (ll, "litellm")):
+        pairs[f"{prefix}_hit_p50_ms"] = maybe.p("hit", c1, 0.5) if maybe else math.nan
+        pairs[f"{prefix}_hit_rps_c{cmax}"] = maybe.rps("hit", cmax) if maybe else math.nan
+        # CPU per request of the server process alone: what load on the machine does
+        # not inflate (the miss figure leaves the upstream's own CPU out).
+        pairs[f"{prefix}_hit_cpu_ms"] = maybe.cpu("hit", cmax) if maybe else math.nan
+        pairs[f"{prefix}_miss_cpu_ms"] = maybe.cpu("miss", m1) if maybe else math.nan
+    met = (
+        pairs["hit_p50_vs_litellm"] <= GOALS["hit_p50_vs_litellm"]
+        and pairs["hit_rps_vs_litellm"] >= GOALS["hit_rps_vs_litellm"]
+        and pairs["miss_overhead_ms"] <= GOALS["miss_overhead_ms"]
+    )
+    pairs["goals_met"] = "yes" if met else "no"
+    pairs["flagged"] = sum(len(s.flags) for s in shown)
+    return pairs
+
+
+def print_correctness(sides: list[Side]) -> None:
+    """The probe table and the SSE check, one column per gateway."""
+    if not sides:
+        return
+    names = list(sides[0].probes)
+    print_head(f"{'probe (B after A)':<24} " + " ".join(f"{s.name:>11}" for s in sides))
+    for n in names:
+        print(f"{n:<24} " + " ".join(f"{s.probes.get(n, '-'):>11}" for s in sides))
+    for s in sides:
+        if s.sse is not None:
+            print(
+                f"# sse {s.name}: original {s.sse.original_events} events, replay "
+                f"{s.sse.replay_events} ({s.sse.replay_verdict}), exact={s.sse.exact}"
+            )
+    print("# litellm: every caller holds the master key (virtual keys need Postgres)")
+
+
+async def run(plan: Plan) -> int:
+    """Start everything, measure, probe, report."""
+    print(f"# load average at start: {os.getloadavg()[0]:.2f}; upstream delay {plan.delay_ms} ms")
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        work = Path(tmp)
+        up = servers.upstream(plan.delay_ms, plan.model_server)
+        rs = servers.redises(work)
+        procs = [up, rs.litellm, rs.gateway]
+        for p in procs:
+            stack.callback(p.stop)
+            p.start()
+        gw: Side | None = None
+        ll: Side | None = None
+        if servers.gateway_supported(plan.infercache):
+            g = servers.gateway(plan.infercache, work, up.port, rs.gateway.port)
+            stack.callback(g.stop)
+            g.start(timeout_s=120)
+            keys = servers.KEYS
+            gw = Side(
+                "infercache",
+                g.pid,
+                Target(
+                    g.port, "/v1/chat/completions", (("Authorization", f"Bearer {keys['acme']}"),)
+                ),
+                Target(
+                    g.port, "/v1/chat/completions", (("Authorization", f"Bearer {keys['globex']}"),)
+                ),
+            )
+        else:
+            print(f"# infercache gateway skipped: {plan.infercache} serve has no --gateway-listen")
+        venv, why = servers.litellm_venv()
+        if venv is not None:
+            lp = servers.litellm(venv, work, up.port, rs.litellm.port)
+            stack.callback(lp.stop)
+            lp.start(timeout_s=240)
+            auth = (("Authorization", f"Bearer {servers.LITELLM_MASTER_KEY}"),)
+            ll = Side(
+                "litellm",
+                lp.pid,
+                Target(lp.port, "/v1/chat/completions", auth),
+                Target(lp.port, "/v1/chat/completions", auth),
+            )
+        else:
+            print(f"# litellm skipped: {why}")
+        direct = Side(
+            "direct", up.pid, Target(up.port, "/v1/chat/completions"), Target(up.port, "/")
+        )
+        sides = [s for s in (gw, ll) if s is not None]
+        await measure(sides, direct, plan, up.port)
+        streams = await upstream_streams(direct.first)
+        for s in sides:
+            s.probes = await run_probes(s.first, s.second)
+            if streams:
+                s.sse = await sse_replay(s.first)
+        if not streams:
+            print("# sse replay untested: the model server does not stream")
+        print_correctness(sides)
+        pairs = report(gw, ll, direct, plan)
+    idle = ", ".join(f"{s.name} {s.idle_cpu_per_s * 1000:.1f}" for s in [direct, *sides])
+    print(f"# idle CPU ms/s (taken off the cpu column): {idle}")
+    print(f"# load average at end: {os.getloadavg()[0]:.2f}")
+    print_summary(pairs)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: --smoke, --rounds, --seconds, --delay-ms."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="1 round of 0.4 s loops")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of one loop")
+    parser.add_argument("--delay-ms", type=int, default=20, help="the upstream's latency")
+    parser.add_argument(
+        "--infercache",
+        type=Path,
+        default=servers.INFERCACHE,
+        help="the `infercache` command to run (default: this checkout's .venv)",
+    )
+    parser.add_argument(
+        "--model-server",
+        type=Path,
+        default=servers.MODEL_SERVER,
+        help="the model server script (default: this checkout's tests/support/model_server.py)",
+    )
+    args = parser.parse_args(argv)
+    tools = (args.delay_ms, args.infercache, args.model_server)
+    if args.smoke:
+        plan = Plan(1, 0.4, (1, 16, 64), (1,), *tools)
+    else:
+        plan = Plan(args.rounds, args.seconds, (1, 16, 64), (1, 16), *tools)
+    return asyncio.run(run(plan))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -68,8 +68,6 @@ log = structlog.get_logger("infercache.app")
 
 # gRPC framing and the other fields of a Store need room beyond the payload itself.
 MESSAGE_HEADROOM = 1024 * 1024
-HIT_MERGE_CLOSE_S = 5.0
-"""Longest a shutdown waits to merge the last hit counts (a slow Redis must not hold it)."""
 
 
 @dataclass(slots=True)
@@ -280,8 +278,7 @@ class App:
         """Flush and close what the parts own (after serving has stopped)."""
         await self.cache.drain()
         if self.recorder is not None:
-            # The last counts go into the ranking (a new version's prewarm reads them).
-            await self.recorder.close(timeout_s=HIT_MERGE_CLOSE_S)
+            await self.recorder.close()  # the last counts go in: the next version reads them
         if self.kv is not None:
             await self.kv.close()
         await self.stores.control.close()

@@ -48,6 +48,8 @@ log = structlog.get_logger("infercache.prewarm.hits")
 MAX_RECORD_BYTES = 256 * 1024
 MERGE_BATCH = 256
 """Digests per HitStore.merge call: bounds one Redis script's work."""
+CLOSE_TIMEOUT_S = 5.0
+"""Longest a shutdown waits to merge the last counts (a slow Redis must not hold it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +238,7 @@ class HitRecorder:
         while self._writer is not None and not self._writer.done():
             await asyncio.gather(self._writer, return_exceptions=True)
 
-    async def close(self, timeout_s: float) -> None:
+    async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Write what is queued and merge the last counts, for at most `timeout_s` (a
         slow store must not hold the shutdown); what did not go in is counted lost."""
         try:

@@ -21,6 +21,7 @@ from sidecar.api.admin_servicer import AdminServicer
 from sidecar.api.auth import AdminAuth
 from sidecar.api.cache_servicer import CacheServicer, server_info_pb
 from sidecar.api.decode import add_decoded
+from sidecar.api.key_encode import record_key_bytes
 from sidecar.api.kv_servicer import KvServicer
 from sidecar.api.listeners import listen
 from sidecar.api.observe import RpcObserver
@@ -294,7 +295,8 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
             health_server, config.server.health_listen, "INFERCACHE_HEALTH_LISTEN"
         )
         await health_server.start()
-    gateway = Gateway(app) if config.gateway.listen else None  # binds now: errors name it
+    # record_key_bytes: the gateway attaches each stored answer's upstream body for prewarm.
+    gateway = Gateway(app, record_key_bytes) if config.gateway.listen else None  # binds now
     await server.start()
     if gateway is not None:
         await gateway.start()

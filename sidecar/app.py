@@ -1,7 +1,8 @@
 """The composition root: builds every part of a sidecar from its Config, once.
 
 Nothing here serves anything: `sidecar.server` puts the built parts behind gRPC.
-The backend (Redis or the embedded stores) is decided once, in build_stores.
+The backend (Redis or the embedded stores) is decided once, in
+backends/stores.py's build_stores.
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from typing import Any
 import structlog
 
 from sidecar.api.cache_codec import key_request_from_record
-from sidecar.backends.redis.client import RedisClient
-from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
-from sidecar.backends.redis.warm import RedisWarmTier
+from sidecar.backends.stores import Stores, build_stores, probe_stores
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
 from sidecar.identity.cell import IdentityCell
@@ -30,7 +29,6 @@ from sidecar.identity.measure import watched_paths
 from sidecar.identity.pod import PodIdentity
 from sidecar.identity.resolver import KeyResolver
 from sidecar.identity.watch import IdentityWatcher
-from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Durability, Invalidator
 from sidecar.invalidation.reclaim import Reclaimer
@@ -60,50 +58,12 @@ from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupObserver
-from sidecar.tiers.base import WarmTier
-from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
 
 log = structlog.get_logger("infercache.app")
 
 # gRPC framing and the other fields of a Store need room beyond the payload itself.
 MESSAGE_HEADROOM = 1024 * 1024
-
-
-@dataclass(slots=True)
-class Stores:
-    """The warm tier and the control store, sharing one Redis client when Redis is used."""
-
-    warm: WarmTier
-    control: ControlStore
-    redis: RedisClient | None = None
-    """The shared Redis client when the stores are on Redis: decided once, here."""
-
-
-def build_stores(config: Config) -> Stores:
-    """Redis when a URL is configured, otherwise the embedded in-process stores."""
-    if config.redis.url:
-        warm = RedisWarmTier(
-            config.redis.url,
-            key_prefix=config.redis.key_prefix,
-            read_timeout_s=config.redis.lookup_timeout_ms / 1000,
-            write_timeout_s=config.redis.write_timeout_ms / 1000,
-        )
-        control = RedisControlStore(
-            config.redis.url,
-            key_prefix=config.redis.key_prefix,
-            timeout_s=config.redis.write_timeout_ms / 1000,
-            lookup_timeout_s=config.redis.lookup_timeout_ms / 1000,
-            client=warm.client,
-        )
-        return Stores(warm, control, warm.client)
-    embedded_control = EmbeddedControlStore()
-    embedded_warm = EmbeddedWarmTier(
-        config.tiers.embedded_max_bytes,
-        config.tiers.embedded_max_entries,
-        epoch_source=embedded_control.epoch_now,
-    )
-    return Stores(embedded_warm, embedded_control)
 
 
 async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
@@ -281,8 +241,7 @@ class App:
             await self.recorder.close()  # the last counts go in: the next version reads them
         if self.kv is not None:
             await self.kv.close()
-        await self.stores.control.close()
-        await self.stores.warm.close()
+        await self.stores.close()
 
 
 async def build_app(
@@ -297,6 +256,7 @@ async def build_app(
     """Build every part from config. `rules`: a rule set to use (benches inject one)."""
     started = time.monotonic() if started is None else started
     stores = build_stores(config)
+    await probe_stores(stores, config)  # ConfigError when Redis refuses us for good
     identity = IdentityCell(pod)
     rules = RuleSet() if rules is None else rules
     # Rules must outlive every entry they can kill: its TTL plus the lease windows.

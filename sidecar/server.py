@@ -26,7 +26,8 @@ from sidecar.api.kv_servicer import KvServicer
 from sidecar.api.listeners import listen
 from sidecar.api.observe import RpcObserver
 from sidecar.api.streams import StreamSettings
-from sidecar.app import MESSAGE_HEADROOM, App, Stores, build_app, identify_pod, policy_watcher
+from sidecar.app import MESSAGE_HEADROOM, App, build_app, identify_pod, policy_watcher
+from sidecar.backends.stores import Stores
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
 from sidecar.gateway.build import Gateway

@@ -12,10 +12,11 @@ import os
 import stat
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from sidecar.config.fields import ENV_PREFIX, Setting, section_settings
 from sidecar.config.parsers import token_map
-from sidecar.config.sections import Config
+from sidecar.config.sections import Config, RedisConfig
 
 
 class ConfigError(ValueError):
@@ -63,6 +64,8 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
     _not_special(values["policy"]["file"], "INFERCACHE_POLICY_FILE")
     _not_special(admin["tokens_file"], "INFERCACHE_ADMIN_TOKENS_FILE")
     _not_special(values["gateway"]["keys_file"], "INFERCACHE_GATEWAY_KEYS_FILE")
+    for name in REDIS_FILES:
+        _not_special(values["redis"][name], f"INFERCACHE_REDIS_{name.upper()}")
     if admin["tokens_file"]:
         admin["tokens"] = _merge_token_file(admin["tokens"], admin["tokens_file"])
     if not identity["fingerprint_cache_file"]:
@@ -128,8 +131,37 @@ _ENTRY_OVERHEAD = 512 * 1024
 _CHUNK_ROW_BYTES = 12
 
 
+REDIS_FILES = ("password_file", "tls_ca_file", "tls_cert_file", "tls_key_file")
+"""RedisConfig's file settings (INFERCACHE_REDIS_<NAME>)."""
+
+
+def _check_redis(r: RedisConfig) -> None:
+    """The Redis credentials and TLS files fit the URL, and exist (never read here:
+    the password is read where the client is made, and never shown)."""
+    tls = [f"INFERCACHE_REDIS_{n.upper()}" for n in REDIS_FILES[1:] if getattr(r, n)]
+    scheme = urlsplit(r.url).scheme if r.url else ""
+    if tls and scheme != "rediss":
+        raise ConfigError(f"{tls[0]} needs a rediss:// INFERCACHE_REDIS_URL (TLS)")
+    if bool(r.tls_cert_file) != bool(r.tls_key_file):
+        raise ConfigError(
+            "INFERCACHE_REDIS_TLS_CERT_FILE and INFERCACHE_REDIS_TLS_KEY_FILE go together"
+        )
+    if r.password_file and not r.url:
+        raise ConfigError("INFERCACHE_REDIS_PASSWORD_FILE needs an INFERCACHE_REDIS_URL")
+    if r.password_file and r.url and urlsplit(r.url).password is not None:
+        raise ConfigError(
+            "INFERCACHE_REDIS_PASSWORD_FILE is set and INFERCACHE_REDIS_URL carries a "
+            "password too; keep one of them"
+        )
+    for name in REDIS_FILES:
+        path = getattr(r, name)
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"INFERCACHE_REDIS_{name.upper()}: {path} is not a file")
+
+
 def check_consistency(c: Config) -> None:
     """Settings that are valid alone but not together: ConfigError naming both."""
+    _check_redis(c.redis)
     ttl, limits = c.ttl, c.limits
     if ttl.default_ttl_s > ttl.max_ttl_s:
         raise ConfigError(

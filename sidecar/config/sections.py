@@ -55,10 +55,31 @@ class RedisConfig:
     PREFIX: ClassVar[str] = "redis_"
     url: str | None = setting(
         None,
-        "Warm tier Redis URL (redis://host:port/db); empty = embedded in-process warm tier",
+        "Warm tier Redis URL (redis://[USER[:PASSWORD]@]host:port/db; rediss:// for TLS, "
+        "docs/deploy.md); empty = embedded in-process warm tier",
         p.redis_url,
     )
     key_prefix: str = setting("ic:v1:", "Prefix of every Redis key the sidecar writes")
+    password_file: str | None = setting(
+        None,
+        "File holding the Redis password (one line), for a URL that names only the user "
+        "(rediss://USER@host:port/db); never logged",
+        p.optional_str,
+    )
+    tls_ca_file: str | None = setting(
+        None,
+        "rediss:// only: CA file to verify Redis's certificate (empty = system CAs)",
+        p.optional_str,
+    )
+    tls_cert_file: str | None = setting(
+        None, "rediss:// only: client certificate file (Redis's tls-auth-clients)", p.optional_str
+    )
+    tls_key_file: str | None = setting(
+        None, "rediss:// only: the client certificate's private key file", p.optional_str
+    )
+    tls_verify_hostname: bool = setting(
+        True, "rediss:// only: check that Redis's certificate names the URL's host"
+    )
     lookup_timeout_ms: int = setting(
         50,
         "Warm-tier read deadline; past it a lookup answers MISS with degraded=true",

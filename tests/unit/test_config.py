@@ -230,6 +230,11 @@ FREE_TEXT_SETTINGS = {
     "serving_config",  # a path; its content is validated when the pod is fingerprinted
     "gateway_keys_file",  # a path; its content is validated when the gateway starts
     "gateway_upstream_api_key",  # a bearer token, passed on as it is
+    # Paths, checked against the Redis URL (and read when the client is made).
+    "redis_password_file",
+    "redis_tls_ca_file",
+    "redis_tls_cert_file",
+    "redis_tls_key_file",
 }
 
 
@@ -387,6 +392,11 @@ HISTORICAL_VARIABLES = [
     "OUTCOME_REASONS",
     "SERVING_CONFIG",
     "MODEL_RECHECK_INTERVAL_S",
+    "REDIS_PASSWORD_FILE",
+    "REDIS_TLS_CA_FILE",
+    "REDIS_TLS_CERT_FILE",
+    "REDIS_TLS_KEY_FILE",
+    "REDIS_TLS_VERIFY_HOSTNAME",
     "REPLAY_MAX_DURATION_MS",
     "DEFAULT_TTL_S",
     "MAX_TTL_S",

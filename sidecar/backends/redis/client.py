@@ -15,10 +15,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from sidecar.backends.redis.connect import RedisOptions
+from sidecar.backends.redis.connect import connect as connect_options
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierTimeout, TierUnavailable
 from sidecar.keys import KeyDigest
@@ -76,16 +76,10 @@ RedisClient = aioredis.Redis
 
 
 def connect(url: str, *, connect_timeout_s: float, socket_timeout_s: float) -> aioredis.Redis:
-    """A redis.asyncio client (hiredis parser when installed) with short timeouts."""
-    # One quick retry covers a connection that Redis closed while idle; callers'
-    # deadlines bound the whole attempt anyway.
-    return aioredis.Redis.from_url(
-        url,
-        socket_connect_timeout=connect_timeout_s,
-        socket_timeout=socket_timeout_s,
-        retry=Retry(ExponentialBackoff(cap=0.02, base=0.002), 1),
-        max_connections=128,
-        health_check_interval=0,
+    """A redis.asyncio client (hiredis parser when installed) with short timeouts, for a
+    bare URL; connect.py's connect also takes the password file and TLS settings."""
+    return connect_options(
+        RedisOptions(url), connect_timeout_s=connect_timeout_s, socket_timeout_s=socket_timeout_s
     )
 
 

@@ -152,7 +152,7 @@ async def fleet_sidecar(
             await channel.close()
 
 
-def health_status(target: str, timeout_s: float = 1.0) -> int | None:
+def health_status(target: str, timeout_s: float = 5.0) -> int | None:
     """The overall grpc.health.v1 status, or None if the server does not answer."""
     with grpc.insecure_channel(target) as channel:
         try:
@@ -236,7 +236,7 @@ class SidecarProcess:
         """Admin-plane address (when served)."""
         return f"127.0.0.1:{self.admin_port}"
 
-    def wait_ready(self, timeout_s: float = 20.0) -> None:
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Poll gRPC health (bounded) until SERVING; fail if the process exits first.
 
         A free port can be taken by someone else before the sidecar binds it (other

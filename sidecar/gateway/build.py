@@ -18,6 +18,7 @@ from sidecar.gateway.records import KeyEncoder, Recording
 from sidecar.gateway.service import GatewayServer
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.upstream import Upstream
+from sidecar.observability.metrics import register_gateway_metrics
 
 
 class Gateway:
@@ -34,6 +35,11 @@ class Gateway:
             api_key=gw.upstream_api_key,
         )
         self.stats = GatewayStats()
+        register_gateway_metrics(
+            app.telemetry.meter,
+            lambda: dict(self.stats.outcomes),
+            lambda: self.stats.unknown_fields,
+        )
         recording = None
         if app.recorder is not None and encode_key is not None:
             recording = Recording(app.recorder, encode_key)

@@ -236,3 +236,19 @@ class RpcDurationCollector:
     def describe(self) -> list[Any]:
         """No up-front description (collect is cheap)."""
         return []
+
+
+def register_gateway_metrics(
+    meter: Meter, outcomes: Callable[[], dict[str, int]], unknown_fields: Callable[[], int]
+) -> None:
+    """The OpenAI gateway's counters: requests by outcome, unknown body fields seen."""
+    meter.create_observable_counter(
+        PREFIX + "gateway.requests",
+        callbacks=[lambda options: [Observation(n, {"outcome": k}) for k, n in outcomes().items()]],
+        description="Gateway requests and stores by outcome (hit, miss, bypass, refresh, store_*)",
+    )
+    meter.create_observable_counter(
+        PREFIX + "gateway.unknown_fields",
+        callbacks=[lambda options: [Observation(unknown_fields())]],
+        description="Request body fields the key table does not know (keyed in extra)",
+    )

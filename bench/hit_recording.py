@@ -36,10 +36,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-import redis.asyncio as aioredis
-
 from bench.harness.micro import Batches, alternate, report, stored_cache
 from bench.harness.procs import redis_server
+from sidecar.backends.redis.backend import connect
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.prewarm.embedded_hits import EmbeddedHitStore
 from sidecar.prewarm.hits import HitRecorder, HitStore
@@ -95,7 +94,7 @@ async def run(rounds: int, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as data:
         redis = redis_server(data, "redis")
         redis.start()
-        client = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis.port}")
+        client = connect(f"redis://127.0.0.1:{redis.port}", connect_timeout_s=5, socket_timeout_s=5)
         redis_store = RedisHitStore(
             client, key_prefix="bench:", max_per_version=10_000, ttl_ms=3_600_000, timeout_s=5
         )

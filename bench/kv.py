@@ -45,7 +45,7 @@ from bench.harness.report import print_summary
 from bench.harness.stats import percentile
 from bench.harness.usage import load_average
 from sidecar.api.kv_codec import prefix_to_pb
-from sidecar.backends.redis.client import connect
+from sidecar.backends.redis.backend import connect
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
 from sidecar.config import KvConfig
 from sidecar.kv.hot_tier import KvHotTier
@@ -144,7 +144,8 @@ async def bench_movement(
         num_layers=layers, num_kv_heads=8, head_dim=128, tokens_per_block=16, dtype="bfloat16"
     )
     size = layout.block_bytes
-    client = connect(redis_url, connect_timeout_s=1, socket_timeout_s=30)
+    backend = connect(redis_url, connect_timeout_s=1, socket_timeout_s=30)
+    client = backend.redis
     shm = tempfile.mkdtemp(prefix="ic-kv-bench-", dir="/dev/shm")
     demote_s: list[float] = []
     promote_s: list[float] = []
@@ -156,7 +157,7 @@ async def bench_movement(
         tier = KvHotTier(
             KvConfig(pool_bytes=blocks * size, promote_timeout_ms=600_000).to_settings(),
             lambda slots, sz: SharedMemorySlotPool(slots, sz, shm),
-            RedisKvWarmStore(client, key_prefix="bench:", timeout_s=30),
+            RedisKvWarmStore(backend, key_prefix="bench:", timeout_s=30),
         )
         v1, _ = await tier.attach(f"fp-v1-{r}", "", layout)
         hashes = [os.urandom(32) for _ in range(blocks)]

@@ -42,6 +42,13 @@ BENCHES: dict[str, tuple[str, ...]] = {
         "sse_replay_exact",
         "cross_tenant_hits",
     ),
+    "cluster": (
+        "cluster_warm_vs_single",
+        "batch_cluster_vs_single",
+        "failover_wrong_hits",
+        "failover_lost_invalidations",
+        "failover_miss_window_s",
+    ),
     "robustness": (
         "unknown_statuses",
         "health_check_p99_ms_under_watch",

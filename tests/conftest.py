@@ -10,6 +10,7 @@ import pytest
 from hypothesis import settings
 
 from sidecar.testing import Clock, FlakyWarmTier, InProcessSidecar, Setting, in_process_sidecar
+from tests.support.cluster import RedisClusterProcesses
 from tests.support.processes import RedisServer
 from tests.support.sidecars import StartSidecar
 
@@ -49,6 +50,35 @@ def redis_server(redis_session: RedisServer) -> RedisServer:
         redis_session.start()
     redis_session.flushall()
     return redis_session
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_session() -> Iterator[RedisClusterProcesses]:
+    """One Redis Cluster (3 masters + 3 replicas) for the whole run, started on first use."""
+    cluster = RedisClusterProcesses()
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(redis_cluster_session: RedisClusterProcesses) -> RedisClusterProcesses:
+    """The session's Redis Cluster, whole again (a test may have killed nodes) and empty."""
+    if len(redis_cluster_session.procs) < len(redis_cluster_session.ports):
+        redis_cluster_session.heal()
+    redis_cluster_session.flushall()
+    return redis_cluster_session
+
+
+@pytest.fixture(params=["single", "cluster"])
+def shared_redis(request: pytest.FixtureRequest) -> RedisServer | RedisClusterProcesses:
+    """The fleet's shared Redis, once as one server and once as a Redis Cluster (each
+    emptied); its `url` is what INFERCACHE_REDIS_URL is set to."""
+    if request.param == "cluster":
+        cluster: RedisClusterProcesses = request.getfixturevalue("redis_cluster")
+        return cluster
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server
 
 
 @pytest.fixture

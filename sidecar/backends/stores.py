@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from sidecar.backends.redis.client import RedisClient
-from sidecar.backends.redis.connect import RedisOptions, connect, probe
+from sidecar.backends.redis.backend import RedisBackend, connect
+from sidecar.backends.redis.connect import RedisOptions, probe
 from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
@@ -31,8 +31,9 @@ class Stores:
 
     warm: WarmTier
     control: ControlStore
-    redis: RedisClient | None = None
-    """The shared Redis client when the stores are on Redis: decided once, here."""
+    redis: RedisBackend | None = None
+    """The shared Redis (one server or a cluster) when the stores are on Redis: decided
+    once, here."""
     options: RedisOptions | None = None
     """How that client reaches Redis (URL, credentials, TLS), for clients made later."""
 
@@ -89,7 +90,7 @@ async def probe_stores(stores: Stores, config: Config) -> None:
         stores.options, connect_timeout_s=PROBE_TIMEOUT_S, socket_timeout_s=PROBE_TIMEOUT_S
     )
     try:
-        problem = await probe(client, stores.options, PROBE_TIMEOUT_S)
+        problem = await probe(client.redis, stores.options, PROBE_TIMEOUT_S)
     finally:
         await client.aclose()
     if problem is not None:

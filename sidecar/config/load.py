@@ -140,7 +140,7 @@ def _check_redis(r: RedisConfig) -> None:
     the password is read where the client is made, and never shown)."""
     tls = [f"INFERCACHE_REDIS_{n.upper()}" for n in REDIS_FILES[1:] if getattr(r, n)]
     scheme = urlsplit(r.url).scheme if r.url else ""
-    if tls and scheme != "rediss":
+    if tls and scheme not in ("rediss", "rediss+cluster"):
         raise ConfigError(f"{tls[0]} needs a rediss:// INFERCACHE_REDIS_URL (TLS)")
     if bool(r.tls_cert_file) != bool(r.tls_key_file):
         raise ConfigError(

@@ -10,6 +10,8 @@ import re
 from typing import Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
+from sidecar.config.redis_urls import is_cluster_url, parse_cluster_url
+
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9}
 _SIZE_UNITS |= {"kib": 1024, "mib": 1024**2, "gib": 1024**3}
 _HOSTPORT = r"(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)"
@@ -204,12 +206,19 @@ def optional_str(text: str) -> str | None:
 
 
 def redis_url(text: str) -> str | None:
-    """A redis://, rediss:// or unix:// URL; empty means None (the embedded tier)."""
+    """A redis://, rediss:// or unix:// URL, or a cluster's redis+cluster://HOST:PORT,...
+    (rediss+cluster:// with TLS); empty means None (the embedded tier)."""
     url = text.strip()
     if not url:
         return None
+    if is_cluster_url(url):
+        parse_cluster_url(url)  # every seed node checked; messages never echo the URL
+        return url
     if not re.match(r"^(redis|rediss|unix)://", url):
-        raise ValueError(f"expected redis://, rediss:// or unix://, got {url!r}")
+        raise ValueError(
+            f"expected redis://, rediss:// or unix:// (or redis+cluster://HOST:PORT,...), "
+            f"got {url!r}"
+        )
     parts = urlsplit(url)
     try:
         port = parts.port  # ValueError when not a number in 0..65535

@@ -55,8 +55,9 @@ class RedisConfig:
     PREFIX: ClassVar[str] = "redis_"
     url: str | None = setting(
         None,
-        "Warm tier Redis URL (redis://[USER[:PASSWORD]@]host:port/db; rediss:// for TLS, "
-        "docs/deploy.md); empty = embedded in-process warm tier",
+        "Warm tier Redis URL (redis://[USER[:PASSWORD]@]host:port/db; rediss:// for TLS; "
+        "redis+cluster://host:port,host:port,... for a Redis Cluster, docs/deploy.md); "
+        "empty = embedded in-process warm tier",
         p.redis_url,
     )
     key_prefix: str = setting("ic:v1:", "Prefix of every Redis key the sidecar writes")

@@ -14,6 +14,7 @@ from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
+from tests.support.cluster import RedisClusterProcesses
 from tests.support.keys import key
 from tests.support.processes import RedisServer
 from tests.support.sidecars import SidecarProcess, bearer, cli_env, run_cli
@@ -22,10 +23,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(90)]
 
 
 @pytest.fixture
-def fleet(redis_server: RedisServer) -> Iterator[tuple[SidecarProcess, SidecarProcess]]:
-    """Sidecars A and B, separate processes sharing one redis-server."""
-    a = SidecarProcess(redis_server.url)
-    b = SidecarProcess(redis_server.url)
+def fleet(
+    shared_redis: RedisServer | RedisClusterProcesses,
+) -> Iterator[tuple[SidecarProcess, SidecarProcess]]:
+    """Sidecars A and B, separate processes sharing one redis-server or one Redis Cluster."""
+    a = SidecarProcess(shared_redis.url)
+    b = SidecarProcess(shared_redis.url)
     try:
         a.wait_ready()
         b.wait_ready()

@@ -1,33 +1,47 @@
-"""The Redis hit store against a real redis-server: ranking, trimming, expiry."""
+"""The Redis hit store against a real redis-server and a real Redis Cluster: ranking,
+trimming, expiry."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import cast
 
 import pytest
-import redis.asyncio as aioredis
 
+from sidecar.backends.redis.backend import RedisBackend, connect
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.keys import KeyDigest
+from tests.support.cluster import RedisClusterProcesses
 from tests.support.processes import RedisServer
 
 pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-async def client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    """A client of the test's (flushed) Redis."""
-    c = aioredis.Redis.from_url(redis_server.url)
+async def client(
+    shared_redis: RedisServer | RedisClusterProcesses,
+) -> AsyncIterator[RedisBackend]:
+    """A client of the test's (flushed) Redis or Redis Cluster."""
+    c = connect(shared_redis.url, connect_timeout_s=2, socket_timeout_s=2)
     yield c
     await c.aclose()
+
+
+async def all_keys(client: RedisBackend, pattern: str) -> list[str]:
+    """Every key matching `pattern` (on every primary of a cluster)."""
+    found: list[str] = []
+    cursor = 0
+    while True:
+        cursor, page = await client.scan(cursor, pattern, 100)
+        found += [k.decode() for k in page]
+        if cursor == 0:
+            return sorted(set(found))
 
 
 def digest(i: int) -> KeyDigest:
     return KeyDigest(bytes([i]) * 32)
 
 
-async def test_ranks_by_merged_hits_and_keeps_requests(client: aioredis.Redis) -> None:
+async def test_ranks_by_merged_hits_and_keeps_requests(client: RedisBackend) -> None:
     """top() is most hit first with each attached record; a ranked digest whose Store
     attached nothing has none; versions are separate."""
     store = RedisHitStore(client, key_prefix="t:", max_per_version=10, ttl_ms=60_000, timeout_s=2)
@@ -47,7 +61,7 @@ async def test_ranks_by_merged_hits_and_keeps_requests(client: aioredis.Redis) -
     assert await store.top("fp1-none", 5) == []
 
 
-async def test_trims_over_budget_and_everything_expires(client: aioredis.Redis) -> None:
+async def test_trims_over_budget_and_everything_expires(client: RedisBackend) -> None:
     """Past 1.25 x the budget the ranking keeps its top (a cut digest's record stays until
     it expires: only a Store can attach it again); a record lives as long as its stored
     result until a merged hit extends it to the record TTL."""
@@ -58,12 +72,12 @@ async def test_trims_over_budget_and_everything_expires(client: aioredis.Redis) 
     ranked = await store.top("v", 10)
     assert len(ranked) <= 5
     assert [t.digest for t in ranked][:4] == [digest(0), digest(1), digest(2), digest(3)]
-    keys = sorted(k.decode() for k in cast(list[bytes], await client.keys("t:*")))
+    keys = await all_keys(client, "t:*")
     assert len(keys) == 1 + 6  # the ranking and every record
     for k in keys:
         assert "{hits:" in k
-        assert 5_000 < await client.pttl(k) <= 60_000  # each record was hit: extended
+        assert 5_000 < await client.redis.pttl(k) <= 60_000  # each record was hit: extended
     await store.attach("v", digest(7), b"r7", 5_000)
-    listed = cast(list[bytes], await client.keys("t:*"))
-    never_hit = [k for k in listed if k.decode().endswith(digest(7).hex())]
-    assert 0 < await client.pttl(never_hit[0]) <= 5_000
+    listed = await all_keys(client, "t:*")
+    never_hit = [k for k in listed if k.endswith(digest(7).hex())]
+    assert 0 < await client.redis.pttl(never_hit[0]) <= 5_000

@@ -1,9 +1,15 @@
-"""A Hypothesis state machine over ResultCache + Invalidator on the embedded stores.
+"""A Hypothesis state machine over ResultCache + Invalidator on the embedded stores, on
+one real Redis and on a real Redis Cluster.
 
 A reference model tracks, per key, the last stored payload with its epoch stamp and
 expiry, every rule, and the single-flight holder. Every lookup must answer exactly what
 the model predicts: never a HIT the model calls dead, expired or foreign (a payload
 other than the last one stored for that exact key), and no lost entries either.
+
+On Redis the store keeps its own clock (real time): holder keys and entries also expire
+by it (PX), and rules carry its commit time. The model follows both clocks: an entry
+whose Redis TTL may have run out may miss (never hit with another payload), a holder
+is free once its Redis TTL ran out.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import itertools
 import os
 import struct
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,8 +26,16 @@ from typing import Any, TypeVar
 import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, multiple, rule
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    multiple,
+    rule,
+    run_state_machine_as_test,
+)
 
+from sidecar.backends.redis.control import RedisControlStore
+from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import LeaseConfig, LimitsConfig
 from sidecar.errors import FailedPrecondition
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
@@ -28,6 +43,7 @@ from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet, Selector
+from sidecar.invalidation.store import ControlStore
 from sidecar.keys import CacheKey, InputKind, KeyRequest, build_key
 from sidecar.observability.stats import CacheStats
 from sidecar.policy.ttl import TtlPolicy
@@ -35,8 +51,11 @@ from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
 from sidecar.testing import Clock
+from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
+from tests.support.cluster import RedisClusterProcesses
+from tests.support.processes import RedisServer
 from tests.support.strategies.rules import (
     ADAPTER_POOL,
     MODEL_POOL,
@@ -53,6 +72,10 @@ LEASE_TTL_S = 60
 UNLEASED_WINDOW_S = 300
 DEFAULT_TTL_S, MAX_TTL_S = 60, 120
 HOT_ENTRIES = 4  # small, so lookups go to the warm tier too
+# Redis expires keys on its own clock: within this margin of that expiry either answer
+# is right (the hot tier may still hold the entry, Redis may have dropped it).
+REDIS_EXPIRY_MARGIN_MS = 500
+_MACHINES = itertools.count()
 _LEASE_BODY = struct.Struct(">B32sQQ16s")
 
 KEYS: list[CacheKey] = [
@@ -80,6 +103,8 @@ class Stored:
     payload: bytes
     stamp: int
     expires_at_ms: int
+    store_expires_at_ms: int
+    """When the store itself drops it, on the store's clock (Redis PX)."""
 
 
 @dataclass(frozen=True)
@@ -107,14 +132,33 @@ class InvalidationMachine(RuleBasedStateMachine):
 
     leases = Bundle("leases")
 
-    def __init__(self) -> None:
+    def __init__(self, redis_url: str | None = None) -> None:
+        """`redis_url`: run on that Redis (or cluster) under a key prefix of its own."""
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.clock = Clock()
-        self.control = EmbeddedControlStore(clock_ms=self.clock)
-        self.warm = EmbeddedWarmTier(
-            1 << 30, 1_000_000, clock_ms=self.clock, epoch_source=self.control.epoch_now
-        )
+        self.redis = redis_url is not None
+        self.warm: WarmTier
+        self.control: ControlStore
+        if redis_url is None:
+            embedded = EmbeddedControlStore(clock_ms=self.clock)
+            self.warm = EmbeddedWarmTier(
+                1 << 30, 1_000_000, clock_ms=self.clock, epoch_source=embedded.epoch_now
+            )
+            self.control = embedded
+        else:
+            prefix = f"sm{os.getpid()}-{next(_MACHINES)}:"
+            warm = RedisWarmTier(
+                redis_url, key_prefix=prefix, read_timeout_s=10.0, write_timeout_s=10.0
+            )
+            self.warm = warm
+            self.control = RedisControlStore(
+                redis_url,
+                key_prefix=prefix,
+                timeout_s=10.0,
+                lookup_timeout_s=10.0,
+                client=warm.client,
+            )
         rules = RuleSet()
         self.freshness = Freshness(self.control, rules)
         self.cache = ResultCache(
@@ -141,6 +185,7 @@ class InvalidationMachine(RuleBasedStateMachine):
         self.model_rules: list[ModelRule] = []
         self.stored: dict[int, Stored] = {}
         self.holders: dict[int, tuple[bytes, int]] = {}
+        """key -> (lease id, expiry on the store's clock)."""
         self.payloads = itertools.count()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -150,7 +195,12 @@ class InvalidationMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Finish background deletions and close the loop."""
         self.run(self.cache.drain())
+        self.run(self.warm.close())
         self.loop.close()
+
+    def store_now(self) -> int:
+        """The store's clock: the test clock for the embedded stores, Redis's (real time)."""
+        return int(time.time() * 1000) if self.redis else self.clock.now
 
     # --- the model ------------------------------------------------------------------
 
@@ -168,11 +218,21 @@ class InvalidationMachine(RuleBasedStateMachine):
             return None
         return entry.payload
 
+    def may_be_gone(self, i: int) -> bool:
+        """The store's own clock may have expired key i's entry (Redis only)."""
+        entry = self.stored.get(i)
+        margin = REDIS_EXPIRY_MARGIN_MS if self.redis else 0
+        return entry is not None and entry.store_expires_at_ms - margin <= self.store_now()
+
     def check(self, i: int, result: LookupResult) -> HeldLease | None:
         """Compare one lookup with the model; account the lease a MISS handed out."""
         want = self.expected_hit(i)
         event(f"lookup: {result.outcome.value}")
         assert not result.degraded
+        if want is not None and result.outcome is Outcome.MISS and self.may_be_gone(i):
+            event("lookup: expired by the store's clock")
+            del self.stored[i]
+            want = None
         if want is not None:
             assert result.outcome is Outcome.HIT, f"lost entry for key {i}"
             assert result.entry is not None
@@ -185,10 +245,10 @@ class InvalidationMachine(RuleBasedStateMachine):
         assert epoch == self.epoch, "a lease carries the epoch current when it was issued"
         assert expires == self.clock.now + LEASE_TTL_S * 1000
         holder = self.holders.get(i)
-        free = holder is None or holder[1] <= self.clock.now
+        free = holder is None or holder[1] <= self.store_now()
         assert result.lease_holder is free
         if free:
-            self.holders[i] = (lease_id, expires)
+            self.holders[i] = (lease_id, self.store_now() + LEASE_TTL_S * 1000)
         return HeldLease(i, result.lease, epoch, expires, lease_id)
 
     def expected_ttl_s(self, requested: int) -> int:
@@ -237,7 +297,9 @@ class InvalidationMachine(RuleBasedStateMachine):
             return
         assert result.status is StoreStatus.STORED
         assert result.ttl_s == self.expected_ttl_s(ttl)
-        self.stored[lease.key] = Stored(payload, lease.epoch, now + result.ttl_s * 1000)
+        self.stored[lease.key] = Stored(
+            payload, lease.epoch, now + result.ttl_s * 1000, self.store_now() + result.ttl_s * 1000
+        )
 
     @rule(i=key_indices, ttl=requested_ttls_s())
     def store_unleased(self, i: int, ttl: int) -> None:
@@ -251,7 +313,8 @@ class InvalidationMachine(RuleBasedStateMachine):
             assert result.status is StoreStatus.STALE_LEASE
             return
         assert result.status is StoreStatus.STORED
-        self.stored[i] = Stored(payload, stamp, now + self.expected_ttl_s(ttl) * 1000)
+        ttl_ms = self.expected_ttl_s(ttl) * 1000
+        self.stored[i] = Stored(payload, stamp, now + ttl_ms, self.store_now() + ttl_ms)
 
     @rule(selector=selectors())
     def invalidate(self, selector: Selector) -> None:
@@ -260,7 +323,10 @@ class InvalidationMachine(RuleBasedStateMachine):
         self.epoch += 1
         assert record.epoch == self.epoch
         assert record.selector == selector
-        self.model_rules.append(ModelRule(selector, self.epoch, self.clock.now))
+        # The rule's commit time is the store's clock (the test clock for the embedded one).
+        if not self.redis:
+            assert record.time_ms == self.clock.now
+        self.model_rules.append(ModelRule(selector, self.epoch, record.time_ms))
 
     @rule(ms=clock_steps_ms())
     def advance(self, ms: int) -> None:
@@ -278,3 +344,20 @@ InvalidationMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=30, deadline=None
 )
 TestInvalidationMachine = InvalidationMachine.TestCase
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(300)
+def test_invalidation_machine_on_redis(shared_redis: RedisServer | RedisClusterProcesses) -> None:
+    """The same machine on one real Redis and on a real Redis Cluster: lookups, batches,
+    leased and unleased stores, invalidations and reclaim answer as the model says."""
+    url = shared_redis.url
+
+    class OnRedis(InvalidationMachine):
+        def __init__(self) -> None:
+            super().__init__(url)
+
+    run_state_machine_as_test(
+        OnRedis,
+        settings=settings(max_examples=25, stateful_step_count=30, deadline=None),
+    )

@@ -25,6 +25,7 @@ from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
+from tests.support.cluster import RedisClusterProcesses
 from tests.support.processes import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -44,9 +45,15 @@ class Node:
     reclaimer: Reclaimer
 
 
-@pytest.fixture(params=["embedded", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "embedded",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("cluster", marks=pytest.mark.redis),
+    ]
+)
 async def node(request: pytest.FixtureRequest) -> AsyncIterator[Node]:
-    """Cache, invalidator and reclaimer on the embedded stores or on a real Redis."""
+    """Cache, invalidator and reclaimer on the embedded stores, a real Redis or a cluster."""
     warm: WarmTier
     control: ControlStore
     if request.param == "embedded":
@@ -54,7 +61,8 @@ async def node(request: pytest.FixtureRequest) -> AsyncIterator[Node]:
         warm = EmbeddedWarmTier(1 << 30, 1_000_000, epoch_source=embedded.epoch_now)
         control = embedded
     else:
-        server: RedisServer = request.getfixturevalue("redis_server")
+        fixture = "redis_server" if request.param == "redis" else "redis_cluster"
+        server: RedisServer | RedisClusterProcesses = request.getfixturevalue(fixture)
         redis_warm = RedisWarmTier(server.url, read_timeout_s=2, write_timeout_s=2)
         warm = redis_warm
         control = RedisControlStore(server.url, timeout_s=2, client=redis_warm.client)

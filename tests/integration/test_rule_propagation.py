@@ -21,6 +21,7 @@ from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupQuery, Outcome
 from sidecar.tiers.hot import HotTier
+from tests.support.cluster import RedisClusterProcesses
 from tests.support.keys import key
 from tests.support.processes import RedisServer
 from tests.support.sidecars import sidecar
@@ -47,12 +48,14 @@ class CommitsRightBefore:
         return await self._inner.commit_invalidation(selector, reason, caller, estimated_entries)
 
 
-async def test_rule_committed_just_before_ours_is_applied(redis_server: RedisServer) -> None:
+async def test_rule_committed_just_before_ours_is_applied(
+    shared_redis: RedisServer | RedisClusterProcesses,
+) -> None:
     """When another sidecar's rule is committed between our refresh and our commit, we
     still apply it: an entry it kills misses here once our Invalidate returns, and later."""
-    warm = RedisWarmTier(redis_server.url, read_timeout_s=2, write_timeout_s=2)
-    mine = RedisControlStore(redis_server.url, timeout_s=2, client=warm.client)
-    other = RedisControlStore(redis_server.url, timeout_s=2)
+    warm = RedisWarmTier(shared_redis.url, read_timeout_s=2, write_timeout_s=2)
+    mine = RedisControlStore(shared_redis.url, timeout_s=2, client=warm.client)
+    other = RedisControlStore(shared_redis.url, timeout_s=2)
     rules = RuleSet()
     control: Any = CommitsRightBefore(mine, other, Selector(tenant="acme"))
     freshness = Freshness(control, rules, bound_s=0.3)
@@ -87,11 +90,13 @@ async def test_rule_committed_just_before_ours_is_applied(redis_server: RedisSer
         await warm.close()
 
 
-async def test_concurrent_invalidations_from_two_sidecars(redis_server: RedisServer) -> None:
+async def test_concurrent_invalidations_from_two_sidecars(
+    shared_redis: RedisServer | RedisClusterProcesses,
+) -> None:
     """Many Invalidates racing through two sidecars: once all returned, each sidecar has
     every rule and misses every entry any of them killed."""
     tenants = [f"tenant-{i}" for i in range(12)]
-    async with sidecar(redis_server.url) as a, sidecar(redis_server.url) as b:
+    async with sidecar(shared_redis.url) as a, sidecar(shared_redis.url) as b:
         keys = [key("q", tenant=t) for t in tenants]
         for k in keys:
             await a.fill(k, b"cached")

@@ -14,6 +14,7 @@ import grpc
 import pytest
 from infercache.v1 import cache_pb2 as pb
 
+from tests.support.cluster import RedisClusterProcesses
 from tests.support.keys import key
 from tests.support.processes import RedisServer
 from tests.support.sidecars import sidecar
@@ -23,12 +24,19 @@ pytestmark = pytest.mark.timeout(60)
 LEASE_BODY = struct.Struct(">B32sQQ16s")
 
 
-@pytest.fixture(params=["embedded", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "embedded",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("cluster", marks=pytest.mark.redis),
+    ]
+)
 def store_url(request: pytest.FixtureRequest) -> str | None:
-    """None for the embedded stores, else the URL of a flushed redis-server."""
+    """None for the embedded stores, else the URL of a flushed redis-server or Redis Cluster."""
     if request.param == "embedded":
         return None
-    server: RedisServer = request.getfixturevalue("redis_server")
+    fixture = "redis_server" if request.param == "redis" else "redis_cluster"
+    server: RedisServer | RedisClusterProcesses = request.getfixturevalue(fixture)
     return server.url
 
 

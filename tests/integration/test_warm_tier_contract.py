@@ -15,6 +15,7 @@ from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
+from tests.support.cluster import RedisClusterProcesses
 from tests.support.processes import RedisServer, free_port
 
 LONG_MS = 60_000
@@ -24,12 +25,19 @@ def digest(n: int) -> KeyDigest:
     return KeyDigest(n.to_bytes(32, "big"))
 
 
-@pytest.fixture(params=["embedded", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "embedded",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("cluster", marks=pytest.mark.redis),
+    ]
+)
 async def warm(request: pytest.FixtureRequest) -> AsyncIterator[WarmTier]:
-    """Each WarmTier implementation, empty."""
+    """Each WarmTier implementation, empty: embedded, one Redis, a Redis Cluster."""
     tier: WarmTier
-    if request.param == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
+    if request.param in ("redis", "cluster"):
+        fixture = "redis_server" if request.param == "redis" else "redis_cluster"
+        server: RedisServer | RedisClusterProcesses = request.getfixturevalue(fixture)
         # Generous deadlines: this suite checks behaviour, test_redis_failure checks deadlines.
         tier = RedisWarmTier(server.url, read_timeout_s=5.0, write_timeout_s=5.0)
     else:
@@ -144,10 +152,13 @@ async def test_scan_visits_every_entry_once(warm: WarmTier) -> None:
 
 
 @pytest.mark.redis
-async def test_redis_key_prefixes_isolate_deployments(redis_server: RedisServer) -> None:
-    """Two Redis tiers with different prefixes on one Redis never see each other's values."""
-    blue = RedisWarmTier(redis_server.url, key_prefix="blue:", read_timeout_s=5.0)
-    green = RedisWarmTier(redis_server.url, key_prefix="green:", read_timeout_s=5.0)
+async def test_redis_key_prefixes_isolate_deployments(
+    shared_redis: RedisServer | RedisClusterProcesses,
+) -> None:
+    """Two Redis tiers with different prefixes on one Redis (or one cluster) never see
+    each other's values."""
+    blue = RedisWarmTier(shared_redis.url, key_prefix="blue:", read_timeout_s=5.0)
+    green = RedisWarmTier(shared_redis.url, key_prefix="green:", read_timeout_s=5.0)
     try:
         await blue.put_many([WarmItem(digest(1), b"blue", LONG_MS)])
         assert await green.get_many([digest(1)]) == [None]

@@ -1,4 +1,4 @@
-"""Redis plumbing shared by the warm tier and the control store: key names, client, guard.
+"""Redis plumbing shared by the warm tier and the control store: key names and the guard.
 
 Failure policy: every call has a deadline. A failure opens a small circuit for
 a growing pause (capped at one second) during which calls fail at once instead
@@ -14,11 +14,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
-from sidecar.backends.redis.connect import RedisOptions
-from sidecar.backends.redis.connect import connect as connect_options
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierTimeout, TierUnavailable
 from sidecar.keys import KeyDigest
@@ -65,22 +62,10 @@ class RedisKeys:
         """A coordination key (epoch, rules, audit, members, acks, secret, locks)."""
         return f"{self.prefix}{{meta}}:{name}"
 
-    @property
-    def channel(self) -> str:
-        """Pub/sub channel announcing new invalidation epochs."""
-        return f"{self.prefix}invalidations"
-
-
-RedisClient = aioredis.Redis
-"""The client type the stores share; callers outside this package name it through here."""
-
-
-def connect(url: str, *, connect_timeout_s: float, socket_timeout_s: float) -> aioredis.Redis:
-    """A redis.asyncio client (hiredis parser when installed) with short timeouts, for a
-    bare URL; connect.py's connect also takes the password file and TLS settings."""
-    return connect_options(
-        RedisOptions(url), connect_timeout_s=connect_timeout_s, socket_timeout_s=socket_timeout_s
-    )
+    def channel(self, cluster: bool) -> str:
+        """Channel announcing new invalidation epochs: on a cluster a shard channel in the
+        `{meta}` slot, so that the commit script may SPUBLISH it (one slot per script)."""
+        return f"{self.prefix}{{meta}}:invalidations" if cluster else f"{self.prefix}invalidations"
 
 
 class RedisGuard:
@@ -107,7 +92,8 @@ class RedisGuard:
         except TimeoutError as exc:
             self._trip()
             raise TierTimeout(f"{self._what}: no answer within {deadline_s * 1000:.0f} ms") from exc
-        except (RedisError, OSError) as exc:
+        # RedisClusterException (no slot owner known, e.g. mid-failover) is not a RedisError.
+        except (RedisError, RedisClusterException, OSError) as exc:
             self._trip()
             raise TierUnavailable(f"{self._what}: {type(exc).__name__}: {exc}") from exc
         self._pause_s = _MIN_PAUSE_S

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
@@ -63,8 +64,8 @@ class RedisOptions:
 
     @property
     def tls(self) -> bool:
-        """Is the connection TLS (rediss://)?"""
-        return urlsplit(self.url).scheme == "rediss"
+        """Is the connection TLS (rediss://, or rediss+cluster:// for a Redis Cluster)?"""
+        return urlsplit(self.url).scheme in ("rediss", "rediss+cluster")
 
 
 def as_options(url: str | RedisOptions) -> RedisOptions:
@@ -152,7 +153,9 @@ def redacted(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-async def probe(client: aioredis.Redis, options: RedisOptions, timeout_s: float) -> str | None:
+async def probe(
+    client: aioredis.Redis | RedisCluster, options: RedisOptions, timeout_s: float
+) -> str | None:
     """PING Redis once. ConfigError for a refusal no retry can heal (naming the setting
     to fix, never the password); the error text for an outage (the caller degrades);
     None when Redis answered."""

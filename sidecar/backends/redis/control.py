@@ -13,21 +13,21 @@ Layout (all under the `{meta}` hash tag, see RedisKeys):
               retention = longest rule retention any member published since,
               run = Redis run_id last seen, restarted = when a new run_id was first
               seen on data that outlived the restart
-An invalidation is one Lua script (epoch, rule, audit record, PUBLISH), so it
-is all-or-nothing. Time comes from Redis's clock so that members' liveness
-deadlines are compared on one clock.
+An invalidation is one Lua script (epoch, rule, audit record, PUBLISH; SPUBLISH on
+a cluster, on a channel in the same slot), so it is all-or-nothing. Time comes from
+Redis's clock so that members' liveness deadlines are compared on one clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, cast
+from typing import cast
 
-import redis.asyncio as aioredis
 import structlog
 
 from sidecar.backends.redis import control_scripts as scripts
-from sidecar.backends.redis.client import RedisGuard, RedisKeys, connect
+from sidecar.backends.redis.backend import RedisBackend, connect
+from sidecar.backends.redis.client import RedisGuard, RedisKeys
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import Rule, Selector
@@ -74,7 +74,7 @@ class RedisControlStore:
         key_prefix: str = DEFAULTS.redis.key_prefix,
         timeout_s: float = DEFAULTS.redis.write_timeout_ms / 1000,
         lookup_timeout_s: float = DEFAULTS.redis.lookup_timeout_ms / 1000,
-        client: aioredis.Redis | None = None,
+        client: RedisBackend | None = None,
     ) -> None:
         self.keys = RedisKeys(key_prefix)
         self._timeout = timeout_s
@@ -107,7 +107,7 @@ class RedisControlStore:
     async def current_epoch(self) -> int:
         """GET epoch."""
         async with self._guard(self._timeout):
-            value = await self.client.get(self._k("epoch"))
+            value = await self.client.redis.get(self._k("epoch"))
         return int(value or 0)
 
     async def commit_invalidation(
@@ -122,8 +122,9 @@ class RedisControlStore:
                     reason,
                     caller,
                     estimated_entries,
-                    self.keys.channel,
+                    self.keys.channel(self.client.cluster),
                     _AUDIT_MAXLEN,
+                    self.client.publish_command,
                 ],
             )
         return AuditRecord(
@@ -158,23 +159,19 @@ class RedisControlStore:
         """WAIT (or WAITAOF) after a write on the same connection: WAIT covers the
         writes of its own connection, and this one's write comes after the commit's."""
         async with self._guard(self._timeout + timeout_ms / 1000):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.set(self._k("durable-probe"), "1")
-            if local_aof:
-                pipe.execute_command("WAITAOF", 1, replicas, timeout_ms)
-            else:
-                pipe.execute_command("WAIT", replicas, timeout_ms)
-            acked = (await pipe.execute())[1]
+            # The probe is a {meta} key: on a cluster, the primary that took the commit.
+            local, remote = await self.client.wait_replicas(
+                self._k("durable-probe"), replicas, local_aof, timeout_ms
+            )
         if local_aof:
-            local, remote = (int(x) for x in acked)
             if local < 1 or remote < replicas:
                 raise TierUnavailable(
                     f"redis control store: the rule reached the AOF of {local} of 1 primary "
                     f"and {remote} of {replicas} replica(s) within {timeout_ms} ms"
                 )
-        elif int(acked) < replicas:
+        elif remote < replicas:
             raise TierUnavailable(
-                f"redis control store: {int(acked)} of {replicas} replica(s) acknowledged "
+                f"redis control store: {remote} of {replicas} replica(s) acknowledged "
                 f"the rule within {timeout_ms} ms"
             )
 
@@ -183,7 +180,7 @@ class RedisControlStore:
         async with self._guard(self._timeout):
             members = cast(
                 list[bytes],
-                await self.client.zrangebyscore(self._k("rules"), f"({epoch}", "+inf"),
+                await self.client.redis.zrangebyscore(self._k("rules"), f"({epoch}", "+inf"),
             )
         rules = [r for m in members if (r := _parse_rule(m)) is not None]
         if len(rules) < len(members):
@@ -207,7 +204,7 @@ class RedisControlStore:
         async with self._guard(self._timeout):
             rows = cast(
                 list[tuple[bytes, dict[bytes, bytes]]],
-                await self.client.xrevrange(self._k("audit"), top, "-", count=limit + 1),
+                await self.client.redis.xrevrange(self._k("audit"), top, "-", count=limit + 1),
             )
         records = [_parse_audit(i, f) for i, f in rows[:limit]]
         return records, (records[-1].id if len(rows) > limit and records else "")
@@ -227,7 +224,7 @@ class RedisControlStore:
     async def leave(self, member_id: str) -> None:
         """ZREM + HDEL."""
         async with self._guard(self._timeout):
-            pipe = self.client.pipeline(transaction=True)
+            pipe = self.client.redis.pipeline(transaction=True)  # both keys in {meta}
             pipe.zrem(self._k("members"), member_id)
             pipe.hdel(self._k("acks"), member_id)
             await pipe.execute()
@@ -245,7 +242,7 @@ class RedisControlStore:
     async def acquire_holder(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:
         """SET NX PX."""
         async with self._hold_guard(self._lookup_timeout):
-            ok = await self.client.set(self.keys.holder(digest), lease_id, nx=True, px=ttl_ms)
+            ok = await self.client.redis.set(self.keys.holder(digest), lease_id, nx=True, px=ttl_ms)
         return bool(ok)
 
     async def release_holder(self, digest: KeyDigest, lease_id: bytes) -> None:
@@ -262,28 +259,18 @@ class RedisControlStore:
     async def shared_secret(self, proposed: bytes) -> bytes:
         """SET NX, then GET what won."""
         async with self._guard(self._timeout):
-            await self.client.set(self._k("secret"), proposed, nx=True)
-            secret = cast(bytes | None, await self.client.get(self._k("secret")))
+            await self.client.redis.set(self._k("secret"), proposed, nx=True)
+            secret = cast(bytes | None, await self.client.redis.get(self._k("secret")))
         if not secret:
             raise TierUnavailable("redis control store: lease secret vanished")
         return secret
 
     async def notifications(self) -> AsyncIterator[int]:
         """Subscribe to the invalidation channel; ends (to be restarted) on any error."""
-        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-        try:
-            await pubsub.subscribe(self.keys.channel)
-            while True:
-                msg = await pubsub.get_message(timeout=1.0)
-                if msg is not None and msg.get("type") == "message":
-                    yield int(msg["data"])
-        finally:
-            try:
-                await cast(Any, pubsub).aclose()
-            except Exception:  # closing a broken connection may fail; nothing to do
-                log.debug("pubsub_close_failed")
+        async for data in self.client.messages(self.keys.channel(self.client.cluster)):
+            yield int(data)
 
     async def close(self) -> None:
-        """Close the pool if this store created it."""
+        """Close the connections if this store created them."""
         if self._owns_client:
             await self.client.aclose()

@@ -9,7 +9,8 @@ redis.call('ZADD', KEYS[2], e, e .. '|' .. now .. '|' .. ARGV[1])
 local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*',
   'epoch', e, 'time_ms', now, 'caller', ARGV[3], 'selector', ARGV[1],
   'reason', ARGV[2], 'estimated_entries', ARGV[4])
-redis.call('PUBLISH', ARGV[5], e)
+-- PUBLISH on one Redis, SPUBLISH (a shard channel in this slot) on a cluster.
+redis.call(ARGV[7], ARGV[5], e)
 return {e, now, id}
 """
 

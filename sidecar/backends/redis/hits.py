@@ -18,8 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import cast
 
-import redis.asyncio as aioredis
-
+from sidecar.backends.redis.backend import RedisBackend
 from sidecar.backends.redis.client import RedisGuard
 from sidecar.keys import KeyDigest
 from sidecar.prewarm.hits import HotRequest
@@ -42,18 +41,18 @@ return n
 
 
 class RedisHitStore:
-    """HitStore on a redis.asyncio client (normally the warm tier's)."""
+    """HitStore on the warm tier's Redis backend (one server or a cluster)."""
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: RedisBackend,
         *,
         key_prefix: str,
         max_per_version: int,
         ttl_ms: int,
         timeout_s: float,
     ) -> None:
-        self._client = client
+        self._client = client.redis
         self._prefix = key_prefix
         self._max = max_per_version
         self._ttl_ms = ttl_ms

@@ -1,18 +1,23 @@
-"""The Redis warm tier: shared by every sidecar of a fleet, batched with MGET and pipelines."""
+"""The Redis warm tier: shared by every sidecar of a fleet, batched with MGET and pipelines.
+
+On one Redis a read is one MGET of the epoch key and the entry keys (atomic). On a
+cluster the keys live in many slots: the read is one pipeline of per-slot MGETs per
+primary, the primaries in parallel, the epoch read among them. The epoch read is not
+atomic with the entries there, and need not be: an Invalidate answers OK only after
+every live sidecar confirmed its epoch, so a read that starts after the OK either
+reads the new epoch or runs on a sidecar that already applied the rule; a read that
+overlaps the Invalidate may be ordered before it.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import cast
 
-import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from sidecar import entries
-from sidecar.backends.redis.client import RedisGuard, RedisKeys, connect
+from sidecar.backends.redis.backend import RedisBackend, connect
+from sidecar.backends.redis.client import RedisGuard, RedisKeys
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
@@ -27,15 +32,8 @@ PEEK_BYTES = 4096
 MAX_COALESCED_KEYS = 1024
 
 
-def _pack_mget(keys: list[bytes]) -> bytes:
-    """RESP for `MGET keys...`: what redis-py's pack_command makes of bytes keys, cheaper."""
-    parts = [b"*%d\r\n$4\r\nMGET\r\n" % (len(keys) + 1)]
-    parts += [b"$%d\r\n%s\r\n" % (len(k), k) for k in keys]
-    return b"".join(parts)
-
-
 class RedisWarmTier:
-    """WarmTier on one Redis (or a Redis-compatible proxy) via redis.asyncio + hiredis."""
+    """WarmTier on one Redis (or a Redis-compatible proxy) or a Redis Cluster."""
 
     name = "redis"
 
@@ -46,7 +44,7 @@ class RedisWarmTier:
         key_prefix: str = DEFAULTS.redis.key_prefix,
         read_timeout_s: float = DEFAULTS.redis.lookup_timeout_ms / 1000,
         write_timeout_s: float = DEFAULTS.redis.write_timeout_ms / 1000,
-        client: aioredis.Redis | None = None,
+        client: RedisBackend | None = None,
     ) -> None:
         self.keys = RedisKeys(key_prefix)
         self._read_timeout = read_timeout_s
@@ -65,7 +63,7 @@ class RedisWarmTier:
         self.foreign_keys = 0
         """Keys under the entry prefix that are not this tier's entries (skipped by scans)."""
         self._epoch_key = self.keys.meta("epoch").encode()
-        self._read_conn: AbstractConnection | None = None
+        self._reader = self.client.reader()
         self._reads: ReadCoalescer[bytes, bytes | None, int] = ReadCoalescer(
             self._mget_with_epoch,
             deadline_s=read_timeout_s,
@@ -87,10 +85,7 @@ class RedisWarmTier:
         if not digests:
             return []
         async with self._read_guard(self._read_timeout):
-            values: list[bytes | None] = await self.client.mget(  # type: ignore[assignment]
-                [self.keys.entry(d) for d in digests]
-            )
-        return values
+            return await self.client.get_many([self.keys.entry(d) for d in digests])
 
     async def get_many_with_epoch(
         self, digests: Sequence[KeyDigest]
@@ -108,52 +103,21 @@ class RedisWarmTier:
     async def _mget_with_epoch(
         self, keys: list[bytes], timeout_s: float
     ) -> tuple[list[bytes | None], int]:
-        """One MGET of the epoch key followed by `keys` (atomic in Redis)."""
+        """One read of the epoch key followed by `keys` (one MGET on one Redis)."""
         async with self._read_guard(timeout_s):
-            replies = await self._read_mget([self._epoch_key, *keys])
+            replies = await self._reader.get([self._epoch_key, *keys])
         if not isinstance(replies, list) or len(replies) != len(keys) + 1:
             raise TierUnavailable("redis warm tier: MGET answered an unexpected reply")
         epoch = int(replies[0] or 0)
         del replies[0]
         return replies, epoch
 
-    async def _read_mget(self, args: list[bytes]) -> list[bytes | None]:
-        """MGET on the tier's own read connection, bypassing the client's per-call machinery.
-
-        The coalescer runs one read at a time, so one connection serves every read;
-        the caller's guard bounds it (the connection has no socket timeout of its own).
-        Any error or cancellation mid-call drops the connection, so a late reply can
-        never be taken for the next read's. A connection found closed (e.g. by Redis
-        after an idle timeout) is replaced once, within the same deadline.
-        """
-        packed = _pack_mget(args)
-        for attempt in range(2):
-            conn = self._read_conn
-            if conn is None:
-                pool = self.client.connection_pool
-                conn = pool.make_connection()  # type: ignore[no-untyped-call]
-                conn.socket_timeout = None
-                self._read_conn = conn
-            reused = conn.is_connected
-            try:
-                await conn.send_packed_command(packed, check_health=False)
-                reply = await conn.read_response(timeout=math.inf)
-            except BaseException as exc:
-                self._read_conn = None
-                if conn.is_connected:  # redis-py normally disconnects already
-                    conn._close()
-                if attempt == 0 and reused and isinstance(exc, RedisConnectionError):
-                    continue
-                raise
-            return reply  # type: ignore[no-any-return]
-        raise AssertionError("unreachable")
-
     async def put_many(self, items: Sequence[WarmItem]) -> None:
         """SET PX for each item in one pipelined round trip."""
         if not items:
             return
         async with self._write_guard(self._write_timeout):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self.client.redis.pipeline(transaction=False)
             for it in items:
                 pipe.set(self.keys.entry(it.digest), it.value, px=max(it.ttl_ms, 1))
             await pipe.execute()
@@ -163,7 +127,8 @@ class RedisWarmTier:
         if not digests:
             return
         async with self._write_guard(self._write_timeout):
-            await self.client.unlink(*[self.keys.entry(d) for d in digests])
+            # On a cluster redis-py splits the UNLINK per slot.
+            await self.client.redis.unlink(*[self.keys.entry(d) for d in digests])
 
     async def scan_page(self, cursor: int, count: int) -> tuple[int, list[tuple[KeyDigest, bytes]]]:
         """One SCAN step over entry keys with each entry's header and whole key material
@@ -173,16 +138,13 @@ class RedisWarmTier:
         digest, a value of another type) are skipped and counted in `foreign_keys`.
         """
         async with self._scan_guard(self._write_timeout):
-            cursor, found = cast(
-                tuple[int, list[bytes]],
-                await self.client.scan(cursor=cursor, match=self.keys.entry_pattern, count=count),
-            )
+            cursor, found = await self.client.scan(cursor, self.keys.entry_pattern, count)
             named = [(d, k) for k in found if (d := self.keys.digest_of(k)) is not None]
             foreign = len(found) - len(named)
             if not named:
                 self._count_foreign(foreign)
                 return int(cursor), []
-            pipe = self.client.pipeline(transaction=False)
+            pipe = self.client.redis.pipeline(transaction=False)
             for _, k in named:
                 pipe.getrange(k, 0, PEEK_BYTES - 1)
             # A foreign value of another type answers WRONGTYPE: skip it, keep the page.
@@ -202,7 +164,7 @@ class RedisWarmTier:
             if longer:
                 # Key material past the first PEEK_BYTES: read up to its end, so that
                 # reclaim and the Invalidate estimate see every entry's dimensions.
-                pipe = self.client.pipeline(transaction=False)
+                pipe = self.client.redis.pipeline(transaction=False)
                 for _, k, need in longer:
                     pipe.getrange(k, 0, need - 1)
                 fuller = await pipe.execute(raise_on_error=False)
@@ -218,10 +180,10 @@ class RedisWarmTier:
             log.warning("foreign_keys_skipped", keys=n, total=self.foreign_keys)
 
     async def approx_entries(self) -> int:
-        """DBSIZE: exact when the database holds only this cache, an upper bound otherwise."""
+        """DBSIZE (summed over primaries): exact when the database holds only this cache,
+        an upper bound otherwise."""
         async with self._scan_guard(self._write_timeout):
-            size: int = await self.client.dbsize()
-        return size
+            return await self.client.dbsize()
 
     def usage(self) -> None:
         """Unknown without a round trip (approx_entries asks Redis)."""
@@ -230,12 +192,10 @@ class RedisWarmTier:
     async def ping(self) -> None:
         """PING within the read deadline."""
         async with self._read_guard(max(self._read_timeout, 0.2)):
-            await self.client.ping()
+            await self.client.redis.ping()
 
     async def close(self) -> None:
-        """Close the read connection, and the pool (if this tier created it)."""
-        conn, self._read_conn = self._read_conn, None
-        if conn is not None:
-            await conn.disconnect()
+        """Close the reader, and the connections (if this tier created them)."""
+        await self._reader.close()
         if self._owns_client:
             await self.client.aclose()

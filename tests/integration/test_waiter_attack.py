@@ -19,7 +19,8 @@ from tests.support.sidecars import SidecarProcess
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
 WAITERS = 1000
-WAIT_MS = 4000
+WAIT_MS = 8000
+IDLE_S = 2.0  # a window with the waiters parked and no other call in flight
 PROBES = 400
 
 
@@ -84,12 +85,18 @@ async def test_waiters_on_a_never_stored_key_end_on_time_and_cost_little(
         held = key("the holder of this one crashed")
         first = await client.lookup(held)
         assert first.lease_holder
-        cpu0 = _cpu_s(served.proc.pid)
+        started = time.monotonic()
         waiters = [asyncio.create_task(_wait_once(client, held)) for _ in range(WAITERS)]
         await asyncio.sleep(1.5)  # the waiters are parked (a loaded machine is slow to send 1,000)
         attacked = await _probe_ms(client, probe_key, PROBES)
-        results = await asyncio.gather(*waiters)
+        # CPU over a window in which the 1,000 are parked and nothing else is asked: what
+        # waiting itself costs, apart from receiving and answering the calls (which grows
+        # with the machine's load and is not what this guards).
+        cpu0 = _cpu_s(served.proc.pid)
+        await asyncio.sleep(IDLE_S)
         cpu = _cpu_s(served.proc.pid) - cpu0
+        idle_end_s = time.monotonic() - started
+        results = await asyncio.gather(*waiters)
     finally:
         await client.close()
     codes = {code for _, code in results}
@@ -98,8 +105,11 @@ async def test_waiters_on_a_never_stored_key_end_on_time_and_cost_little(
     # wait_ms + 50 ms in the sidecar; the rest is this client's own loop sending and
     # receiving 1,000 calls on a loaded CI machine (before: up to 2.5x wait_ms).
     assert slowest < 2 * WAIT_MS, f"a waiter answered after {slowest:.0f} ms"
-    # Before: one polling loop per waiter kept a core busy for the whole wait.
-    assert cpu < 0.35 * WAIT_MS / 1000, f"the sidecar used {cpu:.2f} s of CPU while they waited"
+    # The window must have been inside the wait, or it measured nothing of it.
+    assert idle_end_s < WAIT_MS / 1000, f"the idle window ended {idle_end_s:.1f} s in"
+    # Before: one polling loop per waiter kept a core busy for the whole wait (~IDLE_S of
+    # CPU in this window); parked waiters cost next to nothing.
+    assert cpu < 0.25 * IDLE_S, f"the sidecar used {cpu:.2f} s of CPU in {IDLE_S} s of waiting"
     assert _p99(attacked) < 4 * _p99(baseline) + 20, (_p99(baseline), _p99(attacked))
 
 

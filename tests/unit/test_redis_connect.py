@@ -52,6 +52,10 @@ def test_redacted_urls_and_reprs_show_no_secret() -> None:
     url = "rediss://infercache:s3cret@redis.internal:6380/0"
     assert redacted(url) == "rediss://***@redis.internal:6380/0"
     assert redacted("redis://h:6379/0") == "redis://h:6379/0"
+    # A cluster URL lists several seeds (urlsplit cannot read its port): this raised
+    # ValueError while a refused connection was being reported.
+    seeds = "redis+cluster://u:p@w@10.0.0.1:7000,10.0.0.2:7001"
+    assert redacted(seeds) == "redis+cluster://***@10.0.0.1:7000,10.0.0.2:7001"
     assert "s3cret" not in repr(RedisOptions(url))
 
 

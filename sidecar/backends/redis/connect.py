@@ -146,11 +146,12 @@ def connect(
 def redacted(url: str) -> str:
     """`url` with its password (and user name) replaced by `***`: what logs may show."""
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    # The user info ends at the last "@"; what follows may be several host:port seeds
+    # (a cluster URL), which urlsplit's own hostname/port cannot parse.
+    _, at, hosts = parts.netloc.rpartition("@")
+    if not at:
         return url
-    host = parts.hostname or ""
-    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, f"***@{hosts}", parts.path, parts.query, parts.fragment))
 
 
 async def probe(

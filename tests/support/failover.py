@@ -163,6 +163,10 @@ class LoadDrill:
 
     def invalidate(self, n: int) -> bool:
         """Invalidate tenant doomed-n through the first sidecar; True when it answered OK."""
+        return self._invalidate(n) is None
+
+    def _invalidate(self, n: int) -> grpc.StatusCode | None:
+        """Invalidate tenant doomed-n once: None when OK, else the status code."""
         tenant = self.doomed[n]
         with grpc.insecure_channel(self.sidecars[0].admin_target) as channel:
             try:
@@ -173,18 +177,26 @@ class LoadDrill:
                     metadata=bearer("deployer"),
                     timeout=15,
                 )
-            except grpc.RpcError:
+            except grpc.RpcError as exc:
                 self.invalidations_failed += 1
-                return False
+                return exc.code()
         with self._lock:
             self.confirmed[tenant] = time.monotonic()
         self.invalidations_ok += 1
-        return True
+        return None
 
-    def confirm(self, n: int) -> None:
-        """invalidate(n), which must answer OK."""
-        if not self.invalidate(n):
-            raise AssertionError(f"Invalidate of {self.doomed[n]} failed")
+    def confirm(self, n: int, attempts: int = 10) -> None:
+        """invalidate(n), which must answer OK. UNAVAILABLE is retried (a few times, as
+        `infercache invalidate` does): right after a heal the control slot's primary
+        may still be settling, and a refusal is an allowed answer; any other code fails."""
+        for _ in range(attempts):
+            code = self._invalidate(n)
+            if code is None:
+                return
+            if code != grpc.StatusCode.UNAVAILABLE:
+                raise AssertionError(f"Invalidate of {self.doomed[n]} answered {code.name}")
+            time.sleep(0.5)
+        raise AssertionError(f"Invalidate of {self.doomed[n]} UNAVAILABLE {attempts} times")
 
     def _watch_health(self) -> None:
         while not self._stop.is_set():

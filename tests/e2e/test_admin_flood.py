@@ -18,7 +18,11 @@ pytestmark = pytest.mark.e2e
 TOKEN = "admin-flood-test-token"
 MiB = 1024 * 1024
 ROUNDS, PER_ROUND = 3, 10
-RETAINED_BOUND_MIB = 64
+# What this guards: before the fix each refused 15 MiB message was read first and kept
+# (+455 MiB). After it, retention is usually a few MiB, but glibc's per-thread arenas
+# keep what gRPC's receive threads touched: a clean CI run once measured +67 MiB.
+# 160 MiB stays far below the old behaviour and above that allocator noise.
+RETAINED_BOUND_MIB = 160
 
 
 def rss_mib(pid: int) -> float:
@@ -48,7 +52,7 @@ async def _prewarm_code(
 
 async def test_a_flood_of_unauthenticated_big_messages_leaves_rss_at_its_baseline() -> None:
     """Three rounds of ten concurrent unauthenticated 15 MiB Prewarm calls (no token, then
-    a wrong one) are each UNAUTHENTICATED, and RSS afterwards is within +64 MiB of its
+    a wrong one) are each UNAUTHENTICATED, and RSS afterwards is within RETAINED_BOUND_MIB of its
     baseline (before the fix the messages were read first: +455 MiB, never released)."""
     env = {"INFERCACHE_ADMIN_TOKENS": f"ops={TOKEN}"}
     served = SidecarProcess(operator=True, admin=True, env=env, kv_enabled=False)

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.support.vllm_model import fine_tune
+from tests.support.vllm_model import write_llama
 
 # 8 layers x hidden 512 (8 heads, 4 KV heads of 64, MLP 1536): ~25 M parameters, so a
 # 1,500-token prefill takes about a second on a CPU core while the KV of the prefix is
@@ -92,20 +92,7 @@ def write_tokenizer(out: Path) -> None:
 
 def write_model(out: Path, version: int, *, smoke: bool) -> None:
     """config, generation config, tokenizer and model.safetensors of `version`."""
-    import torch
-    from safetensors.torch import save_file
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = config(smoke)
-    torch.manual_seed(4321)
-    model = LlamaForCausalLM(LlamaConfig(**cfg))
-    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-    if version > 1:
-        fine_tune(state, 2000 + version)
-    (out / "config.json").write_text(json.dumps(cfg))
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    write_llama(out, config(smoke), version, seed=4321, delta_seed=2000)
     write_tokenizer(out)
 
 

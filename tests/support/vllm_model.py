@@ -91,24 +91,32 @@ def write_tokenizer(out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
 
 
-def write_model(out: Path, version: int) -> None:
-    """config.json, tokenizer and model.safetensors of weight version `version` (1, 2, ...).
-
-    Version 1 is a seeded random init; version n > 1 is version 1 plus a seeded delta
-    on every tensor (same names, shapes and dtype): a "fine-tune"."""
+def write_llama(
+    out: Path, config: dict[str, Any], version: int, *, seed: int, delta_seed: int
+) -> None:
+    """config.json, generation_config.json and model.safetensors of a seeded random Llama
+    of `config`; version n > 1 adds fine_tune's seeded delta (seed delta_seed + n)."""
     import torch
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(1234)
-    model = LlamaForCausalLM(LlamaConfig(**CONFIG))
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**config))
     state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     if version > 1:
-        fine_tune(state, 1000 + version)
-    (out / "config.json").write_text(json.dumps(CONFIG))
+        fine_tune(state, delta_seed + version)
+    (out / "config.json").write_text(json.dumps(config))
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+def write_model(out: Path, version: int) -> None:
+    """config.json, tokenizer and model.safetensors of weight version `version` (1, 2, ...).
+
+    Version 1 is a seeded random init; version n > 1 is version 1 plus a seeded delta
+    on every tensor (same names, shapes and dtype): a "fine-tune"."""
+    write_llama(out, CONFIG, version, seed=1234, delta_seed=1000)
     if not (out / "tokenizer.json").exists():
         write_tokenizer(out)
 

@@ -73,7 +73,20 @@ async def store_all(port: int, expect_tier: int) -> list[bytes]:
             if resp.outcome != pb.STORE_OUTCOME_STORED:
                 raise RuntimeError(f"store on port {port} answered {resp}")
             digests.append(resp.key_digest)
-            found = await stub.Lookup(pb.LookupRequest(key=key), timeout=CALL_TIMEOUT_S)
+            found = await _lookup_decided(stub, pb.LookupRequest(key=key))
             if found.outcome != pb.LOOKUP_OUTCOME_HIT or found.tier != expect_tier:
                 raise RuntimeError(f"lookup after store on port {port} answered {found}")
     return digests
+
+
+async def _lookup_decided(stub: Any, request: Any) -> Any:
+    """A Lookup answered by its tiers: a degraded MISS (a warm read past its 50 ms deadline,
+    as a freshly started sidecar on a loaded 2-core CI machine can answer) says nothing
+    about the entry, so it is asked again, up to 20 times 0.25 s apart; the last answer
+    is returned whatever it is, for the caller to judge."""
+    for _ in range(20):
+        found = await stub.Lookup(request, timeout=CALL_TIMEOUT_S)
+        if not found.degraded:
+            return found
+        await asyncio.sleep(0.25)
+    return found

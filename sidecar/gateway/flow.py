@@ -95,9 +95,8 @@ class Flow:
             asyncio.timeout(self.upstream.timeout_s),
             self.upstream.call("GET", "/v1/models") as resp,
         ):
-            kind = resp.headers.get("content-type", "application/json").encode("latin-1")
-            await reply.start(resp.status_code, [(b"content-type", kind)])
-            async for piece in resp.aiter_raw():
+            await reply.start(resp.status, [(b"content-type", _latin1(resp.content_type))])
+            async for piece in resp.pieces():
                 await reply.send(piece)
             await reply.send(b"", False)
 
@@ -199,9 +198,9 @@ class Flow:
             asyncio.timeout(self.upstream.timeout_s),
             self.upstream.call("POST", path, raw) as resp,
         ):
-            kind = resp.headers.get("content-type", "application/json").encode("latin-1")
-            await reply.start(resp.status_code, [(b"content-type", kind), *headers])
-            async for piece in resp.aiter_raw():
+            kind = _latin1(resp.content_type)
+            await reply.start(resp.status, [(b"content-type", kind), *headers])
+            async for piece in resp.pieces():
                 await reply.send(piece)
             await reply.send(b"", False)
 
@@ -227,16 +226,16 @@ class Flow:
                 asyncio.timeout(self.upstream.timeout_s),
                 self.upstream.call("POST", PATHS[endpoint], raw) as resp,
             ):
-                kind = resp.headers.get("content-type", "application/json")
+                kind = resp.content_type
                 marked = [*info, (CACHE_HEADER, outcome)]
-                await reply.start(resp.status_code, [(b"content-type", kind.encode()), *marked])
-                ok = resp.status_code == 200
+                await reply.start(resp.status, [(b"content-type", _latin1(kind)), *marked])
+                ok = resp.status == 200
                 if kr.stream and ok and kind.startswith("text/event-stream"):
-                    answer = await tee_stream(resp.aiter_raw(), t0, reply, limit)
+                    answer = await tee_stream(resp.pieces(), t0, reply, limit)
                     if answer is None:
                         self.stats.count("stream_not_stored")
                 else:
-                    answer = await tee_body(resp.aiter_raw(), reply, limit)
+                    answer = await tee_body(resp.pieces(), reply, limit)
                     if answer is not None and not (ok and whole_answer(answer.payload, kr)):
                         answer = None
             if answer is not None and asked.write:
@@ -291,6 +290,11 @@ def parse_body(raw: bytes) -> dict[str, Any]:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _latin1(text: str) -> bytes:
+    # A content type is ASCII in practice; anything else is replaced, never raised on.
+    return text.encode("latin-1", "replace")
 
 
 def _ascii(text: str) -> bytes:

@@ -52,6 +52,9 @@ EDGES: dict[str, tuple[str, ...]] = {
     "grpc_health": ("sidecar.api", "sidecar.server", "sidecar.cli", "sidecar.testing"),
     "grpc_reflection": ("sidecar.server",),
     "torch": ("sidecar.kv.torch_pool",),
+    "uvicorn": ("sidecar.gateway",),
+    "aiohttp": ("sidecar.gateway.upstream",),
+    "httpx": ("sidecar.prewarm.upstream",),
 }
 
 

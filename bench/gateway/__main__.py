@@ -12,8 +12,10 @@ keep-alive HTTP/1.1, closed loop) drives each in turn, alternating the order eve
   hit   32 hot chat requests, each asked twice first (stored), then cycled through for
         the loop at concurrency 1, 16, 64; every answer must say hit and the upstream
         must see no call, or the figure is flagged
-  miss  every request new, at concurrency 1 and 16, through each gateway and straight to
-        the upstream (`direct`): overhead = p50(gateway) - p50(direct) of the same round
+  miss  every request new, at concurrency 1 and 16, through each gateway, straight to
+        the upstream (`direct`) and through a bare forwarder on the gateway's own HTTP
+        stack (`bare`: bench/gateway/bare_proxy.py, no cache): overhead = p50(server) -
+        p50(direct) of the same round; bare's is what the stack alone costs
 
 Figures are medians over rounds of each loop's p50, p99 and RPS. Then the correctness
 probes (bench/gateway/probes.py) against both and the SSE replay check.
@@ -24,6 +26,7 @@ hit_rps_vs_litellm (min of the RPS ratios; goal >= 3), miss_overhead_ms (at conc
 1: the latency a lone request gains; goal <= 1) and miss_overhead_c16_ms (at 16, not a
 goal: on a 2-core machine the load generator, the upstream and the gateway share the
 CPU, so at 16 the figure is the gateway's CPU per miss queued, see gateway_miss_cpu_ms),
+bare_proxy_miss_overhead_ms (the same for the bare forwarder: the floor),
 sse_replay_exact, cross_tenant_hits (the tenant probe's merged answers), merged_probes
 (all probes), each also as litellm_*; goals_met. A side that could not run (LiteLLM's
 venv not buildable, a checkout without the gateway) prints why and reports nan.
@@ -141,11 +144,12 @@ async def _miss_loop(side: Side, c: int, seconds: float) -> None:
     side.add("miss", c, result, cpu)
 
 
-async def measure(sides: list[Side], direct: Side, plan: Plan, upstream_port: int) -> None:
-    """Every loop of every side, `plan.rounds` times, the side order reversed each round."""
+async def measure(sides: list[Side], baselines: list[Side], plan: Plan, upstream_port: int) -> None:
+    """Every loop of every side, `plan.rounds` times, the side order reversed each round;
+    the miss loops of the `baselines` (direct first) too."""
     for side in sides:
         await _warm(side)
-    for side in [direct, *sides]:
+    for side in [*baselines, *sides]:
         cpu = servers.tree_cpu_seconds(side.pid)
         await asyncio.sleep(plan.seconds)
         side.idle_cpu_per_s = (servers.tree_cpu_seconds(side.pid) - cpu) / plan.seconds
@@ -155,7 +159,7 @@ async def measure(sides: list[Side], direct: Side, plan: Plan, upstream_port: in
             for side in order:
                 await _hit_loop(side, c, plan.seconds, upstream_port)
         for c in plan.miss_concurrency:
-            for side in [direct, *order]:
+            for side in [*baselines, *order]:
                 await _miss_loop(side, c, plan.seconds)
 
 
@@ -163,7 +167,9 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b and not math.isnan(b) else math.nan
 
 
-def report(gw: Side | None, ll: Side | None, direct: Side, plan: Plan) -> dict[str, Any]:
+def report(
+    gw: Side | None, ll: Side | None, direct: Side, bare: Side, plan: Plan
+) -> dict[str, Any]:
     """Print the tables; the summary's pairs."""
     shown = [s for s in (gw, ll) if s is not None]
     print_head(
@@ -171,7 +177,7 @@ def report(gw: Side | None, ll: Side | None, direct: Side, plan: Plan) -> dict[s
         f"{'cpu ms/req':>10}"
     )
     rows = [("hit", c, s) for c in plan.hit_concurrency for s in shown]
-    rows += [("miss", c, s) for c in plan.miss_concurrency for s in [direct, *shown]]
+    rows += [("miss", c, s) for c in plan.miss_concurrency for s in [direct, bare, *shown]]
     for kind, c, s in rows:
         print(
             f"{kind:<5} {c:>4} {s.name:<11} {s.p(kind, c, 0.5):>8.2f} {s.p(kind, c, 0.99):>8.2f} "
@@ -202,7 +208,7 @@ def report(gw: Side | None, ll: Side | None, direct: Side, plan: Plan) -> dict[s
         [_ratio(a, b) for a, b in zip(rpss(gw), rpss(ll), strict=True)], min
     )
     m1 = plan.miss_concurrency[0]
-    for maybe, prefix in ((gw, ""), (ll, "litellm_")):
+    for maybe, prefix in ((gw, ""), (ll, "litellm_"), (bare, "bare_proxy_")):
         pairs[prefix + "miss_overhead_ms"] = overhead(maybe, m1)
         for c in plan.miss_concurrency[1:]:
             pairs[f"{prefix}miss_overhead_c{c}_ms"] = overhead(maybe, c)
@@ -261,7 +267,8 @@ async def run(plan: Plan) -> int:
         work = Path(tmp)
         up = servers.upstream(plan.delay_ms, plan.model_server)
         rs = servers.redises(work)
-        procs = [up, rs.litellm, rs.gateway]
+        bp = servers.bare_proxy(up.port)
+        procs = [up, rs.litellm, rs.gateway, bp]
         for p in procs:
             stack.callback(p.stop)
             p.start()
@@ -301,8 +308,9 @@ async def run(plan: Plan) -> int:
         direct = Side(
             "direct", up.pid, Target(up.port, "/v1/chat/completions"), Target(up.port, "/")
         )
+        bare = Side("bare", bp.pid, Target(bp.port, "/v1/chat/completions"), Target(bp.port, "/"))
         sides = [s for s in (gw, ll) if s is not None]
-        await measure(sides, direct, plan, up.port)
+        await measure(sides, [direct, bare], plan, up.port)
         streams = await upstream_streams(direct.first)
         for s in sides:
             s.probes = await run_probes(s.first, s.second)
@@ -311,8 +319,8 @@ async def run(plan: Plan) -> int:
         if not streams:
             print("# sse replay untested: the model server does not stream")
         print_correctness(sides)
-        pairs = report(gw, ll, direct, plan)
-    idle = ", ".join(f"{s.name} {s.idle_cpu_per_s * 1000:.1f}" for s in [direct, *sides])
+        pairs = report(gw, ll, direct, bare, plan)
+    idle = ", ".join(f"{s.name} {s.idle_cpu_per_s * 1000:.1f}" for s in [direct, bare, *sides])
     print(f"# idle CPU ms/s (taken off the cpu column): {idle}")
     print(f"# load average at end: {os.getloadavg()[0]:.2f}")
     print_summary(pairs)

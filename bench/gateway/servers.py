@@ -43,6 +43,13 @@ def upstream(delay_ms: int, script: Path = MODEL_SERVER) -> ServerProc:
     return ServerProc("upstream", argv, (port,))
 
 
+def bare_proxy(upstream_port: int) -> ServerProc:
+    """bench/gateway/bare_proxy.py on a free port: the stack's floor, no caching."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.gateway.bare_proxy", str(port)]
+    return ServerProc("bare-proxy", [*argv, f"http://127.0.0.1:{upstream_port}"], (port,))
+
+
 def upstream_calls(port: int) -> int:
     """Completions the model server has answered so far (its GET /stats)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10) as resp:

@@ -57,6 +57,9 @@ class GatewayServer:
             log_config=None,
             access_log=False,
             server_header=False,
+            # No X-Forwarded-* rewriting: the gateway never reads the client's address,
+            # and the middleware costs ~2.5% of a miss's CPU (py-spy, 357 misses).
+            proxy_headers=False,
             timeout_graceful_shutdown=max(1, int(grace_s)),
             timeout_keep_alive=30,
         )

@@ -17,7 +17,7 @@ TS := clients/typescript
 BASE ?=
 
 .PHONY: install install-serve run test test-vllm lint protos protos-check config-table docs-layout bench bench-smoke \
-	image image-smoke k8s-check ts-test clean
+	image image-smoke k8s-check ts-test key-vectors key-vectors-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -81,6 +81,14 @@ $(TS)/node_modules/.installed: $(TS)/package.json $(TS)/package-lock.json
 
 ts-test: install-serve $(TS)/node_modules/.installed
 	cd $(TS) && npm test
+
+# The golden key vectors ts-test compares makeKey with: Python's make_key bytes and the
+# sidecar's digests (tests/support/key_vectors.py; a unit test also fails when stale).
+key-vectors: install
+	$(BIN)/python -m tests.support.key_vectors
+
+key-vectors-check: install
+	$(BIN)/python -m tests.support.key_vectors --check
 
 # The README configuration table is generated from sidecar/config/sections.py.
 config-table: install

@@ -16,7 +16,6 @@ import {
 } from "./gen/infercache/v1/admin_pb.js";
 import {
   type CacheKey,
-  CacheKeySchema,
   CacheService,
   type Chunk,
   ChunkBoundarySchema,
@@ -30,7 +29,6 @@ import {
   type ReportOutcomeResponse,
   ReportOutcomeVerdict,
   RequestTraitsSchema,
-  SamplingParamsSchema,
   type StoreResponse,
   type StoreStreamRequest,
   StoreStreamRequestSchema,
@@ -41,60 +39,10 @@ export * from "./gen/grpc/health/v1/health_pb.js";
 export * from "./gen/infercache/v1/admin_pb.js";
 export * from "./gen/infercache/v1/cache_pb.js";
 export * from "./gen/infercache/v1/kv_pb.js";
-
-/** What makeKey takes: the key's dimensions and exactly one input. */
-export interface KeyInit {
-  tenant: string;
-  promptVersion: string;
-  /** The weights' fingerprint; empty means the pod's model (sidecar started with --model-path). */
-  modelVersion?: string;
-  adapterVersion?: string;
-  text?: string;
-  chat?: ReadonlyArray<{ role: string; content: string; name?: string }>;
-  tokenIds?: readonly number[];
-  inputSha256?: Uint8Array;
-  extra?: Readonly<Record<string, string>>;
-  /** Tool definitions offered to the model (CacheKey.tools: each as its JSON text, in order,
-   * key order kept, as templates render them) or a schema version name (extra.tools). */
-  tools?: readonly unknown[] | string;
-  sampling?: MessageInitShape<typeof SamplingParamsSchema>;
-}
-
-/** A CacheKey from its dimensions; throws unless exactly one input is given. */
-export function makeKey(init: KeyInit): CacheKey {
-  const inputs = [init.text, init.chat, init.tokenIds, init.inputSha256].filter(
-    (x) => x !== undefined,
-  );
-  if (inputs.length !== 1) {
-    throw new Error("give exactly one of text, chat, tokenIds, inputSha256");
-  }
-  const extra: Record<string, string> = { ...init.extra };
-  if (typeof init.tools === "string") {
-    if ("tools" in extra) throw new Error("give tools either as tools or as extra.tools, not both");
-    extra.tools = init.tools;
-  }
-  // The same text Python's json.dumps(separators=(",", ":"), ensure_ascii=False) writes for
-  // strings, integers, booleans, null, arrays and objects (keys in insertion order).
-  const tools = typeof init.tools === "object" ? init.tools.map((t) => JSON.stringify(t)) : [];
-  let input: MessageInitShape<typeof CacheKeySchema>["input"];
-  if (init.text !== undefined) input = { case: "text", value: init.text };
-  else if (init.chat !== undefined) input = { case: "chat", value: { messages: [...init.chat] } };
-  else if (init.tokenIds !== undefined) input = { case: "tokenIds", value: { ids: [...init.tokenIds] } };
-  else input = { case: "inputSha256", value: init.inputSha256 ?? new Uint8Array() };
-  return create(CacheKeySchema, {
-    tenant: init.tenant,
-    modelVersion: init.modelVersion ?? "",
-    adapterVersion: init.adapterVersion ?? "",
-    promptVersion: init.promptVersion,
-    extra,
-    tools,
-    input,
-    sampling: init.sampling,
-  });
-}
+export { type ChatMessageInit, type ContentPartInit, type KeyInit, makeKey, type ToolCallInit } from "./keys.js";
 
 /** Canonical JSON (sorted keys, no spaces) as Python's json.dumps(sort_keys=True) writes it
- * for strings, integers, booleans, null, arrays and objects. makeKey no longer uses it: key
+ * for strings, integers, booleans, null, arrays and objects. makeKey does not use it: key
  * schema v2 keys tools by their text as sent, since templates render keys in their order. */
 export function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;

@@ -20,6 +20,7 @@ import {
   makePacing,
   StoreOutcome,
 } from "../src/index.js";
+import { keyVectorTests } from "./key-vectors.js";
 
 // dist/test/ -> the repository root.
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
@@ -166,6 +167,35 @@ describe("data plane", () => {
     const info = await cache.serverInfo();
     assert.match(info.serverVersion, /^\d+\.\d+\.\d+/);
     assert.equal(info.warmTier, "embedded");
+  });
+});
+
+keyVectorTests(REPO, () => cache);
+
+describe("makeKey refusals of its own (what JavaScript values cannot say as Python's can)", () => {
+  const base = { tenant: "acme", modelVersion: "m", promptVersion: "p" };
+  const cases: [string, Record<string, unknown>, RegExp][] = [
+    ["NaN in a tool (JSON.stringify writes null)", { text: "x", tools: [{ a: Number.NaN }] }, /tools\[0\]\.a holds NaN/],
+    ["Infinity in chat_template_kwargs", { text: "x", chatTemplate: { chatTemplateKwargs: { t: Infinity } } }, /holds Infinity/],
+    ["undefined in a JSON array (JSON.stringify writes null)", { text: "x", tools: [[1, undefined]] }, /tools\[0\]\[1\] is undefined/],
+    ["a Map in a tool (JSON.stringify writes {})", { text: "x", tools: [{ m: new Map([["a", 1]]) }] }, /is not JSON/],
+    ["a bigint in a tool", { text: "x", tools: [{ n: 1n }] }, /is not JSON/],
+    ["a seed beyond 2**53 as a number", { text: "x", sampling: { seed: 2 ** 60 } }, /give it as a bigint/],
+    ["a snake_case sampling field", { text: "x", sampling: { max_tokens: 5 } }, /max_tokens is not a field of SamplingParams \(did you mean maxTokens\?\)/],
+    ["a snake_case key field", { text: "x", prompt_version: "p" }, /prompt_version is not a makeKey field/],
+    ["a lone surrogate in an object key of a tool", { text: "x", tools: [{ "\ud800": 1 }] }, /not valid Unicode/],
+    ["a lone surrogate in an extra key", { text: "x", extra: { "\udfff": "v" } }, /extra key is not valid Unicode/],
+  ];
+  for (const [name, init, error] of cases) {
+    test(name, () => {
+      assert.throws(() => makeKey({ ...base, ...init } as unknown as Parameters<typeof makeKey>[0]), error);
+    });
+  }
+
+  test("a seed within 2**53 as a number is the same key as its bigint", () => {
+    const n = makeKey({ ...base, text: "x", sampling: { seed: 2 ** 53 - 1 } });
+    const b = makeKey({ ...base, text: "x", sampling: { seed: 2n ** 53n - 1n } });
+    assert.deepEqual(n.sampling?.seed, b.sampling?.seed);
   });
 });
 

@@ -69,6 +69,9 @@ function known(value: Record<string, unknown>, allowed: Set<string>, path: strin
     .sort();
   if (unknown[0] !== undefined) {
     const name = `${path}.${unknown[0]}`;
+    // Messages are spelled as sent (snake_case), unlike the camelCase key fields.
+    const snake = unknown[0].replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+    if (allowed.has(snake)) throw new Error(`${name} is not a message field (did you mean ${snake}?)`);
     throw new Error(`${name} is not a key field here: give it in extra (extra["${name}"] = its JSON text, docs/keys.md)`);
   }
 }

@@ -183,6 +183,11 @@ describe("makeKey refusals of its own (what JavaScript values cannot say as Pyth
     ["a seed beyond 2**53 as a number", { text: "x", sampling: { seed: 2 ** 60 } }, /give it as a bigint/],
     ["a snake_case sampling field", { text: "x", sampling: { max_tokens: 5 } }, /max_tokens is not a field of SamplingParams \(did you mean maxTokens\?\)/],
     ["a snake_case key field", { text: "x", prompt_version: "p" }, /prompt_version is not a makeKey field/],
+    [
+      "a camelCase message field (messages are spelled as sent)",
+      { chat: [{ role: "tool", content: "1", toolCallId: "c1" }] },
+      /messages\[0\]\.toolCallId is not a message field \(did you mean tool_call_id\?\)/,
+    ],
     ["a lone surrogate in an object key of a tool", { text: "x", tools: [{ "\ud800": 1 }] }, /not valid Unicode/],
     ["a lone surrogate in an extra key", { text: "x", extra: { "\udfff": "v" } }, /extra key is not valid Unicode/],
   ];

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.connector.engines import Answer, Engine, make_models, vllm_venv
+from bench.connector.engines import Answer, Engine, engine_forks, make_models, vllm_venv
 from bench.connector.model import vocab_size
 from bench.harness.procs import SidecarSpec, interrupt_on
 from bench.harness.report import print_head, print_summary
@@ -120,18 +120,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     rounds = 1 if args.smoke else args.rounds
     length = 256 if args.smoke else args.prefix_tokens
     venv = vllm_venv()
+    engine_forks(venv)  # imports vLLM while the sidecar starts
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="ic-bc-") as tmp:
         root = Path(tmp)
-        make_models(venv, root, smoke=args.smoke)
-        served = root / "served"
-        shutil.copytree(root / "v1", served)
         (root / "shm").mkdir()
         spec = SidecarSpec(
             "sidecar", flags=["--kv-pool-bytes", "1GiB", "--kv-shm-dir", str(root / "shm")]
         )
         sidecar = spec.proc()
         stack.callback(sidecar.stop)
-        sidecar.start(timeout_s=120)
+        sidecar.spawn()
+        make_models(venv, root, smoke=args.smoke)
+        served = root / "served"
+        shutil.copytree(root / "v1", served)
+        sidecar.wait_ready(timeout_s=120)
         run = Run(venv, served, f"127.0.0.1:{spec.ports.data}", args.smoke)
         print(f"bench.connector: {rounds} rounds, {length}-token prefixes, load {load_average()}")
         stack.callback(run.close_all)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from bench.harness.procs import REPO, die_with_parent
+from bench.harness.procs import REPO
 from tests.support.vllm_engine import EngineProcess
+from tests.support.vllm_forkserver import ForkServer, fork_server
 
 
 def vllm_venv() -> Path:
@@ -44,15 +45,18 @@ def engine_env() -> dict[str, str]:
     }
 
 
+def engine_forks(venv: Path) -> ForkServer:
+    """The fork server every engine of the run (and the model's generation) is forked
+    from; started by the first call, which returns at once (it imports vLLM meanwhile)."""
+    return fork_server(str(venv / "bin" / "python"), engine_env())
+
+
 def make_models(venv: Path, root: Path, *, smoke: bool) -> None:
     """Generate weight versions 1 and 2 of the bench model into root/v1 and root/v2."""
-    argv = [str(venv / "bin" / "python"), "-m", "bench.connector.model", str(root)]
-    argv += ["--smoke"] if smoke else []
-    done = subprocess.run(
-        argv, cwd=REPO, env=engine_env(), capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"model generation failed:\n{done.stderr[-3000:]}")
+    argv = [str(root), *(["--smoke"] if smoke else [])]
+    code, output = engine_forks(venv).run("bench.connector.model", argv, timeout_s=600)
+    if code != 0:
+        raise RuntimeError(f"model generation failed:\n{output[-3000:]}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,24 +85,15 @@ class Engine(EngineProcess):
         kv_cache_bytes: int,
     ) -> None:
         """Start it (wait_ready() waits for vLLM's init: 10-60 s)."""
-        argv = [str(venv / "bin" / "python"), "-m", "bench.connector.engine"]
-        argv += ["--model", str(model), "--connector", connector]
+        argv = ["--model", str(model), "--connector", connector]
         argv += ["--extra", json.dumps(extra or {}), "--max-model-len", str(max_model_len)]
         argv += ["--kv-cache-bytes", str(kv_cache_bytes)]
         self.name = connector
         self.started = time.monotonic()
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=engine_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
+        # Forked (its own session, dying with the bench) from the one fork server of this
+        # venv and environment, which imported vLLM once for every engine of the run.
+        self.proc = engine_forks(venv).fork("bench.connector.engine", argv, self._log)
 
     def wait_ready(self) -> float:
         """Until the engine answers; seconds since it was started."""

@@ -3,15 +3,17 @@
     python -m tests.support.vllm_engine --model DIR [--connector infercache|example|none] ...
 
 Each engine is a fresh process (a fresh vLLM: nothing shared through its own prefix
-cache or global connector state), in-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0,
-~10 s to start). Commands are JSON lines on stdin, answers JSON lines on stdout marked
-with MARK (vLLM logs to stdout too). Runs in the vllm venv; EngineProcess (the test's
-end) needs only the standard library.
+cache or global connector state), in-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0),
+forked from tests/support/vllm_forkserver.py's server, which has imported vLLM already
+(~3 CPU seconds to start, not ~10: the import is most of it). Commands are JSON lines on
+stdin, answers JSON lines on stdout marked with MARK (vLLM logs to stdout too). Runs in
+the vllm venv; EngineProcess (the test's end) needs only the standard library.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.support.processes import REPO, stop_process
+from tests.support.vllm_forkserver import ForkedChild, fork_server
 
 MARK = "@@infercache-engine "
 BLOCK_SIZE = 32
@@ -54,22 +57,14 @@ class EngineProcess:
         timeout_s: float = 240.0,
     ) -> None:
         """Start the engine and wait until it answers (`timeout_s` covers vLLM's init)."""
-        argv = [sys.executable, "-m", "tests.support.vllm_engine", "--model", str(model)]
-        argv += ["--connector", connector, "--extra", json.dumps(extra or {})]
+        argv = ["--model", str(model), "--connector", connector, "--extra", json.dumps(extra or {})]
         if prefix_caching:
             argv.append("--prefix-caching")
         if lora:
             argv.append("--lora")
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=engine_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-        )
+        server = fork_server(sys.executable, engine_env())
+        self.proc: ForkedChild = server.fork("tests.support.vllm_engine", argv, self._log)
         self._timeout_s = timeout_s
         self.request({"op": "ping"})
 
@@ -130,6 +125,9 @@ class EngineProcess:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         stop_process(self.proc)  # type: ignore[arg-type]
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
         self._log.close()
 
 

@@ -101,7 +101,8 @@ docs-layout: install
 bench: install
 	$(BIN)/python -m bench.lookup --quick
 
-# Every benchmark's --smoke mode (seconds each); fails when one breaks or prints no summary.
+# Every benchmark's --smoke mode (seconds each, two at a time); fails when one breaks or
+# prints no summary.
 # bench.gateway's LiteLLM venv is built first (cached; minutes only the first time), so its
 # build is not counted in that bench's smoke timeout; if it cannot be built, the bench
 # prints why and measures infercache alone.

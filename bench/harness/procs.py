@@ -140,12 +140,29 @@ class ServerProc:
 
 
 def start_all(stack: contextlib.ExitStack[Any], procs: Sequence[ServerProc]) -> None:
-    """Spawn every server (stopped when the stack closes), then wait for all of them."""
+    """Spawn every server (stopped together when the stack closes), then wait for all."""
+    stack.callback(stop_all, list(procs))
     for p in procs:
-        stack.callback(p.stop)
         p.spawn()
     for p in procs:
         p.wait_ready()
+
+
+def stop_all(procs: Sequence[ServerProc], timeout_s: float = 5.0) -> None:
+    """SIGTERM every live one at once, then wait (SIGKILL whoever is still up after
+    `timeout_s`): n servers take one grace period to stop, not n in turn."""
+    live = [p.proc for p in procs if p.proc is not None and p.proc.poll() is None]
+    for proc in live:
+        proc.terminate()
+    deadline = time.monotonic() + timeout_s
+    for proc in live:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for p in procs:
+        p.stop()  # every one has exited: this closes its log
 
 
 def redis_server(data_dir: str, name: str | None = None) -> ServerProc:

@@ -13,7 +13,14 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench.harness.procs import ServerProc, SidecarPorts, SidecarSpec, interrupt_on, start_all
+from bench.harness.procs import (
+    ServerProc,
+    SidecarPorts,
+    SidecarSpec,
+    interrupt_on,
+    start_all,
+    stop_all,
+)
 from bench.harness.report import print_head, print_summary
 from bench.harness.stats import median, quartiles
 from bench.harness.usage import load_average
@@ -103,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
         for srv in servers.values():
             srv.check_alive()
         scraper.stop()
+        # The sidecars first, while the sink still takes their last spans: a traced
+        # sidecar whose exporter has nowhere to flush sits out the whole SIGTERM timeout.
+        stop_all(list(servers.values()))
         spans = sink_spans(sink)
     names = list(servers)
     off = names.index("sidecar-hot")

@@ -55,7 +55,10 @@ class ForkedChild:
         self._conn = conn
         self.stdin, self.stdout = stdin, stdout
         self.returncode: int | None = None
-        self.pid = int(self._read(timeout_s=60).removeprefix("pid "))
+        first = self._read(timeout_s=60)
+        if not first.startswith("pid "):
+            raise RuntimeError(f"the vLLM fork server did not fork the engine: {first}")
+        self.pid = int(first.removeprefix("pid "))
 
     def _read(self, timeout_s: float | None) -> str:
         self._conn.settimeout(timeout_s)

@@ -15,8 +15,10 @@ from typing import Any
 
 import structlog
 
+from sidecar.gateway.body import check_framing
 from sidecar.gateway.errors import HttpError
 from sidecar.gateway.flow import Flow
+from sidecar.gateway.headers import SINGLE_HEADERS, request_headers
 from sidecar.gateway.reply import JSON, Headers, Reply
 
 log = structlog.get_logger("infercache.gateway")
@@ -32,6 +34,9 @@ ENDPOINTS = {
     "/v1/embeddings": "embeddings",
 }
 MODELS_PATH = "/v1/models"
+_ALLOW_POST = b"POST, OPTIONS"
+_ALLOW_GET = {MODELS_PATH: b"GET, HEAD, OPTIONS", "/health": b"GET, HEAD, OPTIONS"}
+"""The Allow header of each route (HEAD is answered as GET; uvicorn drops the body)."""
 
 
 class GatewayApp:
@@ -40,6 +45,8 @@ class GatewayApp:
     def __init__(self, flow: Flow, max_body_bytes: int) -> None:
         self.flow = flow
         self.max_body_bytes = max_body_bytes
+        tenant_header = flow.api_keys.tenant_header
+        self.single_headers = SINGLE_HEADERS | ({tenant_header} if tenant_header else set())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,6 +56,8 @@ class GatewayApp:
             await self._route(scope, receive, reply)
         except HttpError as exc:
             await _error(reply, exc)
+        except _ClientGone:
+            return
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -74,24 +83,32 @@ class GatewayApp:
 
     async def _route(self, scope: Scope, receive: Receive, reply: Reply) -> None:
         path, method = scope["path"], scope["method"]
-        headers = dict(scope["headers"])
         endpoint = ENDPOINTS.get(path)
-        if endpoint is not None:
-            if method != "POST":
-                raise HttpError(405, f"{path} takes POST", code="method_not_allowed")
-            tenant = self.flow.tenant(headers)
-            raw = await _read_body(receive, headers, self.max_body_bytes)
-            work = self.flow.completion(endpoint, tenant, headers, raw, reply)
-            await _until_disconnect(work, receive)
-        elif path == MODELS_PATH:
-            if method != "GET":
-                raise HttpError(405, f"{path} takes GET", code="method_not_allowed")
-            self.flow.tenant(headers)
-            await _until_disconnect(self.flow.models(reply), receive)
-        elif path == "/health" and method == "GET":
-            await reply.whole(200, [(b"content-type", JSON)], b'{"status":"ok"}')
-        else:
+        allowed = _ALLOW_POST if endpoint is not None else _ALLOW_GET.get(path)
+        if allowed is None:
             raise HttpError(404, f"no route {method} {path}", code="not_found")
+        if method == "OPTIONS":
+            await reply.whole(204, [(b"allow", allowed)], b"")
+            return
+        if method.encode() not in allowed.split(b", "):
+            raise HttpError(
+                405,
+                f"{path} takes {allowed.decode()}",
+                code="method_not_allowed",
+                headers=[(b"allow", allowed)],
+            )
+        if path == "/health":
+            await reply.whole(200, [(b"content-type", JSON)], b'{"status":"ok"}')
+            return
+        headers = request_headers(scope["headers"], self.single_headers)
+        tenant = self.flow.tenant(headers)
+        if endpoint is None:
+            await _until_disconnect(self.flow.models(reply), receive)
+            return
+        check_framing(headers)
+        raw = await _read_body(receive, headers, self.max_body_bytes)
+        work = self.flow.completion(endpoint, tenant, headers, raw, reply)
+        await _until_disconnect(work, receive)
 
 
 def _reply(send: Send) -> Reply:
@@ -106,15 +123,19 @@ def _reply(send: Send) -> Reply:
 
 async def _error(reply: Reply, exc: HttpError) -> None:
     if reply.started:
-        # Too late for a status: end the response; a stream without [DONE] is incomplete.
+        # Too late for a status. The response is left unfinished, so uvicorn closes the
+        # connection without the final chunk: a client sees a broken response (the SDKs
+        # raise), never a clean end of a truncated body or of a stream without [DONE].
         log.info("gateway_error_after_start", status=exc.status, error=exc.message)
-        with contextlib.suppress(Exception):
-            await reply.send(b"", False)
         return
-    headers: Headers = [(b"content-type", JSON)]
+    headers: Headers = [(b"content-type", JSON), *exc.headers]
     if exc.status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
     await reply.whole(exc.status, headers, exc.body())
+
+
+class _ClientGone(Exception):
+    """The client went away before its request body arrived: nobody is left to answer."""
 
 
 async def _read_body(receive: Receive, headers: dict[bytes, bytes], limit: int) -> bytes:
@@ -126,7 +147,7 @@ async def _read_body(receive: Receive, headers: dict[bytes, bytes], limit: int) 
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError  # nobody is left to answer
+            raise _ClientGone
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

@@ -13,17 +13,19 @@ The mode's default is the tenant's `cache_mode` in the policy file, else read-wr
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from sidecar.gateway.errors import HttpError
+from sidecar.gateway.errors import bad_header
 from sidecar.results.pacing import MAX_TOKENS_PER_SECOND, PaceMode, Pacing
 
 MODE_HEADER = b"x-infercache-cache-mode"
 PROMPT_VERSION_HEADER = b"x-infercache-prompt-version"
 PACE_HEADER = b"x-infercache-replay-pace"
 MAX_PROMPT_VERSION_CHARS = 256
+_DELTA_SECONDS = re.compile(r"[0-9]{1,64}")
 
 
 class CacheMode(Enum):
@@ -58,13 +60,13 @@ def parse_mode(text: str, source: str = "x-infercache-cache-mode") -> CacheMode:
         return CacheMode(text.strip().lower())
     except ValueError:
         names = ", ".join(m.value for m in CacheMode)
-        raise HttpError(400, f"{source}: expected one of {names}, got {text[:64]!r}") from None
+        raise bad_header(source, f"expected one of {names}, got {text[:64]!r}") from None
 
 
 def controls(headers: Mapping[bytes, bytes], default_mode: CacheMode) -> Controls:
     """The request's controls: its mode header (or `default_mode`) and Cache-Control."""
     raw_mode = headers.get(MODE_HEADER)
-    mode = parse_mode(raw_mode.decode("latin-1")) if raw_mode else default_mode
+    mode = parse_mode(raw_mode.decode("latin-1")) if raw_mode is not None else default_mode
     read = mode in (CacheMode.READ_WRITE, CacheMode.READ_ONLY)
     write = mode in (CacheMode.READ_WRITE, CacheMode.WRITE_ONLY)
     max_age = 0
@@ -77,12 +79,13 @@ def controls(headers: Mapping[bytes, bytes], default_mode: CacheMode) -> Control
             write = False
         elif name == "max-age":
             seconds = value.strip().strip('"')
-            if not seconds.isdigit() or len(seconds) > 10:
-                raise HttpError(400, f"Cache-Control: max-age must be seconds, got {value!r}")
-            if int(seconds) == 0:
+            # ASCII digits only (str.isdigit() takes "\xb2", which int() refuses).
+            if not _DELTA_SECONDS.fullmatch(seconds):
+                raise bad_header("Cache-Control", f"max-age must be seconds, got {value[:64]!r}")
+            # RFC 9111 1.2.2: a value too large to represent counts as 2**31.
+            max_age = min(int(seconds), 2**31 - 1)
+            if max_age == 0:
                 read = False  # nothing cached is zero seconds old
-            else:
-                max_age = min(int(seconds), 2**31 - 1)
     return Controls(read=read, write=write, max_age_s=max_age)
 
 
@@ -92,11 +95,12 @@ def prompt_version(headers: Mapping[bytes, bytes], default: str) -> str:
     if raw is None:
         return default
     try:
-        value = raw.decode("utf-8").strip()
+        # Only HTTP's own whitespace is trimmed: "v1\u2028" is not the version "v1".
+        value = raw.decode("utf-8").strip(" \t")
     except UnicodeDecodeError:
-        raise HttpError(400, "x-infercache-prompt-version: not UTF-8") from None
+        raise bad_header("x-infercache-prompt-version", "not UTF-8") from None
     if not value or len(value) > MAX_PROMPT_VERSION_CHARS or not value.isprintable():
-        raise HttpError(400, "x-infercache-prompt-version: must be printable, 1 to 256 characters")
+        raise bad_header("x-infercache-prompt-version", "must be printable, 1 to 256 characters")
     return value
 
 
@@ -113,7 +117,7 @@ def pacing(headers: Mapping[bytes, bytes], default: str) -> Pacing:
     except ValueError:
         rate = math.nan
     if not (math.isfinite(rate) and 0 < rate <= MAX_TOKENS_PER_SECOND):
-        raise HttpError(
-            400, f"x-infercache-replay-pace: fastest, original or tokens per second, got {text!r}"
+        raise bad_header(
+            "x-infercache-replay-pace", f"fastest, original or tokens per second, got {text[:64]!r}"
         )
     return Pacing(PaceMode.TOKENS_PER_SECOND, tokens_per_second=rate)

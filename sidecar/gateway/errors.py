@@ -32,8 +32,11 @@ class HttpError(Exception):
         kind: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers or []
+        """Response headers the answer needs (Allow on a 405)."""
         self.status = status
         self.message = message
         self.kind = kind
@@ -58,10 +61,16 @@ def bad_request(param: str, problem: str) -> HttpError:
     return HttpError(400, f"{param}: {problem}", param=param, code="invalid_value")
 
 
+def bad_header(name: str, problem: str) -> HttpError:
+    """400 naming the request header that is wrong."""
+    return HttpError(400, f"{name}: {problem}", param=name.lower(), code="invalid_header")
+
+
 def for_domain(exc: InfercacheError) -> HttpError:
     """The HTTP answer to a domain error raised while serving a request."""
     if isinstance(exc, InvalidArgument):
-        param = exc.field.removeprefix("key.")
+        # The key's sampling fields carry the body's names (key.sampling.seed -> seed).
+        param = exc.field.removeprefix("key.").removeprefix("sampling.")
         return HttpError(400, f"{param}: {exc.problem}", param=param, code="invalid_value")
     if isinstance(exc, Unauthenticated):
         return HttpError(401, str(exc), kind="authentication_error", code="invalid_api_key")

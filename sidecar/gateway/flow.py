@@ -14,18 +14,17 @@ finish_reason and `data: [DONE]`; a client that goes away cancels this coroutine
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
 from sidecar.errors import InfercacheError
 from sidecar.gateway.auth import ApiKeys
+from sidecar.gateway.body import parse_body
 from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
-from sidecar.gateway.errors import HttpError, bad_request, for_domain
+from sidecar.gateway.errors import HttpError, for_domain
 from sidecar.gateway.hit import ReplayLimits, answer_hit
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
@@ -112,7 +111,11 @@ class Flow:
         doc = parse_body(raw)
         asked = controls(headers, self.default_mode(tenant))
         version = prompt_version(headers, self.settings.default_prompt_version)
-        kr = keyed_request(endpoint, doc, tenant, version)
+        try:
+            kr = keyed_request(endpoint, doc, tenant, version)
+        except RecursionError:
+            # Parsed, but too deep to re-serialise (the parser's limit is on its own stack).
+            raise HttpError(400, "the body is nested too deeply", code="invalid_json") from None
         # Read per request: the pod's fingerprint changes when its files are re-measured.
         info: Headers = [(b"x-infercache-model-version", self.keys.pod.model_version.encode())]
         if kr.unknown:
@@ -275,21 +278,6 @@ class Flow:
         if result.status is StoreStatus.STORED and self.recording is not None:
             self.recording.attach(key, kr, PATHS[endpoint], raw, result.ttl_s)
         return result.status is not StoreStatus.WRITE_FAILED
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object; 400 for anything else (NaN included)."""
-    try:
-        doc = json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HttpError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from exc
-    if not isinstance(doc, dict):
-        raise bad_request("body", "must be a JSON object")
-    return doc
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def _latin1(text: str) -> bytes:

@@ -39,7 +39,10 @@ def number(doc: Mapping[str, Any], name: str, path: str = "") -> float | None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise bad_request(path + name, f"must be a number, got {_kind(v)}")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:
+        raise bad_request(path + name, "is beyond the range of a double") from None
 
 
 def integer(doc: Mapping[str, Any], name: str, path: str = "") -> int | None:

@@ -15,8 +15,8 @@ A prompt containing one of these markers changes the answer:
     [[trickle]]      (stream) a content chunk every 0.2 s for --slow-s seconds
     [[error-event]]  (stream) an error event after the first chunk, then [DONE]
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
-when stream_options.include_usage); POST /v1/embeddings answers a vector derived
-from (weights, input).
+when stream_options.include_usage); `n` asks for n choices (choice i > 0 says " #i"
+after the text); POST /v1/embeddings answers a vector derived from (weights, input).
 GET /stats returns {"completions": N, "prompts": [...], "models": [...], "bodies": [...],
 "aborted": N} (bodies as received, byte for byte, recorded when a request arrives;
 aborted: streams whose client went away before the end).
@@ -149,13 +149,17 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if req.get("stream"):
                 self._stream(req, model, prompt, text)
                 return
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
-            if self.path == "/v1/chat/completions":
-                choice["message"] = {"role": "assistant", "content": text}
-                kind = "chat.completion"
-            else:
-                choice["text"] = text
-                kind = "text_completion"
+            choices: list[dict[str, Any]] = []
+            for i in range(int(req.get("n") or 1)):
+                choice: dict[str, Any] = {"index": i, "finish_reason": "stop"}
+                said = text if i == 0 else f"{text} #{i}"
+                if self.path == "/v1/chat/completions":
+                    choice["message"] = {"role": "assistant", "content": said}
+                    kind = "chat.completion"
+                else:
+                    choice["text"] = said
+                    kind = "text_completion"
+                choices.append(choice)
             usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 3}
             usage["total_tokens"] = usage["prompt_tokens"] + 3
             self._send(
@@ -165,7 +169,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     "object": kind,
                     "created": 0,
                     "model": model,
-                    "choices": [choice],
+                    "choices": choices,
                     "usage": usage,
                 },
             )
@@ -179,22 +183,24 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 "model": model,
             }
             events: list[dict[str, Any]] = []
+            n = int(req.get("n") or 1)
             pieces = stream_pieces(text)
-            for i, piece in enumerate(pieces):
+            for idx in range(n):
+                said = pieces if idx == 0 else stream_pieces(f"{text} #{idx}")
+                for i, piece in enumerate(said):
+                    if chat:
+                        delta = {"content": piece} | ({"role": "assistant"} if i == 0 else {})
+                        choice: dict[str, Any] = {"index": idx, "delta": delta}
+                    else:
+                        choice = {"index": idx, "text": piece}
+                    events.append(head | {"choices": [choice | {"finish_reason": None}]})
+            for idx in range(n):
+                final: dict[str, Any] = {"index": idx, "finish_reason": "stop"}
                 if chat:
-                    delta = (
-                        {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
-                    )
-                    choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
+                    final["delta"] = {}
                 else:
-                    choice = {"index": 0, "text": piece, "finish_reason": None}
-                events.append(head | {"choices": [choice]})
-            final: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
-            if chat:
-                final["delta"] = {}
-            else:
-                final["text"] = ""
-            events.append(head | {"choices": [final]})
+                    final["text"] = ""
+                events.append(head | {"choices": [final]})
             if (req.get("stream_options") or {}).get("include_usage"):
                 usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(pieces)}
                 events.append(head | {"choices": [], "usage": usage})

@@ -1,0 +1,88 @@
+"""HTTP/1.1 over a plain socket, for probes an HTTP client would normalise away
+(duplicate headers, chunked or lying bodies, raw bytes)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    """A parsed response: status, headers (lower-cased names, repeated ones kept), body."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        """The first value of header `name`, None when absent."""
+        return next((v for k, v in self.headers if k == name.lower()), None)
+
+    def error(self) -> dict[str, Any]:
+        """The OpenAI-style error object of the body (KeyError / ValueError otherwise)."""
+        doc = json.loads(self.body)
+        err = doc["error"]
+        assert set(err) == {"message", "type", "param", "code"}, err
+        return dict(err)
+
+
+def request(
+    port: int,
+    method: str,
+    path: str,
+    headers: list[tuple[str, str]] | None = None,
+    body: bytes = b"",
+    *,
+    chunks: list[bytes] | None = None,
+    content_length: bool = True,
+    timeout_s: float = 30.0,
+) -> RawResponse:
+    """One request on a fresh connection (`Connection: close`); `chunks`: send the body
+    chunked; `content_length=False`: send no framing header for `body`."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers or []]
+    if chunks is not None:
+        lines.append("Transfer-Encoding: chunked")
+        payload = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    else:
+        if content_length and (body or method in ("POST", "PUT")):
+            lines.append(f"Content-Length: {len(body)}")
+        payload = body
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(head + payload)
+        if not content_length and chunks is None:
+            sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while piece := sock.recv(65536):
+            data += piece
+    return parse(data, head_only=method == "HEAD")
+
+
+def parse(data: bytes, *, head_only: bool = False) -> RawResponse:
+    """Parse one HTTP/1.1 response (Content-Length, chunked, or until close)."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    status = int(status_line.split(" ", 2)[1])
+    headers = []
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers.append((name.strip().lower(), value.strip()))
+    found = dict(headers)
+    if head_only:
+        return RawResponse(status, headers, rest)
+    if found.get("transfer-encoding") == "chunked":
+        body = b""
+        while rest:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            body, rest = body + rest[:size], rest[size + 2 :]
+        return RawResponse(status, headers, body)
+    if "content-length" in found:
+        return RawResponse(status, headers, rest[: int(found["content-length"])])
+    return RawResponse(status, headers, rest)

@@ -104,11 +104,13 @@ def events(proc: SidecarProcess, name: str) -> list[dict[str, object]]:
 
 
 def rewrite(path: Path, text: str) -> None:
-    """Replace the file's content and make sure its mtime moves (coarse clocks)."""
-    before = path.stat().st_mtime_ns
-    path.write_text(text)
-    if path.stat().st_mtime_ns == before:
-        os.utime(path, ns=(before + 10**7, before + 10**7))
+    """Replace the file with `text` in one visible change: written beside it, then renamed
+    over it (as a ConfigMap update swaps its files), so the watcher sees a new inode with
+    the whole content. An in-place write could be seen twice (truncated, then written, or
+    written, then its mtime bumped for a coarse clock), and a bad file logged twice."""
+    staged = path.with_name(path.name + ".new")
+    staged.write_text(text)
+    os.replace(staged, path)
 
 
 @pytest.mark.parametrize("trigger", ["sighup", "file_change"])

@@ -80,7 +80,8 @@ class PrewarmConfig:
     )
     payload: Literal["text", "openai_json"] = setting(
         "text",
-        "What prewarm stores: text (the answer's text) or openai_json (the whole response)",
+        "What prewarm stores for a request not recorded by the gateway: text (the answer's "
+        "text) or openai_json (the whole response); gateway records keep the gateway's form",
         p.payload_format,
     )
 

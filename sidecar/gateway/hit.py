@@ -9,15 +9,15 @@ from dataclasses import dataclass
 from sidecar.entries import ChunkMeta, Entry
 from sidecar.gateway.render import (
     Renewal,
-    body_doc,
     body_from_events,
     events_from_body,
     replay_events,
 )
 from sidecar.gateway.reply import CACHE_HEADER, JSON, SSE_HEADERS, Headers, Reply
 from sidecar.gateway.request_keys import KeyedRequest
-from sidecar.gateway.sse import DONE
 from sidecar.results.pacing import Pacing, schedule
+from sidecar.results.sse import DONE
+from sidecar.results.whole_body import body_doc
 
 
 @dataclass(frozen=True, slots=True)

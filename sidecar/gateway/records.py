@@ -1,6 +1,9 @@
 """Prewarm's record of what was really sent: for tenants whose policy retains inputs,
 a stored answer's exact upstream request body is attached to its hit ranking, so a
-prewarm replays it verbatim (sidecar/prewarm/records.py), never a reconstruction."""
+prewarm replays it verbatim (sidecar/prewarm/records.py), never a reconstruction.
+The record names the form the gateway stores the answer in (a streamed request's
+SSE events, else the whole JSON body), so prewarm stores the new answer in the same
+form whatever INFERCACHE_PREWARM_PAYLOAD says."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from sidecar.prewarm.records import (
     JSON_TYPE,
     MAX_REPLAY_BYTES,
     REPLAY_PATHS,
+    AnswerForm,
     HitRecord,
     ReplayRequest,
 )
@@ -38,5 +42,9 @@ class Recording:
             body.decode("utf-8")
         except UnicodeDecodeError:
             return
-        record = HitRecord(self._encode_key(kr.key), ReplayRequest(path, JSON_TYPE, body))
+        # A streamed request is stored as SSE when the upstream streams (flow.py); one
+        # that answered it with JSON anyway is stored whole, and prewarm does the same.
+        form = AnswerForm.SSE if kr.stream else AnswerForm.JSON
+        replay = ReplayRequest(path, JSON_TYPE, body)
+        record = HitRecord(self._encode_key(kr.key), replay, form)
         self._recorder.attach(key.tenant, key.model_version, key.digest, record, ttl_s=ttl_s)

@@ -18,7 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sidecar.gateway.sse import event_doc, is_usage_only
+from sidecar.results.sse import event_doc, is_usage_only
+from sidecar.results.whole_body import body_doc
 
 
 def fresh_id(kind: str) -> str:
@@ -67,19 +68,6 @@ class Renewal:
         if "created" in fresh:
             fresh["created"] = int(self.created)
         return _sse(fresh) if event else _compact(fresh)
-
-
-def body_doc(payload: bytes) -> dict[str, Any] | None:
-    """A stored whole answer as a JSON object with choices or data; None otherwise."""
-    try:
-        doc = json.loads(payload)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict):
-        return None
-    if not isinstance(doc.get("choices"), list) and not isinstance(doc.get("data"), list):
-        return None
-    return doc
 
 
 def replay_events(

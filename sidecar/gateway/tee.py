@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from sidecar.entries import ChunkMeta, ComputeCost
-from sidecar.gateway.render import body_doc
 from sidecar.gateway.reply import Reply
 from sidecar.gateway.request_keys import KeyedRequest
-from sidecar.gateway.sse import EventSplitter, StreamWatch
+from sidecar.results.sse import StreamCollector
+from sidecar.results.whole_body import complete_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,18 +40,7 @@ class Answer:
 
 def whole_answer(payload: bytes, kr: KeyedRequest) -> bool:
     """A 200 body worth keeping: an OpenAI answer from the model asked for."""
-    doc = body_doc(payload)
-    if doc is None:
-        return False
-    answered_by = doc.get("model")
-    if answered_by is not None and answered_by != kr.model:
-        return False  # whatever answered is not what the key says
-    choices = doc.get("choices")
-    if isinstance(choices, list):
-        return bool(choices) and all(
-            isinstance(c, dict) and c.get("finish_reason") for c in choices
-        )
-    return bool(doc.get("data"))
+    return complete_body(payload, kr.model)
 
 
 async def tee_body(pieces: AsyncIterator[bytes], reply: Reply, limit: int) -> Answer | None:
@@ -74,34 +63,15 @@ async def tee_stream(
 ) -> Answer | None:
     """Pass the upstream's bytes on as they arrive; keep its events for the store.
 
-    None when the stream is not complete (see sse.StreamWatch) or over `limit`.
+    None when the stream is not complete (see results/sse.py) or over `limit`.
     """
-    splitter = EventSplitter(limit)
-    watch = StreamWatch()
-    events: list[bytes] = []
-    metas: list[ChunkMeta] = []
-    size = 0
-    whole = True
+    collector = StreamCollector(limit)
     async for piece in pieces:
         await reply.send(piece)
-        if not whole:
-            continue
-        try:
-            arrived = splitter.feed(piece)
-        except ValueError:
-            whole = False
-            continue
-        offset = int((time.monotonic() - t0) * 1000)
-        for event in arrived:
-            watch.see(event)
-            if watch.done:
-                continue  # [DONE] is framing: every replay ends with it
-            size += len(event)
-            events.append(event)
-            metas.append(ChunkMeta(len(event), 1, offset))
-        if size > limit:
-            whole = False
+        if collector.whole:
+            collector.feed(piece, int((time.monotonic() - t0) * 1000))
     await reply.send(b"", False)
-    if not whole or splitter.pending or not watch.complete:
+    got = collector.result()
+    if got is None:
         return None
-    return Answer(b"".join(events), tuple(metas), watch.finish_reason)
+    return Answer(got.payload, got.chunks, got.finish_reason)

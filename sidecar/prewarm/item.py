@@ -16,8 +16,15 @@ from sidecar.errors import InfercacheError, InvalidArgument
 from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import CacheKey, KeyRequest
 from sidecar.prewarm.hits import HitRecorder
-from sidecar.prewarm.openai import BadAnswer, PayloadFormat, UpstreamCall, parse_answer
+from sidecar.prewarm.openai import (
+    BadAnswer,
+    PayloadFormat,
+    UpstreamCall,
+    gateway_answer,
+    parse_answer,
+)
 from sidecar.prewarm.progress import NOT_REPLAYABLE, ItemOutcome, ItemReport, PrewarmItem
+from sidecar.prewarm.records import HitRecord
 from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
 from sidecar.results.cache import ResultCache
 from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
@@ -69,12 +76,14 @@ class ItemWarmer:
         if record is None:
             # Never rebuilt from the key: the key does not say how the answer was asked for.
             return skipped(index, NOT_REPLAYABLE, "no model-server request was attached")
+        unreplayable = record.unreplayable()
+        if unreplayable:
+            return skipped(index, NOT_REPLAYABLE, unreplayable)
         prepared = self._prepare(index, item.request)
         if isinstance(prepared, ItemReport):
             return prepared
         key, _, model = prepared
         digest = bytes(key.digest)
-        call = UpstreamCall.replaying(record.replay)
         found = await self._lookup(key)
         if found.outcome is Outcome.HIT:
             return skipped(index, "already_cached", digest=digest)
@@ -86,12 +95,41 @@ class ItemWarmer:
         # Without the single-flight hold (another caller computes it, or the holder key
         # could not be written in time) it is computed anyway: both results are
         # equivalent, and a skipped key would stay cold if that caller never stores.
+        spent = False
+        try:
+            report, spent = await self._compute(server, index, key, model, record, found.lease)
+            return report
+        finally:
+            if not spent:
+                # Like the gateway's miss: clients waiting on the key (wait_ms) stop
+                # waiting now instead of at the hold's expiry; shielded, as a stopped run
+                # cancels this.
+                await asyncio.shield(self._cache.release_token(found.lease, key.digest))
+
+    async def _compute(
+        self,
+        server: ModelServer,
+        index: int,
+        key: CacheKey,
+        model: str,
+        record: HitRecord,
+        lease: bytes,
+    ) -> tuple[ItemReport | None, bool]:
+        """Call the model server and store its answer with `lease`: the report and
+        whether the lease is spent (stored or refused by the store)."""
+        digest = bytes(key.digest)
+        call = UpstreamCall.replaying(record.replay)
         started = time.monotonic()
         try:
-            body = await server.complete(call)
-            answer = parse_answer(call, model, body, self._format)
+            received = await server.complete(call)
+            if record.form is None:
+                answer = parse_answer(call, model, received.body, self._format)
+            else:
+                # The gateway's record: its form and rules, whatever the payload setting.
+                limit = self._cache.max_payload_bytes
+                answer = gateway_answer(received, model, record.form, limit)
         except (UpstreamFailure, BadAnswer) as exc:
-            return failed(index, exc.reason, exc.detail, digest)
+            return failed(index, exc.reason, exc.detail, digest), False
         cost = ComputeCost(
             int((time.monotonic() - started) * 1000),
             answer.prompt_tokens,
@@ -101,26 +139,34 @@ class ItemWarmer:
             # ResultCache.store refuses a key of weights this pod does not run.
             for pause in (*RETRY_PAUSES_S, None):
                 stored = await self._cache.store(
-                    key, answer.payload, self._ttl_s, cost, lease_token=found.lease
+                    key,
+                    answer.payload,
+                    self._ttl_s,
+                    cost,
+                    lease_token=lease,
+                    chunks=answer.chunks,
+                    finish_reason=answer.finish_reason,
                 )
                 if stored.status is not StoreStatus.WRITE_FAILED or pause is None:
                     break
                 await asyncio.sleep(pause)
         except InfercacheError as exc:
-            return failed(index, "store_refused", str(exc), digest)
+            return failed(index, "store_refused", str(exc), digest), False
         if stored.status is StoreStatus.STORED:
             if self._recorder is not None:
                 # Replayable again on the next weights, like a client's Store with replay.
                 self._recorder.attach(
                     key.tenant, key.model_version, key.digest, record, ttl_s=stored.ttl_s
                 )
-            return None
+            return None, True
         if stored.status is StoreStatus.WRITE_FAILED:
-            return failed(index, "write_failed", "the warm tier refused the write", digest)
+            report = failed(index, "write_failed", "the warm tier refused the write", digest)
+            return report, False
         if stored.status is StoreStatus.STALE_LEASE:
-            return skipped(index, "invalidated_meanwhile", "an invalidation matched it", digest)
+            report = skipped(index, "invalidated_meanwhile", "an invalidation matched it", digest)
+            return report, True
         detail = stored.bypass.detail if stored.bypass is not None else "the store was bypassed"
-        return skipped(index, "policy_bypass", detail, digest)
+        return skipped(index, "policy_bypass", detail, digest), True
 
     async def _lookup(self, key: CacheKey) -> LookupResult:
         """A Lookup that tries again when the warm tier did not answer in time.

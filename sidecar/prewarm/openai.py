@@ -2,7 +2,9 @@
 
 The call is the request a Store attached (records.ReplayRequest), sent as it is:
 nothing is rebuilt from the key, which says what shaped an answer, not how the
-model was asked for it.
+model was asked for it. A record that names its form (the gateway's) is stored in
+that form with the gateway's own rules (`gateway_answer`); any other is stored as
+INFERCACHE_PREWARM_PAYLOAD says (`parse_answer`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from sidecar.prewarm.records import CHAT_PATH, ReplayRequest
+from sidecar.entries import ChunkMeta
+from sidecar.prewarm.records import CHAT_PATH, AnswerForm, ReplayRequest
+from sidecar.results.sse import StreamCollector
+from sidecar.results.whole_body import body_doc, complete_body
 
 
 class PayloadFormat(Enum):
@@ -49,18 +54,41 @@ class UpstreamCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Received:
+    """A 2xx model-server response: its media type and its bytes as they arrived."""
+
+    content_type: str
+    pieces: tuple[tuple[int, bytes], ...]
+    """(milliseconds after the request was sent, bytes), in order."""
+
+    @property
+    def body(self) -> bytes:
+        """The whole response body."""
+        return b"".join(piece for _, piece in self.pieces)
+
+    @property
+    def is_sse(self) -> bool:
+        """An SSE answer (the gateway's test, flow.py: the media type's prefix)."""
+        return self.content_type.startswith("text/event-stream")
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
-    """A parsed completion: the payload to store and what it cost."""
+    """A parsed completion: the payload to store, what it cost and, for a stream,
+    its boundaries and first finish_reason."""
 
     payload: bytes
     prompt_tokens: int
     completion_tokens: int
+    chunks: tuple[ChunkMeta, ...] = ()
+    finish_reason: str = ""
 
 
 def parse_answer(
     call: UpstreamCall, model: str, body: bytes, payload_format: PayloadFormat
 ) -> Answer:
-    """Check a response body and extract the payload; BadAnswer when it is not usable.
+    """Check a whole response body and extract the payload as `payload_format` says
+    (a form-less record's); BadAnswer when it is not usable.
 
     A response naming another model than the one asked for is refused: whatever
     answered is not the model the results will be keyed under.
@@ -71,9 +99,7 @@ def parse_answer(
         raise BadAnswer("upstream_bad_response", f"not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise BadAnswer("upstream_bad_response", "not a JSON object")
-    answered_by = doc.get("model")
-    if answered_by is not None and answered_by != model:
-        raise BadAnswer("wrong_model", f"answered by {str(answered_by)[:100]!r}, not {model!r}")
+    _check_model(doc.get("model"), model)
     choices = doc.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise BadAnswer("upstream_bad_response", "no choices")
@@ -90,6 +116,58 @@ def parse_answer(
         usage = {}
     payload = body if payload_format is PayloadFormat.OPENAI_JSON else text.encode("utf-8")
     return Answer(payload, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+
+
+def gateway_answer(received: Received, model: str, form: AnswerForm, limit: int) -> Answer:
+    """The answer to a gateway record, stored as the gateway stores a miss; BadAnswer
+    when the gateway would not store it.
+
+    A streamed record (SSE) answered in SSE: the events and their boundaries, kept only
+    when complete (results/sse.py: every choice's finish_reason, no error event,
+    `data: [DONE]`) and within `limit` bytes. Anything else: the whole JSON body, kept
+    only when every choice finished (results/whole_body.py). Either way an answer
+    naming another model than `model` is refused.
+    """
+    if form is AnswerForm.SSE and received.is_sse:
+        return _stream_answer(received, model, limit)
+    body = received.body
+    doc = body_doc(body)
+    if doc is None:
+        kind = "an SSE stream" if received.is_sse else "not an OpenAI answer"
+        raise BadAnswer("upstream_bad_response", f"{kind} for a whole-body record")
+    _check_model(doc.get("model"), model)
+    if not complete_body(body, model):
+        raise BadAnswer("upstream_incomplete", "a choice has no finish_reason")
+    if len(body) > limit:
+        raise BadAnswer("upstream_response_too_large", f"more than {limit} bytes")
+    usage = doc.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
+    return Answer(body, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+
+
+def _stream_answer(received: Received, model: str, limit: int) -> Answer:
+    collector = StreamCollector(limit)
+    for offset_ms, piece in received.pieces:
+        collector.feed(piece, offset_ms)
+    got = collector.result()
+    if got is None:
+        if not collector.whole:
+            raise BadAnswer("upstream_response_too_large", f"a stream over {limit} bytes")
+        raise BadAnswer(
+            "stream_incomplete",
+            "the stream ended before every choice's finish_reason and data: [DONE] "
+            "(or carried an error event)",
+        )
+    for named in got.models:
+        _check_model(named, model)
+    # Like the gateway's streamed store: the cost of a stream is not known per chunk.
+    return Answer(got.payload, 0, 0, got.chunks, got.finish_reason)
+
+
+def _check_model(answered_by: object, model: str) -> None:
+    if answered_by is not None and answered_by != model:
+        raise BadAnswer("wrong_model", f"answered by {str(answered_by)[:100]!r}, not {model!r}")
 
 
 def _count(usage: Mapping[str, Any], name: str) -> int:

@@ -44,6 +44,15 @@ class PrewarmItem:
     detail: str = ""
     record: HitRecord | None = None
 
+    @property
+    def replayable(self) -> bool:
+        """A key and a record whose answer prewarm can store (records.unreplayable)."""
+        return (
+            self.request is not None
+            and self.record is not None
+            and not (self.record.unreplayable())
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ItemReport:

@@ -7,8 +7,10 @@ and never rebuilds one from the key: the key says what shaped an answer (tenant,
 prompt template, tools, extra context), not how to make the model produce it again.
 
 A record is versioned JSON holding the key's wire form (base64 of a CacheKey without
-its model version: it is replayed under whatever model the pod runs then) and the
-request (its JSON body as text, so it decodes to the same bytes).
+its model version: it is replayed under whatever model the pod runs then), the
+request (its JSON body as text, so it decodes to the same bytes) and, from version 4,
+the form its answer is stored in (`AnswerForm`; absent: a gRPC Store's record,
+stored as INFERCACHE_PREWARM_PAYLOAD says). Version 3 records read as form-less.
 The key is opaque here; the composition root hands prewarm a decoder for it.
 """
 
@@ -17,16 +19,29 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
+from enum import Enum
 
 from sidecar.errors import InvalidArgument
 
-_VERSION = 3  # 3: the model-server request is attached; 2 and older are not replayable
+# 3: the model-server request is attached; 2 and older are not replayable.
+# 4: the answer's form (AnswerForm) may be named; a 3 reads as form-less.
+_VERSION = 4
+_FORMLESS_VERSION = 3
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 REPLAY_PATHS = (CHAT_PATH, COMPLETIONS_PATH)
 JSON_TYPE = "application/json"
 MAX_REPLAY_BYTES = 256 * 1024
 """Largest request body a Store may attach (every counted hit keeps the record alive)."""
+
+
+class AnswerForm(Enum):
+    """How a record's answer is stored: the form the gateway's clients read back."""
+
+    JSON = "json"
+    """The upstream's whole OpenAI JSON body, as received (the gateway, not streamed)."""
+    SSE = "sse"
+    """The upstream's SSE events, one chunk each, [DONE] left out (the gateway, streamed)."""
 
 
 class BadRecord(ValueError):
@@ -62,23 +77,49 @@ class ReplayRequest:
                 "replay.body", f"is {len(self.body)} bytes; the limit is {MAX_REPLAY_BYTES}"
             )
 
+    def streams(self) -> bool:
+        """Does the body ask for a stream (`"stream": true`)? False when it is not JSON."""
+        try:
+            doc = json.loads(self.body)
+        except ValueError:
+            return False
+        return isinstance(doc, dict) and doc.get("stream") is True
+
 
 @dataclass(frozen=True, slots=True)
 class HitRecord:
-    """A replayable request: the key's wire form (no model version) and its request."""
+    """A replayable request: the key's wire form (no model version), its request and
+    the form its answer is stored in (None: INFERCACHE_PREWARM_PAYLOAD decides)."""
 
     key: bytes
     replay: ReplayRequest
+    form: AnswerForm | None = None
+
+    def unreplayable(self) -> str:
+        """Why prewarm cannot store this record's answer rightly ("" when it can).
+
+        A form-less record that asks for a stream: its answer would be SSE, which
+        neither payload setting describes, and the record does not say the form the
+        entry's clients read (a gateway record from before version 4 or a Store's).
+        """
+        if self.form is None and self.replay.streams():
+            return (
+                'the request asks for a stream ("stream": true) and its record names no '
+                "stored form (written before record version 4, or by a Store)"
+            )
+        return ""
 
 
 def encode(record: HitRecord) -> bytes:
     """Compact JSON bytes of the record."""
     r = record.replay
-    doc = {
+    doc: dict[str, object] = {
         "v": _VERSION,
         "key": base64.b64encode(record.key).decode("ascii"),
         "replay": [r.path, r.content_type, r.body.decode("utf-8")],
     }
+    if record.form is not None:
+        doc["form"] = record.form.value
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -87,14 +128,16 @@ def decode(data: bytes) -> HitRecord:
     try:
         doc = json.loads(data)
         version = doc.get("v")
-        if version != _VERSION:
-            if isinstance(version, int) and version < _VERSION:
+        if version not in (_FORMLESS_VERSION, _VERSION):
+            if isinstance(version, int) and version < _FORMLESS_VERSION:
                 raise OldRecord(f"record version {version} carries no model-server request")
             raise BadRecord(f"record version {version!r} is not {_VERSION}")
         path, content_type, body = doc["replay"]
+        form = doc.get("form") if version == _VERSION else None
         return HitRecord(
             base64.b64decode(doc["key"], validate=True),
             ReplayRequest(str(path), str(content_type), str(body).encode("utf-8")),
+            None if form is None else AnswerForm(form),
         )
     except BadRecord:
         raise

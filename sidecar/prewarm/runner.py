@@ -188,7 +188,7 @@ class PrewarmRun:
         self._server_factory = server_factory
         self._server: ModelServer | None = None
         self._concurrency = concurrency
-        replayable = sum(1 for i in items if i.request is not None and i.record is not None)
+        replayable = sum(1 for i in items if i.replayable)
         self._tally = Tally(len(items), options.requested, replayable)
         self._state = RunState.RUNNING
         self._error = ""

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol
 
 import httpx
 
-from sidecar.prewarm.openai import UpstreamCall
+from sidecar.prewarm.openai import Received, UpstreamCall
 
 MODELS_PATH = "/v1/models"
 
@@ -37,8 +38,8 @@ class ModelServer(Protocol):
         """Ids listed by GET /v1/models."""
         ...
 
-    async def complete(self, call: UpstreamCall) -> bytes:
-        """POST the call and return the response body of a 2xx answer."""
+    async def complete(self, call: UpstreamCall) -> Received:
+        """POST the call and return a 2xx answer (its bytes as they arrived)."""
         ...
 
     async def close(self) -> None:
@@ -91,11 +92,13 @@ class HttpModelServer:
 
     async def _request(
         self, method: str, path: str, body: bytes | None = None, content_type: str = ""
-    ) -> bytes:
+    ) -> Received:
         headers = {"content-type": content_type} if content_type else None
         stream = self._client.stream(method, path, content=body, headers=headers)
+        t0 = time.monotonic()
         async with self._failures(), stream as resp:
-            chunks: list[bytes] = []
+            # Each piece with its arrival time: a streamed answer keeps its pacing.
+            pieces: list[tuple[int, bytes]] = []
             size = 0
             async for chunk in resp.aiter_bytes():
                 size += len(chunk)
@@ -104,27 +107,27 @@ class HttpModelServer:
                         "upstream_response_too_large",
                         f"more than {self._max_response_bytes} bytes",
                     )
-                chunks.append(chunk)
-            data = b"".join(chunks)
+                pieces.append((int((time.monotonic() - t0) * 1000), chunk))
+            received = Received(resp.headers.get("content-type", ""), tuple(pieces))
             if not 200 <= resp.status_code < 300:
                 raise UpstreamFailure(
                     f"upstream_http_{resp.status_code}",
-                    data[:200].decode("utf-8", errors="replace"),
+                    received.body[:200].decode("utf-8", errors="replace"),
                 )
-            return data
+            return received
 
     async def served_models(self) -> list[str]:
         """Ids of GET /v1/models ({"data": [{"id": ...}, ...]})."""
-        body = await self._request("GET", MODELS_PATH)
+        received = await self._request("GET", MODELS_PATH)
         try:
-            doc = json.loads(body)
+            doc = json.loads(received.body)
             return [str(m["id"]) for m in doc["data"]]
         except (ValueError, KeyError, TypeError) as exc:
             raise UpstreamFailure(
                 "upstream_bad_response", f"{MODELS_PATH} is not a model list"
             ) from exc
 
-    async def complete(self, call: UpstreamCall) -> bytes:
+    async def complete(self, call: UpstreamCall) -> Received:
         """POST the completion request, its body as given."""
         return await self._request("POST", call.path, call.body, call.content_type)
 

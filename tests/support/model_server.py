@@ -1,7 +1,7 @@
 """A stand-in for the pod's model server: OpenAI-compatible HTTP in its own process.
 
     python -m tests.support.model_server --port P --model NAME --weights v1 [--delay-ms N]
-        [--slow-s S]
+        [--slow-s S] [--stream-fault cut|no-done|mid-event|reset]
 
 Answers are a deterministic function of (weights version, prompt): `answer_for`.
 tests.support.processes.ModelServerProcess starts it; restart it with other `--weights`
@@ -17,6 +17,11 @@ A prompt containing one of these markers changes the answer:
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
 when stream_options.include_usage); `n` asks for n choices (choice i > 0 says " #i"
 after the text); POST /v1/embeddings answers a vector derived from (weights, input).
+--stream-fault breaks every stream (a server whose bodies were recorded elsewhere):
+    cut        like [[cut]]
+    no-done    like [[no-done]]
+    mid-event  the first event, then half of the next one, and the connection closes
+    reset      the first event, then the connection is reset (TCP RST)
 GET /stats returns {"completions": N, "prompts": [...], "models": [...], "bodies": [...],
 "aborted": N} (bodies as received, byte for byte, recorded when a request arrives;
 aborted: streams whose client went away before the end).
@@ -27,6 +32,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -204,7 +211,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if (req.get("stream_options") or {}).get("include_usage"):
                 usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(pieces)}
                 events.append(head | {"choices": [], "usage": usage})
-            if "[[cut]]" in prompt:
+            fault = args.stream_fault
+            if "[[cut]]" in prompt or fault in ("cut", "mid-event", "reset"):
                 events = events[:1]
             if "[[error-event]]" in prompt:
                 events = [*events[:1], {"error": {"message": "engine died", "code": 500}}]
@@ -223,7 +231,17 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                             # A comment line: keeps writing, so a gone client is noticed.
                             self.wfile.write(b": tick\n\n")
                             self.wfile.flush()
-                if "[[cut]]" not in prompt and "[[no-done]]" not in prompt:
+                if fault == "mid-event":
+                    half = b"data: " + json.dumps(head | {"choices": []}).encode()
+                    self.wfile.write(half[: len(half) // 2])
+                    self.wfile.flush()
+                elif fault == "reset":
+                    # SO_LINGER 0: close() sends RST, an abort rather than an end.
+                    linger = struct.pack("ii", 1, 0)
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                    # Closed now: the server would end it with shutdown(SHUT_WR), a FIN.
+                    self.connection.close()
+                elif "[[cut]]" not in prompt and "[[no-done]]" not in prompt and not fault:
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
@@ -241,6 +259,9 @@ def main() -> None:
     parser.add_argument("--weights", required=True)
     parser.add_argument("--delay-ms", type=int, default=0)
     parser.add_argument("--slow-s", type=float, default=5.0)
+    parser.add_argument(
+        "--stream-fault", choices=("cut", "no-done", "mid-event", "reset"), default=""
+    )
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(_State(args)))
     server.daemon_threads = True

@@ -165,12 +165,16 @@ class ModelServerProcess:
         models: tuple[str, ...] = ("tiny",),
         delay_ms: int = 0,
         slow_s: float = 5.0,
+        stream_fault: str = "",
     ) -> ModelServerProcess:
-        """Start (on the same port after a stop) and wait until /v1/models answers."""
+        """Start (on the same port after a stop) and wait until /v1/models answers.
+        `stream_fault`: how every stream breaks (model_server's --stream-fault)."""
         self.stop()
         self.weights = weights
         args = [sys.executable, "-m", "tests.support.model_server", "--port", str(self.port)]
         args += ["--weights", weights, "--delay-ms", str(delay_ms), "--slow-s", str(slow_s)]
+        if stream_fault:
+            args += ["--stream-fault", stream_fault]
         for m in models:
             args += ["--model", m]
         self.proc = subprocess.Popen(

@@ -14,8 +14,8 @@ from sidecar.gateway.controls import CacheMode, controls
 from sidecar.gateway.errors import HttpError
 from sidecar.gateway.render import Renewal, body_from_events, events_from_body, replay_events
 from sidecar.gateway.request_keys import CHAT, COMPLETIONS, EMBEDDINGS, keyed_request
-from sidecar.gateway.sse import EventSplitter, StreamWatch
 from sidecar.keys import build_key
+from sidecar.results.sse import EventSplitter, StreamWatch
 
 FP = "fp1-test"
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}

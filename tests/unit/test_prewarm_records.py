@@ -14,6 +14,7 @@ from sidecar.api.cache_codec import hit_record_from_pb, key_request_from_pb, key
 from sidecar.errors import InvalidArgument
 from sidecar.keys import build_key
 from sidecar.prewarm import records
+from sidecar.prewarm.progress import PrewarmItem
 from sidecar.prewarm.records import CHAT_PATH, MAX_REPLAY_BYTES, HitRecord, ReplayRequest
 
 REPLAY = ReplayRequest(CHAT_PATH, "application/json", b'{"model":"m","messages":[]}')
@@ -97,3 +98,36 @@ def test_unusable_replay_requests_are_invalid(replay: ReplayRequest, field: str)
 def test_json_with_parameters_is_accepted() -> None:
     """application/json; charset=utf-8 is JSON."""
     ReplayRequest(CHAT_PATH, "application/json; charset=utf-8", b"{}").check()
+
+
+STREAMED = ReplayRequest(CHAT_PATH, "application/json", b'{"model":"m","stream":true}')
+
+
+def test_gateway_records_keep_their_answer_form() -> None:
+    """Version 4 names the form (json / sse) and reads back the same; a version 3 record
+    reads as form-less (INFERCACHE_PREWARM_PAYLOAD decides, as before); a form this
+    version does not know is BadRecord."""
+    for form in (records.AnswerForm.JSON, records.AnswerForm.SSE, None):
+        record = HitRecord(b"k", STREAMED, form)
+        assert records.decode(records.encode(record)) == record
+    v3 = json.loads(records.encode(HitRecord(b"k", REPLAY)))
+    assert v3.pop("v") == 4
+    assert "form" not in v3
+    old = records.decode(json.dumps(v3 | {"v": 3, "form": "sse"}).encode())
+    assert old == HitRecord(b"k", REPLAY)  # a 3 has no form, whatever it holds
+    with pytest.raises(records.BadRecord):
+        records.decode(json.dumps(v3 | {"v": 4, "form": "xml"}).encode())
+
+
+def test_a_formless_streamed_request_is_not_replayable() -> None:
+    """A record without a form whose body streams cannot be stored rightly (SSE is
+    neither payload setting): not replayable, and not counted replayable; with a form, or
+    without stream, it is."""
+    req = key_request_from_pb(ParseDict(BASE, pb.CacheKey()))
+    assert HitRecord(b"k", STREAMED).unreplayable()
+    assert not PrewarmItem(req, record=HitRecord(b"k", STREAMED)).replayable
+    for record in (HitRecord(b"k", STREAMED, records.AnswerForm.SSE), HitRecord(b"k", REPLAY)):
+        assert not record.unreplayable()
+        assert PrewarmItem(req, record=record).replayable
+    not_json = ReplayRequest(CHAT_PATH, "application/json", b"{not json")
+    assert not not_json.streams()

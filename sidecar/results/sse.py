@@ -1,16 +1,22 @@
-"""Server-sent events of an OpenAI stream: split as they arrive, judged for completeness.
+"""Server-sent events of an OpenAI stream: split as they arrive, judged for completeness,
+collected into the stored form of a streamed result (no I/O).
 
 An event is kept as its exact bytes, terminating blank line included, so a replay
 sends the original events with their original boundaries. A stream is complete,
 and may be stored, only when every choice reached a finish_reason, no event carried
-an error, and the terminating `data: [DONE]` arrived.
+an error, and the terminating `data: [DONE]` arrived. The gateway (a streamed miss)
+and prewarm (a recorded streamed request replayed) both store through
+`StreamCollector`, so the two apply the same rules and store the same form.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
+
+from sidecar.entries import ChunkMeta
 
 DONE = b"data: [DONE]\n\n"
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
@@ -80,9 +86,18 @@ def is_usage_only(doc: dict[str, Any]) -> bool:
 class StreamWatch:
     """Follows a stream's events: which choices finished, errors, [DONE]."""
 
-    __slots__ = ("done", "failed", "finish_reason", "has_usage", "open_choices", "seen")
+    __slots__ = (
+        "done",
+        "failed",
+        "finish_reason",
+        "has_usage",
+        "models",
+        "open_choices",
+        "seen",
+    )
 
     def __init__(self) -> None:
+        self.models: set[str] = set()
         self.seen: set[int] = set()
         self.open_choices: set[int] = set()
         self.done = False
@@ -108,6 +123,9 @@ class StreamWatch:
             return
         if isinstance(doc.get("usage"), dict):
             self.has_usage = True
+        model = doc.get("model")
+        if model is not None:
+            self.models.add(str(model)[:200])
         choices = doc.get("choices")
         if not isinstance(choices, list):
             self.failed = True
@@ -130,3 +148,64 @@ class StreamWatch:
     def complete(self) -> bool:
         """Every choice finished, no error, [DONE] seen: the stream may be stored."""
         return self.done and not self.failed and bool(self.seen) and not self.open_choices
+
+
+@dataclass(frozen=True, slots=True)
+class CollectedStream:
+    """A complete stream as it is stored: its events joined (without [DONE], which
+    every replay sends), one chunk per event, and the first finish_reason."""
+
+    payload: bytes
+    chunks: tuple[ChunkMeta, ...]
+    finish_reason: str
+    models: frozenset[str]
+    """Every `model` the events named (one, for a stream from one model)."""
+
+
+class StreamCollector:
+    """Keeps a stream's events as its bytes arrive, up to `limit` bytes in all."""
+
+    __slots__ = ("_events", "_metas", "_size", "_splitter", "_watch", "limit", "whole")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._splitter = EventSplitter(limit)
+        self._watch = StreamWatch()
+        self._events: list[bytes] = []
+        self._metas: list[ChunkMeta] = []
+        self._size = 0
+        self.whole = True
+        """False once the stream can no longer be stored (an event or the whole over
+        the limit); the rest is then not looked at."""
+
+    def feed(self, piece: bytes, offset_ms: int) -> None:
+        """Account for the next bytes, which arrived `offset_ms` after the request."""
+        if not self.whole:
+            return
+        try:
+            arrived = self._splitter.feed(piece)
+        except ValueError:
+            self.whole = False
+            return
+        for event in arrived:
+            self._watch.see(event)
+            if self._watch.done:
+                continue  # [DONE] is framing: every replay ends with it
+            self._size += len(event)
+            self._events.append(event)
+            self._metas.append(ChunkMeta(len(event), 1, offset_ms))
+        if self._size > self.limit:
+            self.whole = False
+
+    def result(self) -> CollectedStream | None:
+        """The stream to store; None when it is not complete (StreamWatch.complete),
+        cut mid-event, or over the limit."""
+        watch = self._watch
+        if not self.whole or self._splitter.pending or not watch.complete:
+            return None
+        return CollectedStream(
+            b"".join(self._events),
+            tuple(self._metas),
+            watch.finish_reason,
+            frozenset(watch.models),
+        )

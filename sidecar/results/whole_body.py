@@ -1,0 +1,40 @@
+"""A whole (not streamed) OpenAI answer body: parsed, and judged worth storing (no I/O).
+
+The gateway (a miss) and prewarm (a recorded request replayed) both decide with
+`complete_body`, so the two store the same answers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def body_doc(payload: bytes) -> dict[str, Any] | None:
+    """A stored whole answer as a JSON object with choices or data; None otherwise."""
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if not isinstance(doc.get("choices"), list) and not isinstance(doc.get("data"), list):
+        return None
+    return doc
+
+
+def complete_body(payload: bytes, model: str) -> bool:
+    """A 200 body worth keeping: an OpenAI answer from `model` whose every choice
+    finished (an embeddings answer: some data)."""
+    doc = body_doc(payload)
+    if doc is None:
+        return False
+    answered_by = doc.get("model")
+    if answered_by is not None and answered_by != model:
+        return False  # whatever answered is not what the key says
+    choices = doc.get("choices")
+    if isinstance(choices, list):
+        return bool(choices) and all(
+            isinstance(c, dict) and c.get("finish_reason") for c in choices
+        )
+    return bool(doc.get("data"))

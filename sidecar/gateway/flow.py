@@ -234,7 +234,7 @@ class Flow:
                 await reply.start(resp.status, [(b"content-type", _latin1(kind)), *marked])
                 ok = resp.status == 200
                 if kr.stream and ok and kind.startswith("text/event-stream"):
-                    answer = await tee_stream(resp.pieces(), t0, reply, limit)
+                    answer = await tee_stream(resp.pieces(), t0, reply, limit, kr.model)
                     if answer is None:
                         self.stats.count("stream_not_stored")
                 else:

@@ -59,11 +59,13 @@ async def tee_body(pieces: AsyncIterator[bytes], reply: Reply, limit: int) -> An
 
 
 async def tee_stream(
-    pieces: AsyncIterator[bytes], t0: float, reply: Reply, limit: int
+    pieces: AsyncIterator[bytes], t0: float, reply: Reply, limit: int, model: str
 ) -> Answer | None:
     """Pass the upstream's bytes on as they arrive; keep its events for the store.
 
-    None when the stream is not complete (see results/sse.py) or over `limit`.
+    None when the stream is not complete (see results/sse.py), over `limit`, or when an
+    event names a model other than `model` (whatever answered is not what the key says,
+    as for a whole body; prewarm refuses such a stream too).
     """
     collector = StreamCollector(limit)
     async for piece in pieces:
@@ -72,6 +74,6 @@ async def tee_stream(
             collector.feed(piece, int((time.monotonic() - t0) * 1000))
     await reply.send(b"", False)
     got = collector.result()
-    if got is None:
+    if got is None or any(named != model for named in got.models):
         return None
     return Answer(got.payload, got.chunks, got.finish_reason)

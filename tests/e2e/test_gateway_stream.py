@@ -175,6 +175,18 @@ def test_incomplete_streams_are_never_stored(pod: GatewayPod, marker: str) -> No
     assert pod.upstream_calls() == before + 2
 
 
+def test_a_stream_from_another_model_is_forwarded_but_never_stored(pod: GatewayPod) -> None:
+    """Events naming a model other than the one asked for (a misrouted upstream) are not
+    what the key says: passed on as they came, never stored (as for a whole body)."""
+    doc = body(unique("[[wrong-model]]"), stream=True)
+    before = pod.upstream_calls()
+    first, events = raw_stream(pod, doc)
+    assert first == "miss"
+    assert json.loads(events[0][len(b"data: ") :])["model"] == "someone-else"
+    assert raw_stream(pod, doc)[0] == "miss"
+    assert pod.upstream_calls() == before + 2
+
+
 def test_client_disconnect_cancels_upstream_and_stores_nothing(pod: GatewayPod) -> None:
     """A client that goes away mid-stream: the upstream call is cancelled, nothing stored."""
     doc = body(unique("[[trickle]]"), stream=True)

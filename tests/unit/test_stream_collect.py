@@ -106,7 +106,7 @@ async def test_the_gateway_and_prewarm_store_the_same_form() -> None:
         for piece in (STREAM[:7], STREAM[7:40], STREAM[40:]):
             yield piece
 
-    teed = await tee_stream(pieces(), 0.0, Reply(start, body), LIMIT)
+    teed = await tee_stream(pieces(), 0.0, Reply(start, body), LIMIT, "m")
     assert teed is not None
     assert b"".join(sent) == STREAM  # forwarded as it came
     received = Received(SSE_TYPE, ((0, STREAM[:7]), (5, STREAM[7:40]), (9, STREAM[40:])))

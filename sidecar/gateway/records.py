@@ -36,8 +36,8 @@ class Recording:
         """Keep `body` (sent to `path`) as the replay of `key`'s entry, if allowed."""
         if kr.key is None or path not in REPLAY_PATHS or len(body) > MAX_REPLAY_BYTES:
             return
-        if kr.traits.private_data:
-            return
+        if kr.traits.private_data or not self._recorder.retains(key.tenant):
+            return  # before the record is built: encoding its key is most of the cost
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:

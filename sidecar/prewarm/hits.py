@@ -176,6 +176,11 @@ class HitRecorder:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_queued())
 
+    def retains(self, tenant: str) -> bool:
+        """May `tenant`'s inputs be kept? (A refusal is counted in `not_retained`.) Asked
+        before a record is built: most tenants do not retain, and building one costs."""
+        return self._retained(tenant)
+
     def _retained(self, tenant: str) -> bool:
         if self._retain_inputs(tenant):
             return True

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.gateway import API_KEYS, MODEL, GatewayPod
-from tests.support.raw_http import RawResponse, request
+from tests.support.gateway import API_KEYS, MODEL, GatewayPod, chat_body
+from tests.support.raw_http import RawResponse, refused, request
 
 pytestmark = pytest.mark.e2e
 
@@ -34,11 +34,7 @@ def pod() -> Iterator[GatewayPod]:
 
 def body(**fields: Any) -> dict[str, Any]:
     """A chat body with a unique prompt, `fields` added."""
-    doc: dict[str, Any] = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": f"field {uuid.uuid4().hex}"}],
-    }
-    return doc | fields
+    return chat_body("field", **fields)
 
 
 def post(
@@ -47,18 +43,6 @@ def post(
     """A POST of `doc` to the chat route (acme's key and JSON unless `headers`)."""
     hdrs = [AUTH, JSON_TYPE] if headers is None else headers
     return request(pod.port, "POST", CHAT, hdrs, json.dumps(doc).encode())
-
-
-def refused(resp: RawResponse, status: int, param: str | None = None, code: str | None = None):
-    """Assert an OpenAI-style refusal; returns the error object."""
-    assert resp.status == status, (resp.status, resp.body)
-    err = resp.error()
-    assert err["message"]
-    if param is not None:
-        assert err["param"] == param, err
-    if code is not None:
-        assert err["code"] == code, err
-    return err
 
 
 # -- fields -------------------------------------------------------------------------

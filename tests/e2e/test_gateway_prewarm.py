@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.gateway import MODEL, GatewayPod
+from tests.support.gateway import MODEL, gateway_pod_retaining
 from tests.support.model_server import answer_for, chat_prompt
 from tests.support.processes import RedisServer
 from tests.support.sidecars import run_cli
@@ -57,15 +57,7 @@ def test_prewarm_from_v1_ranking_stores_v2_answers_to_the_recorded_bodies(
     to the v2 model server exactly as the gateway sent them to v1's; afterwards each is a
     hit carrying v2's answer to that body, never v1's, and the CLI reports 3 of the top 3
     replayable (exit 0)."""
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("tenants:\n  acme: {retain_inputs: true}\n")
-    pod = GatewayPod(
-        redis_server.url,
-        policy_file=str(policy),
-        model_server_model=MODEL,
-        prewarm_payload="openai_json",
-        lookup_timeout_ms=2000,
-    )
+    pod = gateway_pod_retaining(redis_server.url, tmp_path, prewarm_payload="openai_json")
     try:
         for name, doc in BODIES.items():
             status, headers, raw = pod.post(CHAT, doc)

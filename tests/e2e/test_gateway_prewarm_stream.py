@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support.gateway import API_KEYS, MODEL, GatewayPod
+from tests.support.gateway import API_KEYS, MODEL, GatewayPod, gateway_pod_retaining
 from tests.support.processes import RedisServer
 from tests.support.sidecars import run_cli
 
@@ -96,15 +96,7 @@ def text_of(endpoint: str, answer: Any) -> str:
 def retaining_pod(redis_server: RedisServer, tmp_path: Path) -> Iterator[GatewayPod]:
     """A gateway pod recording acme's bodies; prewarm's payload setting is `text`, which
     must not matter for gateway records."""
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("tenants:\n  acme: {retain_inputs: true}\n")
-    pod = GatewayPod(
-        redis_server.url,
-        policy_file=str(policy),
-        model_server_model=MODEL,
-        prewarm_payload="text",
-        lookup_timeout_ms=2000,
-    )
+    pod = gateway_pod_retaining(redis_server.url, tmp_path, prewarm_payload="text")
     yield pod
     pod.stop()
 

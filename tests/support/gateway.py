@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tempfile
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,16 @@ API_KEYS = {
     "acme": "sk-acme-0123456789abcdef",
     "globex": "sk-globex-0123456789abcdef",
 }
+
+
+def chat_body(tag: str, **fields: Any) -> dict[str, Any]:
+    """A chat body for MODEL whose prompt is `tag` and a fresh uuid (never seen before),
+    `fields` added."""
+    doc: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"{tag} {uuid.uuid4().hex}"}],
+    }
+    return doc | fields
 
 
 def write_keys(path: Path, keys: dict[str, str] = API_KEYS) -> Path:
@@ -98,3 +109,17 @@ class GatewayPod:
             self.sidecar.stop()
         self.upstream.stop()
         self._dir.cleanup()
+
+
+def gateway_pod_retaining(redis_url: str, workdir: Path, prewarm_payload: str) -> GatewayPod:
+    """A gateway pod on `redis_url` whose policy (written in `workdir`) lets acme's inputs
+    be recorded for prewarm, with prewarm's payload setting `prewarm_payload`."""
+    policy = workdir / "policy.yaml"
+    policy.write_text("tenants:\n  acme: {retain_inputs: true}\n")
+    return GatewayPod(
+        redis_url,
+        policy_file=str(policy),
+        model_server_model=MODEL,
+        prewarm_payload=prewarm_payload,
+        lookup_timeout_ms=2000,
+    )

@@ -86,3 +86,19 @@ def parse(data: bytes, *, head_only: bool = False) -> RawResponse:
     if "content-length" in found:
         return RawResponse(status, headers, rest[: int(found["content-length"])])
     return RawResponse(status, headers, rest)
+
+
+def refused(
+    resp: RawResponse, status: int, param: str | None = None, code: str | None = None
+) -> Any:
+    """Assert an OpenAI-style JSON refusal with this status (and param, code when given);
+    returns the error object."""
+    assert resp.status == status, (resp.status, resp.body)
+    assert resp.header("content-type") == "application/json"
+    err = resp.error()
+    assert err["message"]
+    if param is not None:
+        assert err["param"] == param, err
+    if code is not None:
+        assert err["code"] == code, err
+    return err

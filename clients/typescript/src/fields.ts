@@ -56,6 +56,16 @@ function checkJson(value: unknown, path: string): void {
       checkJson(v, `${path}[${i}]`);
     });
   } else if (isPlainObject(value)) {
+    const keys = Object.keys(value);
+    const indexLike = keys.filter(isIndexKey);
+    if (keys.length > 1 && indexLike.length > 0) {
+      // A JavaScript object lists such keys first, ascending, whatever order they were
+      // written in: two objects that differ only in that order would make one key.
+      throw new Error(
+        `${path} has integer-like keys (${indexLike.slice(0, 3).map((k) => JSON.stringify(k)).join(", ")}), ` +
+          "whose order a JavaScript object does not keep; give this option as its JSON text",
+      );
+    }
     for (const [k, v] of Object.entries(value)) {
       checkString(k, `${path} key`);
       if (v !== undefined) checkJson(v, `${path}.${k}`);
@@ -63,6 +73,11 @@ function checkJson(value: unknown, path: string): void {
   } else {
     throw new Error(`${path} holds ${describe(value)}, which is not JSON`);
   }
+}
+
+/** An array-index key ("0", "7", "10"; below 2**32 - 1): the keys a JavaScript object reorders. */
+function isIndexKey(key: string): boolean {
+  return /^(?:0|[1-9][0-9]*)$/.test(key) && Number(key) < 2 ** 32 - 1;
 }
 
 const INT32: readonly [number, number] = [-(2 ** 31), 2 ** 31 - 1];

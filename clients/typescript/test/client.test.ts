@@ -190,12 +190,24 @@ describe("makeKey refusals of its own (what JavaScript values cannot say as Pyth
     ],
     ["a lone surrogate in an object key of a tool", { text: "x", tools: [{ "\ud800": 1 }] }, /not valid Unicode/],
     ["a lone surrogate in an extra key", { text: "x", extra: { "\udfff": "v" } }, /extra key is not valid Unicode/],
+    [
+      // { b, "2" } and { "2", b } are one JavaScript object: two tool definitions, one key.
+      "integer-like keys beside others in a tool (their order is lost)",
+      { text: "x", tools: [{ type: "function", parameters: { properties: { b: {}, "2": {} } } }] },
+      /tools\[0\]\.parameters\.properties has integer-like keys \("2"\)/,
+    ],
+    ["integer-like keys only, in chat_template_kwargs", { text: "x", chatTemplate: { chatTemplateKwargs: { "10": 1, "9": 2 } } }, /has integer-like keys/],
   ];
   for (const [name, init, error] of cases) {
     test(name, () => {
       assert.throws(() => makeKey({ ...base, ...init } as unknown as Parameters<typeof makeKey>[0]), error);
     });
   }
+
+  test("one integer-like key alone keeps its key (no order to lose)", () => {
+    const key = makeKey({ ...base, text: "x", tools: [{ "2": "two" }] });
+    assert.deepEqual(key.tools, ['{"2":"two"}']);
+  });
 
   test("a seed within 2**53 as a number is the same key as its bigint", () => {
     const n = makeKey({ ...base, text: "x", sampling: { seed: 2 ** 53 - 1 } });

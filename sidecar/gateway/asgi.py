@@ -3,13 +3,13 @@
 Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models
 (proxied); GET /health. Credentials are checked before the body is read; a body
 over the limit is 413 without being read whole. While a request is served, a watcher
-waits for the client to go away and then cancels it (and the upstream call with it).
+waits for the client to go away and then cancels it (and the upstream call with it),
+unless the client already has the whole response.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -103,12 +103,12 @@ class GatewayApp:
         headers = request_headers(scope["headers"], self.single_headers)
         tenant = self.flow.tenant(headers)
         if endpoint is None:
-            await _until_disconnect(self.flow.models(reply), receive)
+            await _until_disconnect(self.flow.models(reply), receive, reply)
             return
         check_framing(headers)
         raw = await _read_body(receive, headers, self.max_body_bytes)
         work = self.flow.completion(endpoint, tenant, headers, raw, reply)
-        await _until_disconnect(work, receive)
+        await _until_disconnect(work, receive, reply)
 
 
 def _reply(send: Send) -> Reply:
@@ -165,25 +165,43 @@ def _too_large(limit: int) -> HttpError:
     )
 
 
-async def _until_disconnect(work: Awaitable[None], receive: Receive) -> None:
-    """Run `work`; cancel it if the client disconnects first."""
+async def _until_disconnect(work: Awaitable[None], receive: Receive, reply: Reply) -> None:
+    """Run `work`; cancel it if the client disconnects before the response is complete.
 
-    async def gone() -> None:
+    Once the last byte is out, ASGI's receive says "disconnect" too (uvicorn's does,
+    whether the client stays or not): what follows the response, the store of a complete
+    answer, is not cancelled then, however long the warm tier takes.
+
+    The work runs in the request's own task, only the watcher beside it (not a task of
+    its own plus asyncio.wait). The watcher's cancellation is taken back (`uncancel`)
+    once it has ended the work, as asyncio.timeout does, so a cancellation from anyone
+    else (a server shutdown) still propagates.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
         while (await receive())["type"] != "http.disconnect":
             pass
-
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not task.done():
+        if not reply.finished:
+            gone = True
             task.cancel()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-    if task.cancelled() or not task.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return
-    task.result()  # re-raise the work's own error
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await work
+    except asyncio.CancelledError:
+        if gone and task.uncancel() == 0:
+            return  # ours: the client went away
+        raise
+    finally:
+        if watcher.done():
+            watcher.result()  # receive's own error, if it failed
+        else:
+            watcher.cancel()
+    if gone:
+        # The work ended by itself before the cancellation reached it: take that back,
+        # or it would hit whatever this task awaits next.
+        task.uncancel()

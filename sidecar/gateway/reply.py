@@ -16,11 +16,13 @@ SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream"), (b"cache-contro
 class Reply:
     """The response being written: start once, then body pieces."""
 
-    __slots__ = ("_body", "_start", "started")
+    __slots__ = ("_body", "_start", "finished", "started")
 
     def __init__(self, start: Start, body: Body) -> None:
         self._start, self._body = start, body
         self.started = False
+        self.finished = False
+        """The last piece of the body went out: the client has the whole response."""
 
     async def start(self, status: int, headers: Headers) -> None:
         """Status line and headers."""
@@ -29,6 +31,8 @@ class Reply:
 
     async def send(self, data: bytes, more: bool = True) -> None:
         """A piece of the body (`more=False`: the last one)."""
+        if not more:
+            self.finished = True
         await self._body(data, more)
 
     async def whole(self, status: int, headers: Headers, body: bytes) -> None:

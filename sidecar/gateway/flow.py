@@ -96,8 +96,8 @@ class Flow:
         ):
             await reply.start(resp.status, [(b"content-type", _latin1(resp.content_type))])
             async for piece in resp.pieces():
-                await reply.send(piece)
-            await reply.send(b"", False)
+                await reply.send(piece, not resp.ended())
+            await reply.end()
 
     async def completion(
         self,
@@ -204,8 +204,8 @@ class Flow:
             kind = _latin1(resp.content_type)
             await reply.start(resp.status, [(b"content-type", kind), *headers])
             async for piece in resp.pieces():
-                await reply.send(piece)
-            await reply.send(b"", False)
+                await reply.send(piece, not resp.ended())
+            await reply.end()
 
     async def _forward(
         self,
@@ -234,11 +234,11 @@ class Flow:
                 await reply.start(resp.status, [(b"content-type", _latin1(kind)), *marked])
                 ok = resp.status == 200
                 if kr.stream and ok and kind.startswith("text/event-stream"):
-                    answer = await tee_stream(resp.pieces(), t0, reply, limit, kr.model)
+                    answer = await tee_stream(resp.pieces(), t0, reply, limit, kr.model, resp.ended)
                     if answer is None:
                         self.stats.count("stream_not_stored")
                 else:
-                    answer = await tee_body(resp.pieces(), reply, limit)
+                    answer = await tee_body(resp.pieces(), reply, limit, resp.ended)
                     if answer is not None and not (ok and whole_answer(answer.payload, kr)):
                         answer = None
             if answer is not None and asked.write:

@@ -35,6 +35,11 @@ class Reply:
             self.finished = True
         await self._body(data, more)
 
+    async def end(self) -> None:
+        """End the body, unless its last piece already did (sent with `more=False`)."""
+        if not self.finished:
+            await self.send(b"", False)
+
     async def whole(self, status: int, headers: Headers, body: bytes) -> None:
         """A complete response in one go."""
         await self.start(status, headers)

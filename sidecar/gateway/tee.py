@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from sidecar.entries import ChunkMeta, ComputeCost
@@ -13,6 +13,9 @@ from sidecar.gateway.reply import Reply
 from sidecar.gateway.request_keys import KeyedRequest
 from sidecar.results.sse import StreamCollector
 from sidecar.results.whole_body import complete_body
+
+Ended = Callable[[], bool]
+"""Whether the upstream body has arrived whole (asked after each piece)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,23 +46,38 @@ def whole_answer(payload: bytes, kr: KeyedRequest) -> bool:
     return complete_body(payload, kr.model)
 
 
-async def tee_body(pieces: AsyncIterator[bytes], reply: Reply, limit: int) -> Answer | None:
-    """Pass a whole answer's bytes on as they arrive; keep them (up to `limit`) to store."""
+def _never() -> bool:
+    return False
+
+
+async def tee_body(
+    pieces: AsyncIterator[bytes], reply: Reply, limit: int, ended: Ended = _never
+) -> Answer | None:
+    """Pass a whole answer's bytes on as they arrive; keep them (up to `limit`) to store.
+
+    `ended()`, asked after each piece: the upstream body is complete, so that piece is
+    sent as the end of the response (see Upstream's `ended`).
+    """
     kept: list[bytes] = []
     size = 0
     async for piece in pieces:
-        await reply.send(piece)
+        await reply.send(piece, not ended())
         size += len(piece)
         if size <= limit:
             kept.append(piece)
-    await reply.send(b"", False)
+    await reply.end()
     if size > limit:
         return None
     return Answer(b"".join(kept), (), "")
 
 
 async def tee_stream(
-    pieces: AsyncIterator[bytes], t0: float, reply: Reply, limit: int, model: str
+    pieces: AsyncIterator[bytes],
+    t0: float,
+    reply: Reply,
+    limit: int,
+    model: str,
+    ended: Ended = _never,
 ) -> Answer | None:
     """Pass the upstream's bytes on as they arrive; keep its events for the store.
 
@@ -69,10 +87,10 @@ async def tee_stream(
     """
     collector = StreamCollector(limit)
     async for piece in pieces:
-        await reply.send(piece)
+        await reply.send(piece, not ended())
         if collector.whole:
             collector.feed(piece, int((time.monotonic() - t0) * 1000))
-    await reply.send(b"", False)
+    await reply.end()
     got = collector.result()
     if got is None or any(named != model for named in got.models):
         return None

@@ -46,6 +46,16 @@ class UpstreamReply:
             # Cut off, malformed framing or a bad compressed stream.
             raise _unreachable(exc) from exc
 
+    def ended(self) -> bool:
+        """Whether the body has arrived whole: the piece `pieces` gave last was its end.
+
+        aiohttp marks the end only when the framing says so (Content-Length reached, the
+        last chunk, a close-delimited body closed, a compressed stream complete); a body
+        cut off sets an error instead, which `pieces` raises. A caller can then send the
+        last piece as the end of its own response: one write to the client, not two.
+        """
+        return self._response.content.at_eof()
+
 
 class Upstream:
     """Pooled connections to the model server at `base_url`."""

@@ -37,6 +37,8 @@ MODELS_PATH = "/v1/models"
 _ALLOW_POST = b"POST, OPTIONS"
 _ALLOW_GET = {MODELS_PATH: b"GET, HEAD, OPTIONS", "/health": b"GET, HEAD, OPTIONS"}
 """The Allow header of each route (HEAD is answered as GET; uvicorn drops the body)."""
+_METHODS = {a: frozenset(a.decode().split(", ")) for a in (_ALLOW_POST, *_ALLOW_GET.values())}
+"""The methods each Allow header names."""
 
 
 class GatewayApp:
@@ -90,7 +92,7 @@ class GatewayApp:
         if method == "OPTIONS":
             await reply.whole(204, [(b"allow", allowed)], b"")
             return
-        if method.encode() not in allowed.split(b", "):
+        if method not in _METHODS[allowed]:
             raise HttpError(
                 405,
                 f"{path} takes {allowed.decode()}",

@@ -63,14 +63,27 @@ def parse_mode(text: str, source: str = "x-infercache-cache-mode") -> CacheMode:
         raise bad_header(source, f"expected one of {names}, got {text[:64]!r}") from None
 
 
+def _reads_writes(mode: CacheMode) -> tuple[bool, bool]:
+    return (
+        mode in (CacheMode.READ_WRITE, CacheMode.READ_ONLY),
+        mode in (CacheMode.READ_WRITE, CacheMode.WRITE_ONLY),
+    )
+
+
+_BY_MODE = {mode: Controls(*_reads_writes(mode)) for mode in CacheMode}
+"""The controls of a request that only names a mode (or none): most requests."""
+
+
 def controls(headers: Mapping[bytes, bytes], default_mode: CacheMode) -> Controls:
     """The request's controls: its mode header (or `default_mode`) and Cache-Control."""
     raw_mode = headers.get(MODE_HEADER)
     mode = parse_mode(raw_mode.decode("latin-1")) if raw_mode is not None else default_mode
-    read = mode in (CacheMode.READ_WRITE, CacheMode.READ_ONLY)
-    write = mode in (CacheMode.READ_WRITE, CacheMode.WRITE_ONLY)
+    cache_control = headers.get(b"cache-control")
+    if cache_control is None:
+        return _BY_MODE[mode]
+    read, write = _reads_writes(mode)
     max_age = 0
-    for directive in headers.get(b"cache-control", b"").decode("latin-1").split(","):
+    for directive in cache_control.decode("latin-1").split(","):
         name, _, value = directive.strip().partition("=")
         name = name.strip().lower()
         if name == "no-cache":

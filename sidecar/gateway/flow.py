@@ -130,11 +130,10 @@ class Flow:
         except InfercacheError as exc:
             raise for_domain(exc) from exc
         info.append((b"x-infercache-key", key.digest.hex()[:16].encode()))
-        policy = self.cache.tenant_policy(tenant)
         if asked.read:
             await self._lookup(endpoint, raw, kr, key, asked, headers, info, reply)
             return
-        decision = policy.bypass_for(key, kr.traits)
+        decision = self.cache.tenant_policy(tenant).bypass_for(key, kr.traits)
         if decision is not None:
             await self._bypass(endpoint, raw, kr, info, decision.reason.value, reply)
             return
@@ -239,8 +238,8 @@ class Flow:
                         self.stats.count("stream_not_stored")
                 else:
                     answer = await tee_body(resp.pieces(), reply, limit, resp.ended)
-                    if answer is not None and not (ok and whole_answer(answer.payload, kr)):
-                        answer = None
+                    if answer is not None:
+                        answer = whole_answer(answer, kr) if ok else None
             if answer is not None and asked.write:
                 stored = await self._store(endpoint, raw, kr, key, lease, answer, started_ms)
         finally:
@@ -263,7 +262,7 @@ class Flow:
             result = await self.cache.store(
                 key,
                 answer.payload,
-                cost=answer.cost(),
+                cost=answer.cost,
                 lease_token=lease,
                 traits=kr.traits,
                 chunks=answer.chunks,

@@ -121,6 +121,12 @@ _TEMPLATE_FLAGS = ("add_generation_prompt", "continue_final_message", "add_speci
 _TEMPLATE_JSON = ("chat_template_kwargs", "mm_processor_kwargs")
 _OUTPUT_TEXT = ("reasoning_effort", "verbosity", "suffix", "encoding_format")
 _OUTPUT_JSON = ("audio", "prediction", "web_search_options")
+_TEMPLATE_FIELDS = frozenset({*_TEMPLATE_FLAGS, *_TEMPLATE_JSON, "chat_template", "documents"})
+"""Every field _template reads."""
+_OUTPUT_FIELDS = frozenset(
+    {*_OUTPUT_TEXT, *_OUTPUT_JSON, "echo", "dimensions", "return_tokens_as_token_ids", "modalities"}
+)
+"""Every field _output reads."""
 _FORMATS = {
     "text": FormatType.TEXT,
     "json_object": FormatType.JSON_OBJECT,
@@ -128,6 +134,7 @@ _FORMATS = {
     "structural_tag": FormatType.STRUCTURAL_TAG,
 }
 _INPUTS = {CHAT: "messages", COMPLETIONS: "prompt", EMBEDDINGS: "input"}
+_OTHER_INPUTS = {e: tuple(sorted(set(_INPUTS.values()) - {n})) for e, n in _INPUTS.items()}
 
 KNOWN = frozenset(
     {"model", "messages", "prompt", "input", "stop", "logit_bias", "logprobs", "bad_words"}
@@ -185,11 +192,11 @@ def keyed_request(
         if name not in EXTRA_KNOWN:
             unknown.append(name)
         extra[name] = v.extra_value(value)
-    base = KeyedRequest(None, model, stream, include_usage, tuple(sorted(unknown)))
+    unknown_fields = tuple(sorted(unknown))
     try:
         kind, value = _input(endpoint, doc, extra)
     except Uncacheable as exc:
-        return KeyedRequest(None, model, stream, include_usage, base.unknown, exc.reason)
+        return KeyedRequest(None, model, stream, include_usage, unknown_fields, exc.reason)
     key = KeyRequest(
         tenant=tenant,
         model_version="",  # the pod's fingerprint (KeyResolver fills it in)
@@ -206,12 +213,12 @@ def keyed_request(
         output=_output(endpoint, doc),
     )
     traits = RequestTraits(real_time=True) if doc.get("web_search_options") else NO_TRAITS
-    return KeyedRequest(key, model, stream, include_usage, base.unknown, traits=traits)
+    return KeyedRequest(key, model, stream, include_usage, unknown_fields, traits=traits)
 
 
 def _input(endpoint: str, doc: Mapping[str, Any], extra: dict[str, str]) -> tuple[InputKind, Any]:
     name = _INPUTS[endpoint]
-    for other in set(_INPUTS.values()) - {name}:
+    for other in _OTHER_INPUTS[endpoint]:
         if other in doc:
             extra[other] = v.extra_value(doc[other])  # another endpoint's input: keyed whole
     raw = doc.get(name)
@@ -236,9 +243,11 @@ def _tool_choice(doc: Mapping[str, Any]) -> str | None:
 
 
 def _sampling(doc: Mapping[str, Any], extra: dict[str, str]) -> Sampling:
-    nums: dict[str, Any] = {n: v.number(doc, n) for n in _SAMPLING_NUMBERS}
-    ints: dict[str, Any] = {n: v.integer(doc, n) for n in _SAMPLING_INTS}
-    flags: dict[str, Any] = {n: v.boolean(doc, n) for n in _SAMPLING_FLAGS}
+    # Only the fields the body has (an absent one reads as None, Sampling's default),
+    # checked in the same order, so a body with two bad fields gets the same 400.
+    nums: dict[str, Any] = {n: v.number(doc, n) for n in _SAMPLING_NUMBERS if n in doc}
+    ints: dict[str, Any] = {n: v.integer(doc, n) for n in _SAMPLING_INTS if n in doc}
+    flags: dict[str, Any] = {n: v.boolean(doc, n) for n in _SAMPLING_FLAGS if n in doc}
     logprobs: int | None = None
     return_logprobs: bool | None = None
     if isinstance(doc.get("logprobs"), bool):
@@ -344,6 +353,8 @@ def _guided_value(attr: str, value: Any, name: str) -> Any:
 
 
 def _template(doc: Mapping[str, Any]) -> ChatTemplateOptions | None:
+    if _TEMPLATE_FIELDS.isdisjoint(doc):
+        return None  # the common case; the same answer as reading each field as None
     found: dict[str, Any] = {n: v.boolean(doc, n) for n in _TEMPLATE_FLAGS}
     found |= {n: v.json_of(doc, n) for n in _TEMPLATE_JSON}
     found["chat_template"] = v.string(doc, "chat_template")
@@ -354,6 +365,8 @@ def _template(doc: Mapping[str, Any]) -> ChatTemplateOptions | None:
 
 
 def _output(endpoint: str, doc: Mapping[str, Any]) -> OutputOptions | None:
+    if _OUTPUT_FIELDS.isdisjoint(doc):
+        return None  # the common case; the same answer as reading each field as None
     found: dict[str, Any] = {n: v.string(doc, n) for n in _OUTPUT_TEXT}
     found |= {n: v.json_of(doc, n) for n in _OUTPUT_JSON}
     found["echo"] = v.boolean(doc, "echo")

@@ -3,7 +3,6 @@ its own: the bytes come in, go out through the Reply, and are kept only if compl
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -12,10 +11,12 @@ from sidecar.entries import ChunkMeta, ComputeCost
 from sidecar.gateway.reply import Reply
 from sidecar.gateway.request_keys import KeyedRequest
 from sidecar.results.sse import StreamCollector
-from sidecar.results.whole_body import complete_body
+from sidecar.results.whole_body import body_doc, complete_doc
 
 Ended = Callable[[], bool]
 """Whether the upstream body has arrived whole (asked after each piece)."""
+
+_NO_COST = ComputeCost()
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,25 +26,25 @@ class Answer:
     payload: bytes
     chunks: tuple[ChunkMeta, ...]
     finish_reason: str
-
-    def cost(self) -> ComputeCost:
-        """Token counts of a whole answer's usage (0 when unknown)."""
-        if self.chunks:
-            return ComputeCost()
-        try:
-            usage = json.loads(self.payload).get("usage") or {}
-        except (ValueError, AttributeError):
-            return ComputeCost()
-        p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        return ComputeCost(
-            prompt_tokens=p if isinstance(p, int) and 0 <= p < 2**32 else 0,
-            completion_tokens=c if isinstance(c, int) and 0 <= c < 2**32 else 0,
-        )
+    cost: ComputeCost = _NO_COST
+    """Token counts of a whole answer's usage (0 when unknown; a stream's: 0)."""
 
 
-def whole_answer(payload: bytes, kr: KeyedRequest) -> bool:
-    """A 200 body worth keeping: an OpenAI answer from the model asked for."""
-    return complete_body(payload, kr.model)
+def whole_answer(answer: Answer, kr: KeyedRequest) -> Answer | None:
+    """A 200 body worth keeping (an OpenAI answer from the model asked for) with its
+    usage read, from one parse of the body; None when it is not worth keeping."""
+    doc = body_doc(answer.payload)
+    if doc is None or not complete_doc(doc, kr.model):
+        return None
+    usage = doc.get("usage")
+    if not isinstance(usage, dict):
+        return answer
+    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    cost = ComputeCost(
+        prompt_tokens=p if isinstance(p, int) and 0 <= p < 2**32 else 0,
+        completion_tokens=c if isinstance(c, int) and 0 <= c < 2**32 else 0,
+    )
+    return Answer(answer.payload, answer.chunks, answer.finish_reason, cost)
 
 
 def _never() -> bool:

@@ -80,10 +80,10 @@ class Upstream:
                     limit=self._max_connections, limit_per_host=0, keepalive_timeout=30
                 ),
                 # Connecting must be quick; the answer itself may take the whole deadline
-                # (the caller's asyncio.timeout bounds the call as a whole).
-                timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=min(10.0, self.timeout_s), sock_read=self.timeout_s
-                ),
+                # (the caller's asyncio.timeout bounds the call as a whole). No sock_read:
+                # a gap between reads as long as the whole deadline never ends a call
+                # before that deadline does, and aiohttp re-arms its timer on every read.
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.timeout_s)),
                 headers=self._headers,
                 skip_auto_headers=("User-Agent",),
                 auto_decompress=True,

@@ -19,9 +19,13 @@ EXTRA_VALUE_MAX_CHARS = 4096
 """Longer `extra` values are keyed as `sha256:<hex>` (the key's extra value limit)."""
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""Built once: json.dumps with any option builds an encoder per call (the same one)."""
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text of a parsed value, keys in their parsed order."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def extra_value(value: Any) -> str:

@@ -63,7 +63,11 @@ def event_data(event: bytes) -> bytes | None:
 
 def event_doc(event: bytes) -> dict[str, Any] | None:
     """The JSON object an event carries; None for [DONE], comments or anything else."""
-    data = event_data(event)
+    return _data_doc(event_data(event))
+
+
+def _data_doc(data: bytes | None) -> dict[str, Any] | None:
+    """event_doc of an event whose data (event_data) is `data`."""
     if data is None or data == b"[DONE]":
         return None
     try:
@@ -107,15 +111,16 @@ class StreamWatch:
 
     def see(self, event: bytes) -> None:
         """Account for one event (in order)."""
-        if is_done(event):
+        data = event_data(event)  # once: is_done, event_doc and the check below read it
+        if data == b"[DONE]":
             self.done = True
             return
         if self.done:
             self.failed = True  # nothing may follow [DONE]
             return
-        doc = event_doc(event)
+        doc = _data_doc(data)
         if doc is None:
-            if event_data(event) is not None:
+            if data is not None:
                 self.failed = True  # data that is not a JSON object
             return
         if "error" in doc:

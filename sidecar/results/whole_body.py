@@ -27,8 +27,11 @@ def complete_body(payload: bytes, model: str) -> bool:
     """A 200 body worth keeping: an OpenAI answer from `model` whose every choice
     finished (an embeddings answer: some data)."""
     doc = body_doc(payload)
-    if doc is None:
-        return False
+    return doc is not None and complete_doc(doc, model)
+
+
+def complete_doc(doc: dict[str, Any], model: str) -> bool:
+    """complete_body of a body already read with body_doc (one parse, not two)."""
     answered_by = doc.get("model")
     if answered_by is not None and answered_by != model:
         return False  # whatever answered is not what the key says

@@ -4,10 +4,14 @@ and then an empty end), and the bytes and what is kept to store are the same eit
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
+from sidecar.entries import ComputeCost
 from sidecar.gateway.reply import Headers, Reply
-from sidecar.gateway.tee import tee_body
+from sidecar.gateway.request_keys import KeyedRequest
+from sidecar.gateway.tee import Answer, tee_body, whole_answer
 
 LIMIT = 1 << 20
 
@@ -68,3 +72,35 @@ async def test_an_empty_body_ends_once() -> None:
     upstream = _Upstream([])
     await tee_body(upstream.pieces(), reply, LIMIT, upstream.ended)
     assert sent == [(b"", False)]
+
+
+def _body(**fields: Any) -> Answer:
+    choice = {"index": 0, "message": {"role": "assistant", "content": "hi"}}
+    doc = {"model": "m", "choices": [choice | {"finish_reason": "stop"}]} | fields
+    return Answer(json.dumps(doc).encode(), (), "")
+
+
+KR = KeyedRequest(None, "m", stream=False, include_usage=False)
+
+
+def test_a_whole_answer_is_read_once_with_its_usage() -> None:
+    """The answer kept to store carries its usage's token counts (out of range: 0)."""
+    kept = whole_answer(_body(usage={"prompt_tokens": 3, "completion_tokens": 2**32}), KR)
+    assert kept is not None
+    assert kept.cost == ComputeCost(prompt_tokens=3, completion_tokens=0)
+
+
+def test_a_usage_that_is_not_an_object_counts_nothing() -> None:
+    """`usage: [1]` is no token count (it used to raise after the response was sent,
+    and the complete answer was not stored)."""
+    kept = whole_answer(_body(usage=[1]), KR)
+    assert kept is not None
+    assert kept.cost == ComputeCost()
+
+
+def test_an_unfinished_or_foreign_answer_is_not_kept() -> None:
+    """As complete_body decides: a choice without finish_reason, another model."""
+    unfinished = Answer(json.dumps({"model": "m", "choices": [{"index": 0}]}).encode(), (), "")
+    assert whole_answer(unfinished, KR) is None
+    assert whole_answer(_body(model="other"), KR) is None
+    assert whole_answer(Answer(b"not json", (), ""), KR) is None

@@ -120,6 +120,7 @@ def build_cache(
         policy=policy,
         observers=observers,
         pod=pod,
+        holding=stores.holding,
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from sidecar.backends.embedded_holding import EmbeddedHolding
 from sidecar.backends.redis.backend import RedisBackend, connect
 from sidecar.backends.redis.connect import RedisOptions, probe
 from sidecar.backends.redis.control import RedisControlStore
@@ -15,7 +16,7 @@ from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.store import ControlStore
-from sidecar.tiers.base import WarmTier
+from sidecar.tiers.base import HoldingStore, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 
 log = structlog.get_logger("infercache.app")
@@ -36,6 +37,9 @@ class Stores:
     once, here."""
     options: RedisOptions | None = None
     """How that client reaches Redis (URL, credentials, TLS), for clients made later."""
+    holding: HoldingStore | None = None
+    """The warm tier and the control store's holder keys changed together (one Redis,
+    or the embedded pair); None on a Redis Cluster (see tiers/base.py HoldingStore)."""
 
     async def close(self) -> None:
         """Close the stores, then the shared client."""
@@ -70,14 +74,15 @@ def build_stores(config: Config) -> Stores:
             lookup_timeout_s=config.redis.lookup_timeout_ms / 1000,
             client=warm.client,
         )
-        return Stores(warm, control, warm.client, options)
+        return Stores(warm, control, warm.client, options, warm.holding)
     embedded_control = EmbeddedControlStore()
     embedded_warm = EmbeddedWarmTier(
         config.tiers.embedded_max_bytes,
         config.tiers.embedded_max_entries,
         epoch_source=embedded_control.epoch_now,
     )
-    return Stores(embedded_warm, embedded_control)
+    holding = EmbeddedHolding(embedded_warm, embedded_control)
+    return Stores(embedded_warm, embedded_control, holding=holding)
 
 
 async def probe_stores(stores: Stores, config: Config) -> None:

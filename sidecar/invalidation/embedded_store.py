@@ -115,6 +115,10 @@ class EmbeddedControlStore:
 
     async def acquire_holder(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:
         """Hold the key unless a live holder exists."""
+        return self.hold_now(digest, lease_id, ttl_ms)
+
+    def hold_now(self, digest: KeyDigest, lease_id: bytes, ttl_ms: int) -> bool:
+        """acquire_holder without a suspension point (see backends/embedded_holding.py)."""
         now = self._clock_ms()
         current = self._holders.get(digest)
         if current is not None and current[1] > now:
@@ -126,6 +130,10 @@ class EmbeddedControlStore:
 
     async def release_holder(self, digest: KeyDigest, lease_id: bytes) -> None:
         """Release if still ours."""
+        self.release_now(digest, lease_id)
+
+    def release_now(self, digest: KeyDigest, lease_id: bytes) -> None:
+        """release_holder without a suspension point."""
         current = self._holders.get(digest)
         if current is not None and current[0] == lease_id:
             del self._holders[digest]

@@ -22,7 +22,7 @@ import structlog
 
 from sidecar import entries
 from sidecar.config import LeaseConfig
-from sidecar.entries import ChunkMeta, ComputeCost, Entry, EntryRejected
+from sidecar.entries import ChunkMeta, ComputeCost, Entry
 from sidecar.errors import InvalidArgument, TierUnavailable
 from sidecar.identity.cell import IdentityCell, as_cell
 from sidecar.identity.pod import PodIdentity
@@ -35,7 +35,8 @@ from sidecar.results.chunks import check_finish_reason, chunk_table
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.observers import LookupCounter
 from sidecar.results.screen import screen_doubt, screen_policy
-from sidecar.results.single_flight import SingleFlight
+from sidecar.results.single_flight import HoldTry, SingleFlight
+from sidecar.results.tier_reader import TierReader
 from sidecar.results.types import (
     LookupObserver,
     LookupQuery,
@@ -43,9 +44,8 @@ from sidecar.results.types import (
     Outcome,
     StoreResult,
     StoreStatus,
-    TierName,
 )
-from sidecar.tiers.base import WarmItem, WarmTier
+from sidecar.tiers.base import HoldingStore, WarmItem, WarmTier
 from sidecar.tiers.hot import HotTier
 
 log = structlog.get_logger("infercache.cache")
@@ -78,10 +78,13 @@ class ResultCache:
         observers: Sequence[LookupObserver] = (),
         pod: PodIdentity | IdentityCell | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        holding: HoldingStore | None = None,
     ) -> None:
         """`freshness` holds the rule set and the control store (leases, holds) this cache
         answers by. Every lookup call is counted into `stats` and then shown to each of
-        `observers` in order (e.g. the prewarm HitRecorder)."""
+        `observers` in order (e.g. the prewarm HitRecorder). `holding`: `warm` and the
+        control store's holder keys as one store (lookups read and hold in one step,
+        stores write and release in one); None keeps them separate calls."""
         self.hot = hot
         self.warm = warm
         self.ttl = ttl
@@ -97,6 +100,9 @@ class ResultCache:
         self.stats.admit(self.identity.pod.model_version)  # the pod's own version first
         self.identity.on_swap(self._admit_new_identity)
         self._clock_ms = clock_ms
+        self.holding = holding
+        self._background: set[asyncio.Task[None]] = set()
+        self._reader = TierReader(hot, warm, freshness, self.stats, clock_ms, self._spawn, holding)
         self._flight = SingleFlight(
             freshness.control,
             freshness.rules,
@@ -104,13 +110,12 @@ class ResultCache:
             leases or LeaseConfig(),
             self.stats,
             clock_ms,
-            self._find,
+            self._reader.find,
         )
         # The counter is called directly (a bound method): with no other observer, a
         # lookup call costs what the inline counting it replaced did.
         self._count = LookupCounter(self.stats).observe
         self._observers = tuple(observers)
-        self._background: set[asyncio.Task[None]] = set()
 
     def _admit_new_identity(self, old: PodIdentity, new: PodIdentity) -> None:
         self.stats.admit(new.model_version)  # a re-measured model is the pod's own too
@@ -142,13 +147,19 @@ class ResultCache:
         bypassed = self._screen(queries)
         if self.identity.stale:
             bypassed = screen_doubt(self.identity, queries, bypassed)
+        # Where the warm read also tries the holds (a HoldingStore), what it tried.
+        tried: list[HoldTry | None] | None = None
+        if self.holding is not None:
+            tried = [None] * len(queries)
         if bypassed is None:
-            results = await self._find(queries)
+            results = await self._reader.find(queries, tried, self._flight)
         else:
-            results = await self._find_unbypassed(queries, bypassed)
+            results = await self._find_unbypassed(queries, bypassed, tried)
         missed = [i for i, r in enumerate(results) if r.outcome is Outcome.MISS]
         if missed:
-            leased = await self._flight.lease_many([(queries[i], results[i]) for i in missed])
+            leased = await self._flight.lease_many(
+                [(queries[i], results[i], tried[i] if tried else None) for i in missed]
+            )
             for i, r in zip(missed, leased, strict=True):
                 results[i] = r
         if traffic:
@@ -162,96 +173,20 @@ class ResultCache:
         return screen_policy(self.policy.current, self.stats, queries)
 
     async def _find_unbypassed(
-        self, queries: Sequence[LookupQuery], bypassed: list[LookupResult | None]
-    ) -> list[LookupResult]:
-        todo = [i for i, b in enumerate(bypassed) if b is None]
-        found = iter(await self._find([queries[i] for i in todo]) if todo else [])
-        return [b if b is not None else next(found) for b in bypassed]
-
-    async def _find(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
-        """Hot then warm, without leases."""
-        now = self._clock_ms()
-        confirmed = self.freshness.confirmed()
-        results: list[LookupResult | None] = [None] * len(queries)
-        pending: list[int] = []
-        hot_get = self.hot.get
-        rules = self.rules
-        for i, q in enumerate(queries):
-            key = q.key
-            entry = hot_get(key.digest, now)
-            # The hot tier is keyed by digest; comparing material also rules out collisions.
-            if entry is None or entry.material != key.material:
-                pending.append(i)
-            elif rules.is_dead(key.dims, entry.epoch):
-                self.hot.discard(key.digest)
-                self.stats.count_dead(key.model_version)
-                pending.append(i)
-            elif not confirmed:
-                # Not known to be current: let the warm read (which carries the
-                # store's epoch) decide instead of trusting memory.
-                pending.append(i)
-            else:
-                results[i] = self._hit_or_miss(q, entry, TierName.HOT, now)
-        if pending:
-            await self._find_warm(queries, pending, results, now)
-        return [r for r in results if r is not None]
-
-    async def _find_warm(
         self,
         queries: Sequence[LookupQuery],
-        pending: list[int],
-        results: list[LookupResult | None],
-        now: int,
-    ) -> None:
-        try:
-            values, store_epoch = await self.warm.get_many_with_epoch(
-                [queries[i].key.digest for i in pending]
-            )
-            if store_epoch > self.rules.epoch:
-                await self.freshness.sync_to(store_epoch)
-            if self.freshness.settling or store_epoch < self.rules.epoch:
-                # A restarted store may lack rules until the fleet re-publishes them
-                # (an epoch below the one applied here: it lost writes). The refresh
-                # this pokes re-publishes and re-reads; until then, nothing is a hit.
-                self.freshness.poke()
-                raise TierUnavailable("control store restarted; waiting for rules to settle")
-        except TierUnavailable as exc:
-            self.stats.warm_read_failures += 1
-            log.warning("warm_read_failed", tier=self.warm.name, error=str(exc))
-            for i in pending:
-                results[i] = LookupResult(Outcome.MISS, queries[i].key.digest, degraded=True)
-            return
-        unwanted: list[KeyDigest] = []
-        for i, value in zip(pending, values, strict=True):
-            q = queries[i]
-            results[i] = LookupResult(Outcome.MISS, q.key.digest)
-            if value is None:
-                continue
-            try:
-                entry = entries.decode(value, q.key.material)
-            except EntryRejected as exc:
-                self.stats.count_rejected(q.key.model_version, exc.reason)
-                log.warning("entry_rejected", reason=exc.reason, digest=q.key.digest.hex())
-                unwanted.append(q.key.digest)
-                continue
-            if self.rules.is_dead(q.key.dims, entry.epoch):
-                self.stats.count_dead(q.key.model_version)
-                unwanted.append(q.key.digest)
-                continue
-            if entry.expires_at_ms <= now:
-                continue
-            self.hot.put(q.key.digest, entry)
-            results[i] = self._hit_or_miss(q, entry, TierName.WARM, now)
-        if unwanted:
-            self._spawn(self._delete_quietly(unwanted))
-
-    def _hit_or_miss(self, q: LookupQuery, entry: Entry, tier: TierName, now: int) -> LookupResult:
-        age = now - entry.created_at_ms
-        if age < 0:
-            age = 0
-        if q.max_age_s and age > q.max_age_s * 1000:
-            return LookupResult(Outcome.MISS, q.key.digest)
-        return LookupResult(Outcome.HIT, q.key.digest, entry, tier, age)
+        bypassed: list[LookupResult | None],
+        tried: list[HoldTry | None] | None,
+    ) -> list[LookupResult]:
+        todo = [i for i, b in enumerate(bypassed) if b is None]
+        sub: list[HoldTry | None] | None = None if tried is None else [None] * len(todo)
+        found = iter(
+            await self._reader.find([queries[i] for i in todo], sub, self._flight) if todo else []
+        )
+        if tried is not None and sub is not None:
+            for i, t in zip(todo, sub, strict=True):
+                tried[i] = t
+        return [b if b is not None else next(found) for b in bypassed]
 
     def check_lease(
         self, key: CacheKey, lease_token: bytes, at_ms: int
@@ -318,10 +253,13 @@ class ResultCache:
             chunk_table=table,
             finish_reason=finish_reason,
         )
+        item = WarmItem(key.digest, entries.encode(entry), effective * 1000)
+        released = lease is not None and self.holding is not None
         try:
-            await self.warm.put_many(
-                [WarmItem(key.digest, entries.encode(entry), effective * 1000)]
-            )
+            if lease is not None and self.holding is not None:
+                await self.holding.put_and_release(item, lease.lease_id)
+            else:
+                await self.warm.put_many([item])
         except TierUnavailable as exc:
             self.stats.warm_write_failures += 1
             self.stats.count_store(key.model_version, "failed", "warm_write")
@@ -333,7 +271,10 @@ class ResultCache:
         self.stats.count_store(key.model_version, "stored")
         if lease is None:
             self._flight.notify(key.digest)
-        await self._flight.release(lease)
+        elif released:
+            self._flight.released(lease)
+        else:
+            await self._flight.release(lease)
         return StoreResult(StoreStatus.STORED, key.digest, effective)
 
     async def store_bypass(
@@ -369,12 +310,6 @@ class ResultCache:
     async def release(self, lease: Lease | None) -> None:
         """Give up a lease's single-flight hold (a result will not come); errors are logged."""
         await self._flight.release(lease)
-
-    async def _delete_quietly(self, digests: list[KeyDigest]) -> None:
-        try:
-            await self.warm.delete_many(digests)
-        except TierUnavailable as exc:
-            log.warning("unwanted_entry_delete_failed", error=str(exc))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import structlog
@@ -36,6 +37,16 @@ log = structlog.get_logger("infercache.cache")
 
 Find = Callable[[Sequence[LookupQuery]], Awaitable[list[LookupResult]]]
 """Hot then warm, without leases: how a waiter looks again for the holder's result."""
+
+
+@dataclass(frozen=True, slots=True)
+class HoldTry:
+    """A hold already tried for a MISS, atomically with the read that found no value
+    (a HoldingStore's get_or_hold): its lease, token and whether the hold was taken."""
+
+    lease: Lease
+    token: bytes
+    held: bool
 
 
 class SingleFlight:
@@ -78,6 +89,10 @@ class SingleFlight:
             return Handover(lease, token)
         return None
 
+    def prepare(self, digest: KeyDigest) -> tuple[Lease, bytes]:
+        """A lease for a read that will try its hold itself (then `lease` takes a HoldTry)."""
+        return self._issue(digest)
+
     def issue_token(self, digest: KeyDigest) -> bytes:
         """A lease for a computation that starts now, without a single-flight hold."""
         return self._issue(digest)[1]
@@ -98,13 +113,14 @@ class SingleFlight:
             return False
 
     async def lease_many(
-        self, misses: Sequence[tuple[LookupQuery, LookupResult]]
+        self, misses: Sequence[tuple[LookupQuery, LookupResult, HoldTry | None]]
     ) -> list[LookupResult]:
-        """`lease` each (query, MISS) concurrently; ResourceExhausted if any wait is refused."""
+        """`lease` each (query, MISS, hold tried) concurrently; ResourceExhausted if any
+        wait is refused."""
         if len(misses) == 1:
             return [await self.lease(*misses[0])]
         leased = await asyncio.gather(
-            *(self.lease(q, m) for q, m in misses), return_exceptions=True
+            *(self.lease(q, m, t) for q, m, t in misses), return_exceptions=True
         )
         refused = [r for r in leased if isinstance(r, BaseException)]
         if refused:
@@ -116,17 +132,27 @@ class SingleFlight:
             raise refused[0]
         return cast(list[LookupResult], leased)
 
-    async def lease(self, q: LookupQuery, miss: LookupResult) -> LookupResult:
-        """Attach a lease to a MISS; with wait_ms, wait for another holder's result first."""
-        lease, token = self._issue(q.key.digest)
+    async def lease(
+        self, q: LookupQuery, miss: LookupResult, tried: HoldTry | None = None
+    ) -> LookupResult:
+        """Attach a lease to a MISS; with wait_ms, wait for another holder's result first.
+
+        `tried`: the hold was already tried by the read that found the MISS, at the same
+        instant (nothing can have landed between them: no re-check, no second try).
+        """
         mv = q.key.model_version
         self._stats.count_lease(mv, "issued")
-        if miss.degraded:
-            # The store just failed us; don't pay a second deadline for the holder key.
-            return _with_lease(miss, token, holder=False)
-        if await self._try_hold(lease):
-            if q.wait_ms > 0:
+        if tried is not None:
+            lease, token, held = tried.lease, tried.token, tried.held
+        else:
+            lease, token = self._issue(q.key.digest)
+            if miss.degraded:
+                # The store just failed us; don't pay a second deadline for the holder key.
+                return _with_lease(miss, token, holder=False)
+            held = await self._try_hold(lease)
+            if held and q.wait_ms > 0:
                 return await self._as_holder(q, lease, token)
+        if held:
             return _with_lease(miss, token, holder=True)
         if q.wait_ms <= 0:
             return _with_lease(miss, token, holder=False)
@@ -178,6 +204,10 @@ class SingleFlight:
             "Store needs the lease returned by the Lookup MISS "
             "(or INFERCACHE_ALLOW_UNLEASED_STORE=true)"
         )
+
+    def released(self, lease: Lease) -> None:
+        """`lease`'s hold was released along with its result's write: wake the waiters."""
+        self._waiters.notify(lease.digest)
 
     async def release(self, lease: Lease | None) -> None:
         """Give up a lease's hold (its result is stored, or will not come); errors are logged."""

@@ -70,3 +70,43 @@ class WarmTier(Protocol):
     async def close(self) -> None:
         """Release connections."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class HoldAsk:
+    """One lookup's read with its single-flight hold: the key, and the lease that would
+    hold it for `ttl_ms` if no value is there."""
+
+    digest: KeyDigest
+    lease_id: bytes
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRead:
+    """What a get_or_hold found: values and holds by position, and the store's epoch."""
+
+    values: list[bytes | None]
+    held: list[bool]
+    """True where the value was absent and the hold was taken by this call."""
+    epoch: int
+
+
+class HoldingStore(Protocol):
+    """The warm tier's entries and the control store's holder keys in one store that can
+    change both atomically (one Redis, or the embedded pair): a lookup's read and hold
+    cost one step instead of three, a store's write and release one instead of two.
+
+    Holds taken or released here are the ones ControlStore.acquire_holder and
+    release_holder take and release (same keys, same lease ids). Both methods raise
+    TierUnavailable (or TierTimeout) and nothing else.
+    """
+
+    async def get_or_hold(self, asks: Sequence[HoldAsk]) -> HeldRead:
+        """Read each value and the epoch; where a value is absent, try to take its hold,
+        all at one instant (no write can land between an ask's read and its hold)."""
+        ...
+
+    async def put_and_release(self, item: WarmItem, lease_id: bytes) -> None:
+        """Write `item`, then release its key's hold if `lease_id` still holds it."""
+        ...

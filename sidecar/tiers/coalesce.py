@@ -1,4 +1,5 @@
-"""Read coalescing: concurrent batched reads share one backend round trip.
+"""Read coalescing: concurrent batched reads share one backend round trip (also used for
+writes that may go together, such as the Redis HoldingStore's write-and-release).
 
 Callers that arrive in the same event-loop iteration, or while a read is in flight,
 are answered by one `fetch` of all their keys (in arrival order, at most `max_keys`

@@ -44,6 +44,10 @@ class EmbeddedWarmTier:
 
     async def get_many(self, digests: Sequence[KeyDigest]) -> list[bytes | None]:
         """Values in order; expired values are dropped on sight."""
+        return self.read_now(digests)
+
+    def read_now(self, digests: Sequence[KeyDigest]) -> list[bytes | None]:
+        """get_many without a suspension point (EmbeddedHolding reads and holds at once)."""
         now = self._clock_ms()
         out: list[bytes | None] = []
         for d in digests:
@@ -62,6 +66,10 @@ class EmbeddedWarmTier:
 
     async def put_many(self, items: Sequence[WarmItem]) -> None:
         """Store each value until its TTL passes or it is evicted."""
+        self.write_now(items)
+
+    def write_now(self, items: Sequence[WarmItem]) -> None:
+        """put_many without a suspension point."""
         now = self._clock_ms()
         for it in items:
             size = len(it.value) + _OVERHEAD_BYTES

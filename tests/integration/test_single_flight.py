@@ -1,4 +1,8 @@
-"""Fleet-wide single-flight: concurrent misses on one key wait for one lease holder."""
+"""Fleet-wide single-flight: concurrent misses on one key wait for one lease holder.
+
+Each test runs on one Redis (where a lookup reads and holds in one script, a store
+writes and releases in one) and on a Redis Cluster (separate MGET, SET NX and
+release calls): the same guarantees on both paths."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import asyncio
 import pytest
 from infercache.v1 import cache_pb2 as pb
 
+from tests.support.cluster import RedisClusterProcesses
 from tests.support.keys import key
 from tests.support.processes import RedisServer
 from tests.support.sidecars import Sidecar, sidecar
@@ -38,10 +43,12 @@ async def _first_done(
     return done.pop(), [t for t in tasks if t in pending]
 
 
-async def test_one_holder_the_rest_get_its_result(redis_server: RedisServer) -> None:
+async def test_one_holder_the_rest_get_its_result(
+    shared_redis: RedisServer | RedisClusterProcesses,
+) -> None:
     """20 concurrent lookups over two sidecars: exactly one lease holder; when it stores,
     the other 19 get its result as a HIT instead of computing."""
-    async with sidecar(redis_server.url, **SLOW_OK) as a, sidecar(redis_server.url, **SLOW_OK) as b:
+    async with sidecar(shared_redis.url, **SLOW_OK) as a, sidecar(shared_redis.url, **SLOW_OK) as b:
         k = key("popular prompt")
         tasks = _spread(a, b, k)
         first, waiting = await _first_done(tasks)
@@ -60,13 +67,13 @@ async def test_one_holder_the_rest_get_its_result(redis_server: RedisServer) -> 
 
 
 async def test_lapsed_holder_is_replaced_by_exactly_one_waiter(
-    redis_server: RedisServer,
+    shared_redis: RedisServer | RedisClusterProcesses,
 ) -> None:
     """A holder that never stores (crashed) is replaced, once its holder key lapses, by
     exactly one waiter; the other waiters keep waiting and get the new holder's result."""
     async with (
-        sidecar(redis_server.url, lease_ttl_s=1, **SLOW_OK) as a,
-        sidecar(redis_server.url, lease_ttl_s=1, **SLOW_OK) as b,
+        sidecar(shared_redis.url, lease_ttl_s=1, **SLOW_OK) as a,
+        sidecar(shared_redis.url, lease_ttl_s=1, **SLOW_OK) as b,
     ):
         k = key("crashing computation")
         tasks = _spread(a, b, k)
@@ -87,10 +94,10 @@ async def test_lapsed_holder_is_replaced_by_exactly_one_waiter(
         assert {r.payload for r in results} == {b"computed by the successor"}
 
 
-async def test_stale_holder_hands_over(redis_server: RedisServer) -> None:
+async def test_stale_holder_hands_over(shared_redis: RedisServer | RedisClusterProcesses) -> None:
     """A holder whose Store is refused as STALE_LEASE releases the key at once: a waiter
     becomes the new holder long before the holder key would have lapsed."""
-    async with sidecar(redis_server.url, **SLOW_OK) as a, sidecar(redis_server.url, **SLOW_OK) as b:
+    async with sidecar(shared_redis.url, **SLOW_OK) as a, sidecar(shared_redis.url, **SLOW_OK) as b:
         k = key("invalidated mid-computation")
         tasks = _spread(a, b, k)
         first, waiting = await _first_done(tasks)
@@ -107,9 +114,11 @@ async def test_stale_holder_hands_over(redis_server: RedisServer) -> None:
         assert {(r.outcome, r.payload) for r in results} == {(pb.LOOKUP_OUTCOME_HIT, b"fresh")}
 
 
-async def test_without_wait_every_loser_misses_at_once(redis_server: RedisServer) -> None:
+async def test_without_wait_every_loser_misses_at_once(
+    shared_redis: RedisServer | RedisClusterProcesses,
+) -> None:
     """wait_ms=0: one holder, every other concurrent caller gets a non-holder MISS with a lease."""
-    async with sidecar(redis_server.url, **SLOW_OK) as a, sidecar(redis_server.url, **SLOW_OK) as b:
+    async with sidecar(shared_redis.url, **SLOW_OK) as a, sidecar(shared_redis.url, **SLOW_OK) as b:
         k = key("no waiting")
         results = await asyncio.gather(
             *((a if i % 2 else b).client.lookup(k) for i in range(CALLERS))

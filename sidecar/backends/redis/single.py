@@ -15,11 +15,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 log = structlog.get_logger("infercache.redis")
 
 
-def pack_mget(keys: list[bytes]) -> bytes:
-    """RESP for `MGET keys...`: what redis-py's pack_command makes of bytes keys, cheaper."""
-    parts = [b"*%d\r\n$4\r\nMGET\r\n" % (len(keys) + 1)]
-    parts += [b"$%d\r\n%s\r\n" % (len(k), k) for k in keys]
+def pack_args(args: Sequence[bytes]) -> bytes:
+    """RESP for one command of bytes arguments: what redis-py's pack_command makes of
+    them, cheaper."""
+    parts = [b"*%d\r\n" % len(args)]
+    parts += [b"$%d\r\n%s\r\n" % (len(a), a) for a in args]
     return b"".join(parts)
+
+
+def pack_mget(keys: list[bytes]) -> bytes:
+    """RESP for `MGET keys...`."""
+    return pack_args([b"MGET", *keys])
 
 
 def wait_command(replicas: int, local_aof: bool, timeout_ms: int) -> tuple[str | int, ...]:
@@ -38,8 +44,8 @@ def parse_acks(reply: Any, local_aof: bool) -> tuple[int, int]:
 
 
 class ConnectionReader:
-    """One MGET at a time on a connection of its own, bypassing the client's per-call
-    machinery (the warm tier's hot path).
+    """One command at a time on a connection of its own, bypassing the client's per-call
+    machinery (the warm tier's hot path: its MGETs, and its read-and-hold script).
 
     The caller bounds each call (the connection has no socket timeout of its own). Any
     error or cancellation mid-call drops the connection, so a late reply can never be
@@ -53,7 +59,10 @@ class ConnectionReader:
 
     async def get(self, keys: list[bytes]) -> list[bytes | None]:
         """MGET keys (atomic: one server)."""
-        packed = pack_mget(keys)
+        return cast(list[bytes | None], await self.call(pack_mget(keys)))
+
+    async def call(self, packed: bytes) -> Any:
+        """Send one packed command, return its reply (a ResponseError is raised)."""
         for attempt in range(2):
             conn = self._conn
             if conn is None:
@@ -71,7 +80,7 @@ class ConnectionReader:
                 if attempt == 0 and reused and isinstance(exc, RedisConnectionError):
                     continue
                 raise
-            return reply  # type: ignore[no-any-return]
+            return reply
         raise AssertionError("unreachable")
 
     async def close(self) -> None:

@@ -1,12 +1,13 @@
 """The Redis warm tier: shared by every sidecar of a fleet, batched with MGET and pipelines.
 
-On one Redis a read is one MGET of the epoch key and the entry keys (atomic). On a
-cluster the keys live in many slots: the read is one pipeline of per-slot MGETs per
-primary, the primaries in parallel, the epoch read among them. The epoch read is not
-atomic with the entries there, and need not be: an Invalidate answers OK only after
-every live sidecar confirmed its epoch, so a read that starts after the OK either
-reads the new epoch or runs on a sidecar that already applied the rule; a read that
-overlaps the Invalidate may be ordered before it.
+On one Redis a read is one MGET of the epoch key and the entry keys (atomic), and a
+lookup's read with its single-flight hold is one script (warm_scripts.py), as is a
+store's write with its release. On a cluster the keys live in many slots: the read is
+one pipeline of per-slot MGETs per primary, the primaries in parallel, the epoch read
+among them. The epoch read is not atomic with the entries there, and need not be: an
+Invalidate answers OK only after every live sidecar confirmed its epoch, so a read that
+starts after the OK either reads the new epoch or runs on a sidecar that already applied
+the rule; a read that overlaps the Invalidate may be ordered before it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import structlog
 from sidecar import entries
 from sidecar.backends.redis.backend import RedisBackend, connect
 from sidecar.backends.redis.client import RedisGuard, RedisKeys
+from sidecar.backends.redis.holding import RedisHolding
+from sidecar.backends.redis.single import SingleRedis
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.keys import KeyDigest
@@ -70,6 +73,18 @@ class RedisWarmTier:
             max_keys=MAX_COALESCED_KEYS,
             what="redis warm tier",
         )
+        self.holding: RedisHolding | None = None
+        """This tier with its holder keys as a HoldingStore: on one Redis; None on a
+        cluster, whose entry and holder keys live in different slots (no script may
+        touch both). It shares this tier's circuits and deadlines."""
+        if isinstance(self.client, SingleRedis):
+            self.holding = RedisHolding(
+                self.client,
+                self.keys,
+                (self._read_guard, read_timeout_s),
+                (self._write_guard, write_timeout_s),
+                MAX_COALESCED_KEYS,
+            )
 
     @property
     def failures(self) -> int:
@@ -195,7 +210,9 @@ class RedisWarmTier:
             await self.client.redis.ping()
 
     async def close(self) -> None:
-        """Close the reader, and the connections (if this tier created them)."""
+        """Close the readers, and the connections (if this tier created them)."""
         await self._reader.close()
+        if self.holding is not None:
+            await self.holding.close()
         if self._owns_client:
             await self.client.aclose()

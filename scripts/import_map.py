@@ -53,7 +53,7 @@ EDGES: dict[str, tuple[str, ...]] = {
     "grpc_reflection": ("sidecar.server",),
     "torch": ("sidecar.kv.torch_pool",),
     "uvicorn": ("sidecar.gateway",),
-    "aiohttp": ("sidecar.gateway.upstream",),
+    "httptools": ("sidecar.gateway.upstream_conn",),
     "httpx": ("sidecar.prewarm.upstream",),
 }
 

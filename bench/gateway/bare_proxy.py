@@ -1,7 +1,8 @@
 """The floor under any gateway on this stack: a forwarder with no cache, no keys and no
 checks, on the same HTTP server (uvicorn + httptools, uvloop) and upstream client
-(aiohttp) as infercache's gateway. Its miss overhead over direct calls is what the stack
-itself costs; the gateway's figure minus this one is what caching adds.
+(sidecar/gateway/upstream.py) as infercache's gateway. Its miss overhead over direct
+calls is what the stack itself costs; the gateway's figure minus this one is what
+caching adds.
 
     python -m bench.gateway.bare_proxy PORT UPSTREAM_URL
 """
@@ -12,8 +13,9 @@ import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import aiohttp
 import uvicorn
+
+from sidecar.gateway.upstream import Upstream
 
 Message = MutableMapping[str, Any]
 
@@ -22,8 +24,7 @@ class BareProxy:
     """POST bodies forwarded to the upstream as they are; answers passed back piece by piece."""
 
     def __init__(self, upstream: str) -> None:
-        self.upstream = upstream.rstrip("/")
-        self.session: aiohttp.ClientSession | None = None
+        self.upstream = Upstream(upstream, timeout_s=600, max_connections=256)
 
     async def __call__(
         self,
@@ -39,15 +40,11 @@ class BareProxy:
             parts.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
-        if self.session is None:
-            self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
-        headers = {"content-type": "application/json", "accept-encoding": "identity"}
-        url = self.upstream + scope["path"]
-        async with self.session.post(url, data=b"".join(parts), headers=headers) as resp:
-            kind = resp.headers.get("content-type", "application/json").encode("latin-1")
+        async with self.upstream.call("POST", scope["path"], b"".join(parts)) as resp:
+            kind = resp.content_type.encode("latin-1")
             start = {"type": "http.response.start", "status": resp.status}
             await send(start | {"headers": [(b"content-type", kind)]})
-            async for piece in resp.content.iter_any():
+            async for piece in resp.pieces():
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 

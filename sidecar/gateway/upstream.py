@@ -1,12 +1,11 @@
-"""The model server behind the gateway (OpenAI-compatible HTTP), through one pooled aiohttp
-client session: each call bounded by the caller's overall deadline, failures mapped to
-502 / 504.
+"""The model server behind the gateway (OpenAI-compatible HTTP), through kept-alive
+connections (upstream_conn.py): each call bounded by the caller's overall deadline,
+failures mapped to 502 / 504.
 
-Why aiohttp's client and not httpx (which prewarm uses): the gateway forwards every miss,
-and its goal is <= 1 ms of overhead per miss. Measured here (one POST of a chat body to a
-uvicorn upstream over loopback, 2,000 calls, client CPU per call): httpx 0.75-0.9 ms at
-one connection and 1.3-1.7 ms at 16 (its pool's bookkeeping grows with the connections),
-raw httpcore 0.5-1.6 ms, aiohttp 0.10-0.16 ms (docs/benchmarks.md, gateway).
+Why not a general HTTP client: the gateway forwards every miss, and its goal is <= 1 ms
+of overhead per miss. httpx cost 0.75-1.7 ms of client CPU per call and aiohttp 0.3-0.7
+ms of latency at concurrency 1 (docs/benchmarks.md, gateway); upstream_conn.py says why
+this is enough for the one origin the gateway talks to.
 
 Bodies are asked for uncompressed (`Accept-Encoding: identity`): the gateway forwards and
 stores the bytes as they come, so an upstream that compresses anyway is decoded here
@@ -16,17 +15,17 @@ without the header that says how to read them.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import aiohttp
-from multidict import CIMultiDict
-from yarl import URL
-
 from sidecar.gateway.errors import HttpError
+from sidecar.gateway.upstream_conn import BadAnswer, ConnectionPool, Exchange, UpstreamClosed
 
-_DECODED = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})
+_GZIP = frozenset({"gzip", "x-gzip"})
+_COMPRESSED = _GZIP | {"deflate"}
+_DECODED = _COMPRESSED | {"", "identity"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,26 +34,59 @@ class UpstreamReply:
 
     status: int
     content_type: str
-    _response: aiohttp.ClientResponse
+    _conn: Exchange
+    _encoding: str
 
     async def pieces(self) -> AsyncIterator[bytes]:
         """The body, piece by piece as it arrives (decoded if it came compressed)."""
+        decoder = _Decoder(self._encoding) if self._encoding in _COMPRESSED else None
         try:
-            async for piece in self._response.content.iter_any():
-                yield piece
-        except (aiohttp.ClientError, ValueError) as exc:
+            async for piece in self._conn.pieces():
+                if decoder is None:
+                    yield piece
+                elif out := decoder.feed(piece):
+                    yield out
+            if decoder is not None and (tail := decoder.end()):
+                yield tail
+        except (UpstreamClosed, BadAnswer, zlib.error) as exc:
             # Cut off, malformed framing or a bad compressed stream.
             raise _unreachable(exc) from exc
 
     def ended(self) -> bool:
         """Whether the body has arrived whole: the piece `pieces` gave last was its end.
 
-        aiohttp marks the end only when the framing says so (Content-Length reached, the
-        last chunk, a close-delimited body closed, a compressed stream complete); a body
-        cut off sets an error instead, which `pieces` raises. A caller can then send the
-        last piece as the end of its own response: one write to the client, not two.
+        True only when the framing said so (Content-Length reached, the last chunk, a
+        close-delimited body closed) and nothing is left to hand over; a body cut off
+        is an error that `pieces` raises instead. A compressed body says False (its
+        decoder may still hold a tail). A caller can then send the last piece as the
+        end of its own response: one write to the client, not two.
         """
-        return self._response.content.at_eof()
+        return self._encoding not in _COMPRESSED and self._conn.drained
+
+
+class _Decoder:
+    """gzip or deflate (zlib-wrapped as RFC 9110 says, or raw as some servers send it)."""
+
+    def __init__(self, encoding: str) -> None:
+        self._gzip = encoding in _GZIP
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS if self._gzip else zlib.MAX_WBITS)
+        self._started = False
+
+    def feed(self, data: bytes) -> bytes:
+        if not self._started and not self._gzip:
+            self._started = True
+            try:
+                return self._z.decompress(data)
+            except zlib.error:
+                self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._started = True
+        return self._z.decompress(data)
+
+    def end(self) -> bytes:
+        tail = self._z.flush()
+        if not self._z.eof:
+            raise zlib.error("the compressed answer ends early")
+        return tail
 
 
 class Upstream:
@@ -66,36 +98,65 @@ class Upstream:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._max_connections = max_connections
-        self._headers = CIMultiDict({"accept-encoding": "identity", "accept": "*/*"})
-        if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
-        self._urls: dict[str, URL] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self._api_key = api_key
+        self._pool: ConnectionPool | None = None
+        self._heads: dict[tuple[str, str], bytes] = {}
 
-    def _client(self) -> aiohttp.ClientSession:
-        # Made on first use: a session belongs to the running event loop.
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=self._max_connections, limit_per_host=0, keepalive_timeout=30
-                ),
+    def _connections(self) -> ConnectionPool:
+        # Made on first use: its semaphore belongs to the running event loop.
+        if self._pool is None:
+            self._pool = ConnectionPool(
+                self.base_url,
+                max_connections=self._max_connections,
                 # Connecting must be quick; the answer itself may take the whole deadline
-                # (the caller's asyncio.timeout bounds the call as a whole). No sock_read:
-                # a gap between reads as long as the whole deadline never ends a call
-                # before that deadline does, and aiohttp re-arms its timer on every read.
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self.timeout_s)),
-                headers=self._headers,
-                skip_auto_headers=("User-Agent",),
-                auto_decompress=True,
-                raise_for_status=False,
+                # (the caller's asyncio.timeout bounds the call as a whole).
+                connect_timeout_s=min(10.0, self.timeout_s),
             )
-        return self._session
+        return self._pool
 
-    def _url(self, path: str) -> URL:
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = URL(self.base_url + path)
-        return url
+    def _request(self, method: str, path: str, body: bytes | None) -> bytes:
+        pool = self._connections()
+        head = self._heads.get((method, path))
+        if head is None:
+            lines = [
+                f"{method} {pool.prefix}{path} HTTP/1.1",
+                f"Host: {pool.authority}",
+                "Accept: */*",
+                "Accept-Encoding: identity",
+            ]
+            if self._api_key:
+                lines.append(f"Authorization: Bearer {self._api_key}")
+            head = self._heads[(method, path)] = "\r\n".join(lines).encode("latin-1")
+        if body is None:
+            return head + b"\r\n\r\n"
+        return b"%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+            head,
+            len(body),
+            body,
+        )
+
+    async def _send(self, request: bytes) -> Exchange:
+        """The connection whose answer's head arrived (a kept one found closed is
+        replaced once: the server never saw the request)."""
+        pool = self._connections()
+        for attempt in range(2):
+            try:
+                conn, kept = await pool.acquire(fresh=attempt > 0)
+            except UpstreamClosed as exc:
+                raise _unreachable(exc) from exc
+            try:
+                await conn.send(request)
+                return conn
+            except (UpstreamClosed, BadAnswer) as exc:
+                pool.release(conn)
+                if attempt == 0 and kept and not conn.received:
+                    continue
+                raise _unreachable(exc) from exc
+            except BaseException:
+                conn.close()
+                pool.release(conn)
+                raise
+        raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def call(
@@ -107,18 +168,10 @@ class Upstream:
         `timeout_s`. Leaving the block early (an error, a client gone) closes the
         connection instead of returning a half-read one to the pool.
         """
-        headers = {"content-type": "application/json"} if body is not None else None
+        conn = await self._send(self._request(method, path, body))
         try:
-            response = await self._client().request(
-                method, self._url(path), data=body, headers=headers, allow_redirects=False
-            )
-        except aiohttp.ServerTimeoutError as exc:
-            raise _timeout(self.timeout_s) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise _unreachable(exc) from exc
-        complete = False
-        try:
-            encoding = response.headers.get("content-encoding", "").strip().lower()
+            encoding = conn.headers.get(b"content-encoding", b"").decode("latin-1")
+            encoding = encoding.strip().lower()
             if encoding not in _DECODED:
                 raise HttpError(
                     502,
@@ -126,22 +179,18 @@ class Upstream:
                     kind="server_error",
                     code="upstream_encoding",
                 )
-            kind = response.headers.get("content-type", "application/json")
-            yield UpstreamReply(response.status, kind, response)
-            complete = True
-        except aiohttp.ServerTimeoutError as exc:
-            raise _timeout(self.timeout_s) from exc
+            kind = conn.headers.get(b"content-type", b"application/json").decode("latin-1")
+            yield UpstreamReply(conn.status, kind, conn, encoding)
         finally:
-            if complete:
-                response.release()
-            else:
-                response.close()
+            if not conn.complete:
+                conn.close()
+            self._connections().release(conn)
 
     async def close(self) -> None:
-        """Close the pool."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the kept connections."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
 def _timeout(timeout_s: float) -> HttpError:

@@ -292,3 +292,36 @@ def test_readme_gateway_example(pod: GatewayPod, capsys: pytest.CaptureFixture[s
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" ", 1)[0] for line in lines] == ["miss", "hit"]
     assert lines[0].split(" ", 1)[1] == lines[1].split(" ", 1)[1]
+
+
+def test_on_uvloop_as_served_bodies_and_streams_go_through() -> None:
+    """`infercache serve` runs on uvloop (the tests' sidecars do not): misses over kept
+    upstream connections, a hit, and a streamed miss replayed as a hit, on uvloop."""
+    p = GatewayPod(uvloop="true")
+    try:
+        c = openai.OpenAI(base_url=p.base_url, api_key=API_KEYS["acme"], max_retries=0)
+        try:
+            prompts = [unique("on uvloop") for _ in range(3)]
+            firsts = [chat(c, q, temperature=0) for q in prompts]
+            assert [h["x-infercache-cache"] for _, h in firsts] == ["miss"] * 3
+            again, h = chat(c, prompts[0], temperature=0)
+            assert h["x-infercache-cache"] == "hit"
+            assert again.choices[0].message.content == firsts[0][0].choices[0].message.content
+            q = unique("streamed on uvloop")
+            streamed = []
+            for _ in range(2):
+                with c.chat.completions.with_streaming_response.create(
+                    model=MODEL, messages=[{"role": "user", "content": q}], stream=True
+                ) as resp:
+                    verdict = resp.headers["x-infercache-cache"]
+                    text = "".join(
+                        ch.choices[0].delta.content or "" for ch in resp.parse() if ch.choices
+                    )
+                streamed.append((verdict, text))
+            assert [v for v, _ in streamed] == ["miss", "hit"]
+            assert streamed[0][1] == streamed[1][1] != ""
+            assert p.upstream_calls() == 4
+        finally:
+            c.close()
+    finally:
+        p.stop()

@@ -76,6 +76,26 @@ async def pair(request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
     yield Pair(EmbeddedHolding(warm, control), warm, embedded_holder, embedded_bump)
 
 
+@dataclass
+class OnRedis:
+    """One Redis: the warm tier, its HoldingStore and an admin client."""
+
+    tier: RedisWarmTier
+    holding: HoldingStore
+    admin: aioredis.Redis
+
+
+@pytest.fixture
+async def on_redis(redis_server: RedisServer) -> AsyncIterator[OnRedis]:
+    tier = RedisWarmTier(redis_server.url, read_timeout_s=5.0, write_timeout_s=5.0)
+    admin = aioredis.Redis.from_url(redis_server.url)
+    assert tier.holding is not None
+    yield OnRedis(tier, tier.holding, admin)
+    await admin.config_set("maxmemory", "0")
+    await admin.aclose()
+    await tier.close()
+
+
 async def test_absent_values_are_held_and_present_ones_are_not(pair: Pair) -> None:
     """A value that is there is returned and nothing is held; an absent one is held by
     the ask's lease, for the ask's ttl."""
@@ -121,114 +141,79 @@ async def test_put_and_release_gives_back_only_its_own_hold(pair: Pair) -> None:
 
 
 @pytest.mark.redis
-async def test_redis_holds_expire_with_the_lease_ttl(redis_server: RedisServer) -> None:
+async def test_redis_holds_expire_with_the_lease_ttl(on_redis: OnRedis) -> None:
     """The holder key carries the ask's ttl (a holder that vanishes stops blocking), and
     an entry written with its release carries the item's."""
-    tier = RedisWarmTier(redis_server.url, read_timeout_s=5.0, write_timeout_s=5.0)
-    admin = aioredis.Redis.from_url(redis_server.url)
-    keys = RedisKeys()
-    try:
-        assert tier.holding is not None
-        await tier.holding.get_or_hold([HoldAsk(digest(7), b"lease", 4_000)])
-        assert 3_000 < await admin.pttl(keys.holder(digest(7))) <= 4_000
-        await tier.holding.put_and_release(WarmItem(digest(7), b"v", 9_000), b"lease")
-        assert 8_000 < await admin.pttl(keys.entry(digest(7))) <= 9_000
-    finally:
-        await admin.aclose()
-        await tier.close()
+    await on_redis.holding.get_or_hold([HoldAsk(digest(7), b"lease", 4_000)])
+    assert 3_000 < await on_redis.admin.pttl(RedisKeys().holder(digest(7))) <= 4_000
+    await on_redis.holding.put_and_release(WarmItem(digest(7), b"v", 9_000), b"lease")
+    assert 8_000 < await on_redis.admin.pttl(RedisKeys().entry(digest(7))) <= 9_000
 
 
 @pytest.mark.redis
-async def test_redis_scripts_survive_a_script_flush(redis_server: RedisServer) -> None:
+async def test_redis_scripts_survive_a_script_flush(on_redis: OnRedis) -> None:
     """A Redis that forgot the scripts (restart, SCRIPT FLUSH) gets them again."""
-    tier = RedisWarmTier(redis_server.url, read_timeout_s=5.0, write_timeout_s=5.0)
-    admin = aioredis.Redis.from_url(redis_server.url)
-    try:
-        assert tier.holding is not None
-        await tier.holding.get_or_hold([HoldAsk(digest(8), b"a", LONG_MS)])
-        await tier.holding.put_and_release(WarmItem(digest(8), b"v", LONG_MS), b"a")
-        await admin.script_flush()
-        read = await tier.holding.get_or_hold([HoldAsk(digest(9), b"b", LONG_MS)])
-        assert read.held == [True]
-        await tier.holding.put_and_release(WarmItem(digest(9), b"w", LONG_MS), b"b")
-        assert await tier.get_many([digest(9)]) == [b"w"]
-    finally:
-        await admin.aclose()
-        await tier.close()
+    await on_redis.holding.get_or_hold([HoldAsk(digest(8), b"a", LONG_MS)])
+    await on_redis.holding.put_and_release(WarmItem(digest(8), b"v", LONG_MS), b"a")
+    await on_redis.admin.script_flush()
+    read = await on_redis.holding.get_or_hold([HoldAsk(digest(9), b"b", LONG_MS)])
+    assert read.held == [True]
+    await on_redis.holding.put_and_release(WarmItem(digest(9), b"w", LONG_MS), b"b")
+    assert await on_redis.tier.get_many([digest(9)]) == [b"w"]
 
 
 @pytest.mark.redis
-async def test_a_refused_write_is_a_hold_not_taken(redis_server: RedisServer) -> None:
+async def test_a_refused_write_is_a_hold_not_taken(on_redis: OnRedis) -> None:
     """At maxmemory (noeviction) Redis refuses the hold's SET: the values still come back
     and the hold is reported not taken, as a separate SET NX failing after an MGET was."""
-    tier = RedisWarmTier(redis_server.url, read_timeout_s=5.0, write_timeout_s=5.0)
-    admin = aioredis.Redis.from_url(redis_server.url)
-    try:
-        assert tier.holding is not None
-        await tier.put_many([WarmItem(digest(10), b"kept", LONG_MS)])
-        await admin.config_set("maxmemory-policy", "noeviction")
-        await admin.config_set("maxmemory", "1")
-        read = await tier.holding.get_or_hold(
-            [HoldAsk(digest(10), b"a", LONG_MS), HoldAsk(digest(11), b"b", LONG_MS)]
-        )
-        assert (read.values, read.held) == ([b"kept", None], [False, False])
-    finally:
-        await admin.config_set("maxmemory", "0")
-        await admin.aclose()
-        await tier.close()
+    await on_redis.tier.put_many([WarmItem(digest(10), b"kept", LONG_MS)])
+    await on_redis.admin.config_set("maxmemory-policy", "noeviction")
+    await on_redis.admin.config_set("maxmemory", "1")
+    read = await on_redis.holding.get_or_hold(
+        [HoldAsk(digest(10), b"a", LONG_MS), HoldAsk(digest(11), b"b", LONG_MS)]
+    )
+    assert (read.values, read.held) == ([b"kept", None], [False, False])
 
 
 @pytest.mark.redis
-async def test_concurrent_reads_and_holds_share_one_script(redis_server: RedisServer) -> None:
+async def test_concurrent_reads_and_holds_share_one_script(on_redis: OnRedis) -> None:
     """Calls made together are answered by one EVALSHA, each with its own values."""
-    tier = RedisWarmTier(redis_server.url, read_timeout_s=5.0, write_timeout_s=5.0)
-    admin = aioredis.Redis.from_url(redis_server.url)
-    try:
-        assert tier.holding is not None
-        holding = tier.holding
-        await tier.put_many([WarmItem(digest(12), b"twelve", LONG_MS)])
-        await holding.get_or_hold([HoldAsk(digest(99), b"warm-up", LONG_MS)])
-        before = await _evalsha_calls(admin)
-        reads = await asyncio.gather(
-            holding.get_or_hold([HoldAsk(digest(12), b"a", LONG_MS)]),
-            holding.get_or_hold([HoldAsk(digest(13), b"b", LONG_MS)]),
-            holding.get_or_hold([HoldAsk(digest(13), b"c", LONG_MS)]),
-        )
-        assert await _evalsha_calls(admin) - before == 1
-        assert [(r.values, r.held) for r in reads] == [
-            ([b"twelve"], [False]),
-            ([None], [True]),
-            ([None], [False]),
-        ]
-    finally:
-        await admin.aclose()
-        await tier.close()
+    holding = on_redis.holding
+    await on_redis.tier.put_many([WarmItem(digest(12), b"twelve", LONG_MS)])
+    await holding.get_or_hold([HoldAsk(digest(99), b"warm-up", LONG_MS)])
+    before = await _evalsha_calls(on_redis.admin)
+    reads = await asyncio.gather(
+        holding.get_or_hold([HoldAsk(digest(12), b"a", LONG_MS)]),
+        holding.get_or_hold([HoldAsk(digest(13), b"b", LONG_MS)]),
+        holding.get_or_hold([HoldAsk(digest(13), b"c", LONG_MS)]),
+    )
+    assert await _evalsha_calls(on_redis.admin) - before == 1
+    assert [(r.values, r.held) for r in reads] == [
+        ([b"twelve"], [False]),
+        ([None], [True]),
+        ([None], [False]),
+    ]
 
 
 @pytest.mark.redis
-async def test_concurrent_writes_and_releases_share_one_script(redis_server: RedisServer) -> None:
+async def test_concurrent_writes_and_releases_share_one_script(on_redis: OnRedis) -> None:
     """Stores made together are one EVALSHA; each entry lands, each hold goes."""
-    tier = RedisWarmTier(redis_server.url, read_timeout_s=5.0, write_timeout_s=5.0)
-    admin = aioredis.Redis.from_url(redis_server.url)
-    try:
-        assert tier.holding is not None
-        holding = tier.holding
-        await holding.put_and_release(WarmItem(digest(98), b"warm-up", LONG_MS), b"-")
-        asks = [HoldAsk(digest(20 + i), b"lease-%d" % i, LONG_MS) for i in range(3)]
-        assert (await holding.get_or_hold(asks)).held == [True] * 3
-        before = await _evalsha_calls(admin)
-        await asyncio.gather(
-            *(
-                holding.put_and_release(WarmItem(digest(20 + i), b"v%d" % i, LONG_MS), a.lease_id)
-                for i, a in enumerate(asks)
-            )
+    holding = on_redis.holding
+    await holding.put_and_release(WarmItem(digest(98), b"warm-up", LONG_MS), b"-")
+    asks = [HoldAsk(digest(20 + i), b"lease-%d" % i, LONG_MS) for i in range(3)]
+    assert (await holding.get_or_hold(asks)).held == [True] * 3
+    before = await _evalsha_calls(on_redis.admin)
+    await asyncio.gather(
+        *(
+            holding.put_and_release(WarmItem(digest(20 + i), b"v%d" % i, LONG_MS), a.lease_id)
+            for i, a in enumerate(asks)
         )
-        assert await _evalsha_calls(admin) - before == 1
-        assert await tier.get_many([digest(20 + i) for i in range(3)]) == [b"v0", b"v1", b"v2"]
-        assert [await admin.exists(RedisKeys().holder(digest(20 + i))) for i in range(3)] == [0] * 3
-    finally:
-        await admin.aclose()
-        await tier.close()
+    )
+    assert await _evalsha_calls(on_redis.admin) - before == 1
+    assert await on_redis.tier.get_many([digest(20 + i) for i in range(3)]) == [b"v0", b"v1", b"v2"]
+    assert [await on_redis.admin.exists(RedisKeys().holder(digest(20 + i))) for i in range(3)] == [
+        0
+    ] * 3
 
 
 @pytest.mark.redis

@@ -109,7 +109,7 @@ class RedisHolding:
         self, conn: ConnectionReader, script: str, keys: list[bytes], args: list[bytes]
     ) -> Any:
         """EVALSHA on `conn`; SCRIPT LOAD and once more if Redis does not know it."""
-        packed = pack_args([b"EVALSHA", _sha1(script), b"%d" % len(keys), *keys, *args])
+        packed = pack_args([b"EVALSHA", _SHAS[script], b"%d" % len(keys), *keys, *args])
         try:
             return await conn.call(packed)
         except NoScriptError:
@@ -120,3 +120,7 @@ class RedisHolding:
 def _sha1(script: str) -> bytes:
     # The name EVALSHA knows a script by (as SCRIPT LOAD answers it).
     return hashlib.sha1(script.encode()).hexdigest().encode()
+
+
+# Named once, not hashed again on every lookup and store.
+_SHAS = {s: _sha1(s) for s in (scripts.GET_OR_HOLD, scripts.PUT_AND_RELEASE)}

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from sidecar.backends.redis.link import RedisLink
 
 log = structlog.get_logger("infercache.redis")
 
@@ -45,7 +46,8 @@ def parse_acks(reply: Any, local_aof: bool) -> tuple[int, int]:
 
 class ConnectionReader:
     """One command at a time on a connection of its own, bypassing the client's per-call
-    machinery (the warm tier's hot path: its MGETs, and its read-and-hold script).
+    machinery (the warm tier's hot path: its MGETs, and its read-and-hold script): a
+    RedisLink (link.py), which redis-py opens and authenticates.
 
     The caller bounds each call (the connection has no socket timeout of its own). Any
     error or cancellation mid-call drops the connection, so a late reply can never be
@@ -55,7 +57,7 @@ class ConnectionReader:
 
     def __init__(self, redis: aioredis.Redis) -> None:
         self._redis = redis
-        self._conn: AbstractConnection | None = None
+        self._link: RedisLink | None = None
 
     async def get(self, keys: list[bytes]) -> list[bytes | None]:
         """MGET keys (atomic: one server)."""
@@ -64,30 +66,33 @@ class ConnectionReader:
     async def call(self, packed: bytes) -> Any:
         """Send one packed command, return its reply (a ResponseError is raised)."""
         for attempt in range(2):
-            conn = self._conn
-            if conn is None:
-                conn = self._redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
-                conn.socket_timeout = None
-                self._conn = conn
-            reused = conn.is_connected
+            link = self._link
+            reused = link is not None and link.usable
             try:
-                await conn.send_packed_command(packed, check_health=False)
-                reply = await conn.read_response(timeout=math.inf)
+                if link is None or not reused:
+                    if link is not None:
+                        link.close()
+                    self._link = None
+                    conn = self._redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+                    link = self._link = await RedisLink.open(conn)
+                reply = await link.call(packed)
             except BaseException as exc:
-                self._conn = None
-                if conn.is_connected:  # redis-py normally disconnects already
-                    conn._close()
+                if link is not None:
+                    link.close()
+                self._link = None
                 if attempt == 0 and reused and isinstance(exc, RedisConnectionError):
                     continue
                 raise
+            if isinstance(reply, ResponseError):
+                raise reply
             return reply
         raise AssertionError("unreachable")
 
     async def close(self) -> None:
-        """Disconnect the reader's connection."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.disconnect()
+        """Close the reader's connection."""
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
 
 
 class SingleRedis:

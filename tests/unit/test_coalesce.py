@@ -25,6 +25,7 @@ class FakeStore:
     async def fetch(self, keys: list[int], timeout_s: float) -> tuple[Sequence[int], int]:
         self.calls.append(list(keys))
         self.timeouts.append(timeout_s)
+        await asyncio.sleep(0)  # a real fetch always waits for its answer
         if self.release is not None:
             await self.release.wait()
         if self.delay_s:
@@ -40,14 +41,49 @@ def coalescer(
     return ReadCoalescer(store.fetch, deadline_s=deadline_s, max_keys=max_keys)
 
 
-async def test_callers_of_one_iteration_share_one_fetch_and_get_their_own_values() -> None:
-    """Three concurrent callers: one fetch of all keys in arrival order; each its own slice."""
+async def test_a_lone_caller_fetches_at_once_and_the_callers_behind_it_share_one_fetch() -> None:
+    """Three concurrent callers: the first finds the coalescer idle and fetches alone; the
+    two that came while it was in flight share one fetch, in arrival order; each gets its
+    own slice and its fetch's shared result."""
     store = FakeStore()
     reads = coalescer(store)
     got = await asyncio.gather(reads.get([1, 2]), reads.get([]), reads.get([3, 1, 3]))
-    assert list(got) == [([10, 20], 1), ([], 1), ([30, 10, 30], 1)]
-    assert store.calls == [[1, 2, 3, 1, 3]]
-    assert reads.fetches == 1
+    assert list(got) == [([10, 20], 1), ([], 2), ([30, 10, 30], 2)]
+    assert store.calls == [[1, 2], [3, 1, 3]]
+    assert reads.fetches == 2
+
+
+async def test_a_lone_fetch_runs_in_the_callers_own_task() -> None:
+    """No task of its own: the fetch sees the caller's task (nothing to start, nothing
+    to hand over)."""
+    seen: list[asyncio.Task[object] | None] = []
+
+    async def fetch(keys: list[int], timeout_s: float) -> tuple[Sequence[int], int]:
+        seen.append(asyncio.current_task())
+        return keys, 0
+
+    reads: ReadCoalescer[int, int, int] = ReadCoalescer(fetch, deadline_s=1.0)
+    caller = asyncio.create_task(reads.get([7]))
+    assert await caller == ([7], 0)
+    assert seen == [caller]
+
+
+async def test_cancelling_a_lone_fetch_still_serves_the_callers_queued_behind_it() -> None:
+    """The lone caller goes away mid-fetch: its fetch ends with it, and the callers that
+    queued behind it are fetched next (never left waiting)."""
+    store = FakeStore()
+    store.release = asyncio.Event()
+    reads = coalescer(store)
+    first = asyncio.create_task(reads.get([1]))
+    await asyncio.sleep(0)
+    queued = [asyncio.create_task(reads.get([k])) for k in (2, 3)]
+    await asyncio.sleep(0)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    store.release.set()
+    assert [await t for t in queued] == [([20], 2), ([30], 2)]
+    assert store.calls == [[1], [2, 3]]
 
 
 async def test_a_lone_caller_with_no_keys_still_gets_the_shared_result() -> None:
@@ -80,10 +116,14 @@ async def test_fetches_are_capped_at_max_keys_but_a_big_caller_goes_alone() -> N
     store = FakeStore()
     reads = coalescer(store, max_keys=4)
     got = await asyncio.gather(
-        reads.get([1, 2]), reads.get([3, 4]), reads.get([5]), reads.get([6, 7, 8, 9, 10])
+        reads.get([0]),  # fetches alone; the rest queue behind it
+        reads.get([1, 2]),
+        reads.get([3, 4]),
+        reads.get([5]),
+        reads.get([6, 7, 8, 9, 10]),
     )
-    assert [values for values, _ in got] == [[10, 20], [30, 40], [50], [60, 70, 80, 90, 100]]
-    assert store.calls == [[1, 2, 3, 4], [5], [6, 7, 8, 9, 10]]
+    assert [values for values, _ in got] == [[0], [10, 20], [30, 40], [50], [60, 70, 80, 90, 100]]
+    assert store.calls == [[0], [1, 2, 3, 4], [5], [6, 7, 8, 9, 10]]
 
 
 async def test_a_fetch_error_reaches_every_waiter_of_that_fetch_only() -> None:
@@ -93,8 +133,9 @@ async def test_a_fetch_error_reaches_every_waiter_of_that_fetch_only() -> None:
     reads = coalescer(store)
     got = await asyncio.gather(reads.get([1]), reads.get([2]), return_exceptions=True)
     assert all(isinstance(e, TierUnavailable) and str(e) == "boom" for e in got)
+    assert store.calls == [[1], [2]]  # one alone, one queued behind it: both failed
     store.fail = None
-    assert await reads.get([3]) == ([30], 2)
+    assert await reads.get([3]) == ([30], 3)
 
 
 async def test_a_short_answer_fails_every_waiter() -> None:
@@ -111,7 +152,7 @@ async def test_a_short_answer_fails_every_waiter() -> None:
 async def test_a_caller_never_waits_past_its_deadline() -> None:
     """A stalled fetch: every caller gets TierTimeout within its deadline from its own call."""
     store = FakeStore()
-    store.release = asyncio.Event()  # never set: the fetch hangs
+    store.release = asyncio.Event()  # never set until the end: every fetch hangs
     reads = coalescer(store, deadline_s=0.05)
     started = time.monotonic()
     first = asyncio.create_task(reads.get([1]))
@@ -125,12 +166,14 @@ async def test_a_caller_never_waits_past_its_deadline() -> None:
     with pytest.raises(TierTimeout):
         await first
     assert first_done[0] - started < 0.05 + 0.03
-    assert store.calls == [[1]]
-    # The fetch got the time left to its latest waiter, never more than the deadline.
-    assert 0 < store.timeouts[0] <= 0.05
+    # The first caller's fetch (alone) got the whole deadline; cut off at its end, it
+    # let the queued caller's fetch start, given only the time that caller had left.
+    assert store.calls == [[1], [2]]
+    assert store.timeouts[0] == 0.05
+    assert 0 < store.timeouts[1] < 0.05 - 0.015
     store.release.set()
     await asyncio.sleep(0.01)
-    assert store.calls == [[1]], "the timed-out caller's keys were never fetched"
+    assert store.calls == [[1], [2]], "a timed-out caller's keys are never fetched again"
 
 
 async def test_a_fetch_deadline_is_the_time_left_to_its_latest_waiter() -> None:
@@ -157,10 +200,10 @@ async def test_cancelling_one_waiter_leaves_the_others_answered() -> None:
     await asyncio.sleep(0)
     store.release.set()
     assert await tasks[0] == ([10], 1)
-    assert await tasks[2] == ([30], 1)
+    assert await tasks[2] == ([30], 2)
     with pytest.raises(asyncio.CancelledError):
         await tasks[1]
-    assert store.calls == [[1, 2, 3]]
+    assert store.calls == [[1], [3]]
 
 
 async def test_a_caller_cancelled_while_queued_is_not_fetched() -> None:
@@ -181,19 +224,34 @@ async def test_a_caller_cancelled_while_queued_is_not_fetched() -> None:
 
 async def test_cancelling_the_fetch_task_fails_its_waiters_with_tier_unavailable() -> None:
     """If the flusher itself is cancelled (shutdown), waiters get TierUnavailable, not hangs."""
-    store = FakeStore()
-    store.release = asyncio.Event()
-    reads = coalescer(store)
+    calls: list[list[int]] = []
+    gate = asyncio.Event()
+
+    async def fetch(keys: list[int], timeout_s: float) -> tuple[Sequence[int], int]:
+        calls.append(list(keys))
+        if len(calls) == 1:
+            await asyncio.sleep(0.005)  # long enough for the others to queue behind it
+        else:
+            await gate.wait()  # the shared fetch hangs
+        return [k * 10 for k in keys], len(calls)
+
+    reads: ReadCoalescer[int, int, int] = ReadCoalescer(fetch, deadline_s=1.0)
+    first = asyncio.create_task(reads.get([0]))  # alone, in its own task
+    await asyncio.sleep(0)
     tasks = [asyncio.create_task(reads.get([k])) for k in (1, 2)]
+    await asyncio.sleep(0)
+    assert calls == [[0]]
+    assert await first == ([0], 1)
     await asyncio.sleep(0.01)
+    assert calls == [[0], [1, 2]]
     flusher = reads._flusher
     assert flusher is not None
     flusher.cancel()
     got = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(isinstance(e, TierUnavailable) for e in got)
-    # A new caller starts a fresh flusher.
-    store.release.set()
-    assert await reads.get([5]) == ([50], 2)
+    # A new caller fetches again (alone: nothing is in flight any more).
+    gate.set()
+    assert await reads.get([5]) == ([50], 3)
 
 
 def test_bad_settings_are_refused() -> None:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import TracebackType
 
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -82,23 +81,56 @@ class RedisGuard:
         if time.monotonic() < self._pause_until:
             raise TierUnavailable(f"{self._what}: recently failed; pausing before the next try")
 
-    @asynccontextmanager
-    async def __call__(self, deadline_s: float) -> AsyncIterator[None]:
-        """Run the body under a deadline; fail fast while the circuit is open."""
-        self.check()
-        try:
-            async with asyncio.timeout(deadline_s):
-                yield
-        except TimeoutError as exc:
-            self._trip()
-            raise TierTimeout(f"{self._what}: no answer within {deadline_s * 1000:.0f} ms") from exc
-        # RedisClusterException (no slot owner known, e.g. mid-failover) is not a RedisError.
-        except (RedisError, RedisClusterException, OSError) as exc:
-            self._trip()
-            raise TierUnavailable(f"{self._what}: {type(exc).__name__}: {exc}") from exc
+    def __call__(self, deadline_s: float) -> _Guarded:
+        """`async with guard(deadline_s):` runs the body under a deadline, failing fast
+        while the circuit is open (a class, not a generator-based context manager: this
+        wraps every Redis call on the hot path)."""
+        return _Guarded(self, deadline_s)
+
+    def _passed(self) -> None:
         self._pause_s = _MIN_PAUSE_S
 
     def _trip(self) -> None:
         self.failures += 1
         self._pause_until = time.monotonic() + self._pause_s
         self._pause_s = min(self._pause_s * 2, _MAX_PAUSE_S)
+
+
+class _Guarded:
+    """One guarded call (see RedisGuard.__call__)."""
+
+    __slots__ = ("_deadline_s", "_guard", "_timeout")
+
+    def __init__(self, guard: RedisGuard, deadline_s: float) -> None:
+        self._guard = guard
+        self._deadline_s = deadline_s
+        self._timeout: asyncio.Timeout | None = None
+
+    async def __aenter__(self) -> None:
+        self._guard.check()
+        self._timeout = asyncio.timeout(self._deadline_s)
+        await self._timeout.__aenter__()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._timeout is not None
+        guard = self._guard
+        try:
+            await self._timeout.__aexit__(kind, exc, tb)
+        except TimeoutError as timed_out:
+            exc = timed_out
+        if isinstance(exc, TimeoutError):  # the deadline's, or one the body raised
+            guard._trip()
+            raise TierTimeout(
+                f"{guard._what}: no answer within {self._deadline_s * 1000:.0f} ms"
+            ) from exc
+        # RedisClusterException (no slot owner known, e.g. mid-failover) is not a RedisError.
+        if isinstance(exc, RedisError | RedisClusterException | OSError):
+            guard._trip()
+            raise TierUnavailable(f"{guard._what}: {type(exc).__name__}: {exc}") from exc
+        if exc is None:
+            guard._passed()

@@ -6,14 +6,20 @@ tag) with a per-deployment secret, so any sidecar of the fleet can verify a
 token another one issued, and a client cannot forge a newer epoch.
 
     version u8 | digest 32 B | epoch u64 | expires_at_ms u64 | lease id 16 B | tag 16 B
+
+A token this signer issued itself is remembered (the last ISSUED_MEMORY of them, until
+the secret changes), and one brought back byte for byte is verified without computing
+its tag again: its bytes are the ones that were signed. Why: the gateway stores
+through the sidecar that leased, and the HMAC was the largest single cost of its
+store (~50 us of a miss at concurrency 1; OpenSSL's code is cold after each wait).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from sidecar.errors import FailedPrecondition, InvalidArgument
@@ -23,6 +29,8 @@ _VERSION = 1
 _BODY = struct.Struct(">B32sQQ16s")
 _TAG_LEN = 16
 TOKEN_LEN = _BODY.size + _TAG_LEN
+ISSUED_MEMORY = 4096
+"""Tokens a signer remembers having issued (about 300 bytes each, ~1.2 MB in all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +50,7 @@ class LeaseSigner:
         if len(secret) < 16:
             raise ValueError("lease secret must be at least 16 bytes")
         self._secret = secret
+        self._issued: OrderedDict[bytes, Lease] = OrderedDict()
 
     @property
     def secret(self) -> bytes:
@@ -53,16 +62,28 @@ class LeaseSigner:
         if len(secret) < 16:
             raise ValueError("lease secret must be at least 16 bytes")
         self._secret = secret
+        self._issued.clear()  # signed with the old secret: they must stop verifying
 
     def issue(self, digest: KeyDigest, epoch: int, expires_at_ms: int) -> tuple[Lease, bytes]:
         """A new lease and its token."""
         lease = Lease(digest, epoch, expires_at_ms, os.urandom(16))
         body = _BODY.pack(_VERSION, digest, epoch, expires_at_ms, lease.lease_id)
-        return lease, body + self._tag(body)
+        token = body + self._tag(body)
+        issued = self._issued
+        issued[token] = lease
+        if len(issued) > ISSUED_MEMORY:
+            issued.popitem(last=False)
+        return lease, token
 
     def verify(self, token: bytes, digest: KeyDigest, now_ms: int) -> Lease:
         """The lease in a token; InvalidArgument if forged or for another key,
         FailedPrecondition if expired."""
+        mine = self._issued.get(token)
+        if mine is not None:
+            if mine.digest != digest:
+                raise InvalidArgument("lease", "was issued for a different key")
+            _check_expiry(mine.expires_at_ms, now_ms)
+            return mine
         if len(token) != TOKEN_LEN:
             raise InvalidArgument("lease", "is not a lease token from this deployment")
         body, tag = token[: _BODY.size], token[_BODY.size :]
@@ -73,12 +94,17 @@ class LeaseSigner:
             raise InvalidArgument("lease", f"unknown lease version {version}")
         if lease_digest != digest:
             raise InvalidArgument("lease", "was issued for a different key")
-        if expires <= now_ms:
-            raise FailedPrecondition(
-                "lease expired: the computation took longer than INFERCACHE_LEASE_TTL_S; "
-                "look the key up again for a fresh lease"
-            )
+        _check_expiry(expires, now_ms)
         return Lease(KeyDigest(lease_digest), epoch, expires, lease_id)
 
     def _tag(self, body: bytes) -> bytes:
-        return hmac.new(self._secret, body, hashlib.sha256).digest()[:_TAG_LEN]
+        # One call into OpenSSL (hmac.new builds a Python object around it first).
+        return hmac.digest(self._secret, body, "sha256")[:_TAG_LEN]
+
+
+def _check_expiry(expires_at_ms: int, now_ms: int) -> None:
+    if expires_at_ms <= now_ms:
+        raise FailedPrecondition(
+            "lease expired: the computation took longer than INFERCACHE_LEASE_TTL_S; "
+            "look the key up again for a fresh lease"
+        )

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from sidecar.errors import FailedPrecondition, InvalidArgument
 from sidecar.keys import KeyDigest
-from sidecar.results.lease_tokens import TOKEN_LEN, LeaseSigner
+from sidecar.results.lease_tokens import ISSUED_MEMORY, TOKEN_LEN, LeaseSigner
 
 SECRET = b"s" * 32
 DIGEST = KeyDigest(hashlib.sha256(b"key").digest())
@@ -134,3 +134,54 @@ def test_short_secret_is_refused() -> None:
     """A secret shorter than 16 bytes is a configuration error."""
     with pytest.raises(ValueError, match="16 bytes"):
         LeaseSigner(b"short")
+
+
+def test_a_token_issued_here_is_verified_without_its_tag_computed_again() -> None:
+    """The signer remembers what it issued: the same bytes come back verified with no
+    HMAC; a token it did not issue (another sidecar's) is still checked by its tag."""
+    signer = LeaseSigner(SECRET)
+    lease, token = signer.issue(DIGEST, 5, NOW + 1000)
+    tags: list[bytes] = []
+    real_tag = signer._tag
+
+    def counted(body: bytes) -> bytes:
+        tags.append(body)
+        return real_tag(body)
+
+    signer._tag = counted  # type: ignore[method-assign]
+    assert signer.verify(token, DIGEST, NOW) == lease
+    assert tags == []
+    _, foreign = LeaseSigner(SECRET).issue(DIGEST, 6, NOW + 1000)
+    assert signer.verify(foreign, DIGEST, NOW).epoch == 6
+    assert len(tags) == 1
+
+
+def test_a_remembered_token_is_still_bound_to_its_key_and_its_expiry() -> None:
+    """Remembering skips only the tag: another key or a late store is refused as before."""
+    signer = LeaseSigner(SECRET)
+    _, token = signer.issue(DIGEST, 5, NOW + 1000)
+    with pytest.raises(InvalidArgument):
+        signer.verify(token, OTHER, NOW)
+    with pytest.raises(FailedPrecondition):
+        signer.verify(token, DIGEST, NOW + 1000)
+
+
+def test_a_new_secret_forgets_the_tokens_of_the_old_one() -> None:
+    """After rekey, a token issued (and remembered) under the old secret stops verifying."""
+    signer = LeaseSigner(SECRET)
+    _, token = signer.issue(DIGEST, 5, NOW + 1000)
+    signer.rekey(b"t" * 32)
+    with pytest.raises(InvalidArgument):
+        signer.verify(token, DIGEST, NOW)
+
+
+def test_the_memory_of_issued_tokens_is_bounded() -> None:
+    """Only the last ISSUED_MEMORY tokens are remembered; an older one still verifies by
+    its tag."""
+    signer = LeaseSigner(SECRET)
+    _, first = signer.issue(DIGEST, 1, NOW + 1000)
+    for _ in range(ISSUED_MEMORY):
+        signer.issue(DIGEST, 2, NOW + 1000)
+    assert len(signer._issued) == ISSUED_MEMORY
+    assert first not in signer._issued
+    assert signer.verify(first, DIGEST, NOW).epoch == 1

@@ -22,9 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "sidecar"
 MAX_LINES = 400
-# keys.py is the one allowed exception: the whole canonical encoding in one module,
-# next to its independent reference encoder in the tests.
-SIZE_EXEMPT = {"sidecar.keys"}
+# Hand-written modules allowed past MAX_LINES (none: keys.py, once the one exception,
+# is split into key_types.py, key_input.py and itself).
+SIZE_EXEMPT: set[str] = set()
 
 # Highest first. Boxes in one tuple may import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("invalidation",),
     ("observability", "policy"),
     ("identity", "config", "tiers"),
-    ("kv", "fingerprint", "keys", "key_surface", "key_records"),
+    ("kv", "fingerprint", "keys", "key_input", "key_types", "key_surface", "key_records"),
     ("entries", "errors"),
     ("__init__",),
 )

@@ -29,14 +29,10 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import sys
-from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import NewType, cast
 
 from sidecar.errors import InvalidArgument
+from sidecar.key_input import input_digest_of
 from sidecar.key_records import (
     Encoder,
     Records,
@@ -57,6 +53,16 @@ from sidecar.key_surface import (
     PartKind,
     ResponseFormat,
     ToolCall,
+)
+from sidecar.key_types import (
+    TOOL_EXTRA_KEYS,
+    CacheKey,
+    Input,
+    InputKind,
+    KeyDigest,
+    KeyLimits,
+    KeyRequest,
+    Sampling,
 )
 
 __all__ = [
@@ -86,140 +92,12 @@ KEY_SCHEMA_VERSION = 2
 """v2: exact strings, unset distinct from defaults, the OpenAI request surface (v1 entries miss)."""
 _MAGIC = b"ICK"
 
-KeyDigest = NewType("KeyDigest", bytes)
-"""32-byte SHA-256 of a key's material."""
 
-TOOL_EXTRA_KEYS = frozenset(
-    {"tools", "functions", "tool_schema", "tool_schema_version", "tool_choice"}
-)
-"""`extra` names (compared case-insensitively) that say the request offers the model tools."""
-
-
-class InputKind(IntEnum):
-    """Each kind is its own key space: a caller-hashed input never equals a text input."""
-
-    TEXT = 1
-    CHAT = 2
-    TOKENS = 3
-    SHA256 = 4
-
-
-@dataclass(frozen=True, slots=True)
-class KeyLimits:
-    """Upper bounds on every part of a key; exceeding one is INVALID_ARGUMENT."""
-
-    max_dimension_chars: int = 256
-    max_input_bytes: int = 8 * 1024 * 1024
-    max_chat_messages: int = 4096
-    max_token_ids: int = 2_000_000
-    max_stop_entries: int = 64
-    max_stop_chars: int = 256
-    max_extra_entries: int = 64
-    max_extra_key_chars: int = 128
-    max_extra_value_chars: int = 4096
-    max_schema_chars: int = 256 * 1024
-    max_logit_bias_entries: int = 1024
-    max_tools: int = 128
-    max_tool_chars: int = 64 * 1024
-    max_json_chars: int = 64 * 1024
-    """Each JSON option (tool_choice, chat_template_kwargs, audio, prediction, ...)."""
-    max_parts: int = 256
-    """Content parts per chat message."""
-    max_tool_calls: int = 128
-    """Tool calls per chat message."""
-    max_choices: int = 256
-    max_allowed_token_ids: int = 262_144
-
-
-@dataclass(frozen=True, slots=True)
-class Sampling:
-    """Sampling and decoding parameters as sent; None (or empty) means "not set"."""
-
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    max_tokens: int | None = None
-    stop: Sequence[str] = ()
-    seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    min_p: float | None = None
-    min_tokens: int | None = None
-    stop_token_ids: Sequence[int] = ()
-    n: int | None = None
-    logprobs: int | None = None
-    ignore_eos: bool | None = None
-    response_format: ResponseFormat | None = None
-    logit_bias: Mapping[int, float] = field(default_factory=dict)
-    top_logprobs: int | None = None
-    return_logprobs: bool | None = None
-    prompt_logprobs: int | None = None
-    length_penalty: float | None = None
-    bad_words: Sequence[str] = ()
-    allowed_token_ids: Sequence[int] = ()
-    include_stop_str_in_output: bool | None = None
-    skip_special_tokens: bool | None = None
-    spaces_between_special_tokens: bool | None = None
-    best_of: int | None = None
-    use_beam_search: bool | None = None
-    truncate_prompt_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    guided: GuidedDecoding | None = None
-
-
-Input = str | tuple[ChatMessage, ...] | Sequence[int] | bytes
-"""Text (str), chat (tuple of ChatMessage), token ids (int sequence) or a caller SHA-256."""
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRequest:
-    """Everything a caller sent that may shape the output, as sent."""
-
-    tenant: str
-    model_version: str
-    prompt_version: str
-    input: Input | None
-    input_kind: InputKind | None
-    adapter_version: str = ""
-    sampling: Sampling = field(default_factory=Sampling)
-    extra: Mapping[str, str] = field(default_factory=dict)
-    tools: Sequence[str] = ()
-    """Tool definitions, each the JSON object as sent, in request order."""
-    tool_choice: str | None = None
-    parallel_tool_calls: bool | None = None
-    chat_template: ChatTemplateOptions | None = None
-    endpoint: str = ""
-    output: OutputOptions | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CacheKey:
-    """A canonical key: its digest, its material, and the dimensions invalidation matches on."""
-
-    digest: KeyDigest
-    material: bytes
-    tenant: str
-    model_version: str
-    adapter_version: str
-    prompt_version: str
-    # Facts the cacheability policy reads (sidecar.policy.cacheability.KeyFacts); not key dimensions
-    # of their own: they are already encoded in the material.
-    temperature: float = 1.0
-    """The temperature sent; an unset one reads as 1.0 here (the policy's assumption only)."""
-    seeded: bool = False
-    """The request carries a sampling seed."""
-    tools: bool = False
-    """The request offers tools: `tools`, or an `extra` name in TOOL_EXTRA_KEYS."""
-
-    @property
-    def dims(self) -> tuple[str, str, str, str]:
-        """(tenant, model_version, adapter_version, prompt_version): what invalidation matches."""
-        return (self.tenant, self.model_version, self.adapter_version, self.prompt_version)
+_DEFAULT_LIMITS = KeyLimits()
 
 
 def build_key(
-    req: KeyRequest, limits: KeyLimits = KeyLimits(), default_model_version: str = ""
+    req: KeyRequest, limits: KeyLimits = _DEFAULT_LIMITS, default_model_version: str = ""
 ) -> CacheKey:
     """Validate and encode a request into a CacheKey.
 
@@ -232,7 +110,7 @@ def build_key(
     enc.raw(_dimension("key.model_version", model, limits, required=True))
     enc.raw(_dimension("key.adapter_version", req.adapter_version, limits, required=False))
     enc.raw(_dimension("key.prompt_version", req.prompt_version, limits, required=True))
-    input_kind, input_digest = _input_digest(req, limits)
+    input_kind, input_digest = input_digest_of(req, limits)
     enc.u32(int(input_kind))
     enc.raw(input_digest)
     rec = Records()
@@ -278,133 +156,6 @@ def _dimension(field_name: str, value: str, limits: KeyLimits, *, required: bool
     if required and not value.strip():
         raise InvalidArgument(field_name, "is required and must not be empty")
     return utf8(field_name, value)
-
-
-def _input_digest(req: KeyRequest, limits: KeyLimits) -> tuple[InputKind, bytes]:
-    kind, value = req.input_kind, req.input
-    if kind is None or value is None:
-        raise InvalidArgument("key.input", "is required: set text, chat, token_ids or input_sha256")
-    h = hashlib.sha256()
-    if kind is InputKind.TEXT:
-        assert isinstance(value, str)
-        data = utf8("key.text", value)
-        if len(data) > limits.max_input_bytes:
-            raise InvalidArgument(
-                "key.text", f"is {len(data)} bytes; the limit is {limits.max_input_bytes}"
-            )
-        h.update(data)
-    elif kind is InputKind.CHAT:
-        assert isinstance(value, tuple)
-        _hash_chat(h, value, limits)
-    elif kind is InputKind.TOKENS:
-        # The API passes token ids as a tuple, like chat: the kind decides, not the type.
-        assert not isinstance(value, str | bytes)
-        value = cast("Sequence[int]", value)
-        check_count("key.token_ids", len(value), limits.max_token_ids)
-        h.update(struct.pack(">I", len(value)))
-        h.update(_u32_array("key.token_ids", value))
-    else:
-        assert isinstance(value, bytes)
-        if len(value) != 32:
-            raise InvalidArgument("key.input_sha256", f"must be 32 bytes, got {len(value)}")
-        return kind, value
-    return kind, h.digest()
-
-
-def _u32_array(field_name: str, ids: Sequence[int]) -> bytes:
-    try:
-        arr = array("I", ids)
-    except OverflowError as exc:
-        raise InvalidArgument(field_name, "ids must be in [0, 2**32)") from exc
-    if sys.byteorder == "little":
-        arr.byteswap()  # hash big-endian so digests agree across platforms
-    return arr.tobytes()
-
-
-class _Budget:
-    """The chat's running total of text bytes against max_input_bytes."""
-
-    __slots__ = ("left",)
-
-    def __init__(self, limit: int) -> None:
-        self.left = limit
-
-    def take(self, data: bytes, limit: int) -> bytes:
-        self.left -= len(data)
-        if self.left < 0:
-            raise InvalidArgument("key.chat", f"content exceeds the input limit of {limit} bytes")
-        return data
-
-
-def _hash_chat(h: hashlib._Hash, messages: tuple[ChatMessage, ...], limits: KeyLimits) -> None:
-    if not messages:
-        raise InvalidArgument("key.chat.messages", "must hold at least one message")
-    check_count("key.chat.messages", len(messages), limits.max_chat_messages)
-    budget = _Budget(limits.max_input_bytes)
-    h.update(struct.pack(">I", len(messages)))
-    for i, msg in enumerate(messages):
-        h.update(_message_bytes(f"key.chat.messages[{i}]", msg, limits, budget))
-
-
-def _message_bytes(p: str, msg: ChatMessage, limits: KeyLimits, budget: _Budget) -> bytes:
-    """One message as a length-prefixed block of tagged records (unset fields have none)."""
-    short, big = limits.max_dimension_chars, limits.max_input_bytes
-    if not msg.role:
-        raise InvalidArgument(p + ".role", "is required")
-    if msg.content and msg.parts:
-        raise InvalidArgument(p + ".parts", "give content or parts, not both")
-    rec = Records()
-    rec.put(1, small(p + ".role", msg.role, short))
-    if msg.content is not None and not msg.parts:
-        rec.put(2, budget.take(utf8(p + ".content", msg.content), big))
-    if msg.name:
-        rec.put(3, small(p + ".name", msg.name, short))
-    if msg.tool_call_id:
-        rec.put(4, small(p + ".tool_call_id", msg.tool_call_id, short))
-    if msg.parts:
-        check_count(p + ".parts", len(msg.parts), limits.max_parts)
-        parts = Encoder()
-        for j, part in enumerate(msg.parts):
-            parts.raw(_part_bytes(f"{p}.parts[{j}]", part, limits, budget))
-        rec.put(5, parts.finish())
-    if msg.tool_calls:
-        check_count(p + ".tool_calls", len(msg.tool_calls), limits.max_tool_calls)
-        calls = Encoder()
-        for j, call in enumerate(msg.tool_calls):
-            calls.raw(_call_bytes(f"{p}.tool_calls[{j}]", call, limits, budget))
-        rec.put(6, calls.finish())
-    if msg.reasoning_content is not None:
-        rec.put(7, budget.take(utf8(p + ".reasoning_content", msg.reasoning_content), big))
-    body = rec.finish()
-    return struct.pack(">I", len(body)) + body
-
-
-def _part_bytes(p: str, part: ContentPart, limits: KeyLimits, budget: _Budget) -> bytes:
-    short = limits.max_dimension_chars
-    rec = Records()
-    rec.put(1, struct.pack(">I", int(part.kind)))
-    if part.kind is PartKind.TEXT:
-        rec.put(2, budget.take(utf8(p + ".text", part.text), limits.max_input_bytes))
-        return rec.finish()
-    if len(part.sha256) != 32:
-        raise InvalidArgument(p + ".sha256", f"must be 32 bytes, got {len(part.sha256)}")
-    rec.put(3, part.sha256)
-    for tag, name, value in ((4, "detail", part.detail), (5, "format", part.format)):
-        if value is not None:
-            rec.put(tag, small(f"{p}.{name}", value, short))
-    if part.filename is not None:
-        rec.put(6, small(p + ".filename", part.filename, limits.max_extra_value_chars))
-    return rec.finish()
-
-
-def _call_bytes(p: str, call: ToolCall, limits: KeyLimits, budget: _Budget) -> bytes:
-    short = limits.max_dimension_chars
-    rec = Records()
-    rec.put(1, small(p + ".id", call.id, short))
-    rec.put(2, small(p + ".type", call.type, short))
-    rec.put(3, small(p + ".name", call.name, short))
-    rec.put(4, budget.take(utf8(p + ".arguments", call.arguments), limits.max_input_bytes))
-    return rec.finish()
 
 
 _I32_MAX = 2**31 - 1

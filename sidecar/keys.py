@@ -241,6 +241,9 @@ def _logit_bias(rec: Records, tag: int, bias: Mapping[int, float], lim: KeyLimit
     check_count(field_name, len(bias), lim.max_logit_bias_entries)
     parts = []
     for token in sorted(bias):
+        if not _I64[0] <= token <= _I64[1]:
+            # Encoded as a signed 64-bit id; a larger one is no token (and would not pack).
+            raise InvalidArgument(field_name, f"token id {token} is out of range")
         value = finite(f"{field_name}[{token}]", bias[token], -100.0, 100.0)
         parts.append(struct.pack(">qd", token, value))
     rec.digest(tag, b"".join(parts))

@@ -1,5 +1,16 @@
 """Chat `messages` as key values (docs/keys.md, chat completions): every message field
-either has its key field or goes into `extra` under its JSON path.
+either has its key field or is a leftover, keyed as sent.
+
+Leftovers (message fields without a key field of their own, parts of a type the gateway
+does not know, extra keys on a part, a present-but-empty `name`, a data URL's head) are
+one `extra` entry, `extra["messages"]`: a digest of the list of (where, value) pairs,
+each `where` a tuple such as (0, "field", "refusal") or (2, "part", 1). Why one entry
+and tuples: as separate entries named by their JSON path they shared a namespace with
+the body's own unknown fields (a top-level field named "messages[0].name" keyed the
+same as a message with an empty name) and with each other (a message field named
+"content[1]" against the content's part 1), and a long conversation with one leftover
+per turn (the SDKs echo `refusal: null`) ran past the limit on `extra` entries. No
+top-level field can be named "messages" in `extra`: it is the chat's input.
 
 Media parts are keyed by the digest of the bytes the model receives: inline data
 (a `data:` URL, base64 audio or file data) is decoded and hashed here. Media the
@@ -13,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -31,6 +43,14 @@ _MEDIA = {
 }
 
 
+Where = tuple[int | str, ...]
+"""A leftover's place: the message's index, then what it is (see the module docstring)."""
+Leftovers = dict[Where, str]
+
+LEFTOVERS_EXTRA = "messages"
+"""The `extra` entry holding the digest of a chat's leftovers."""
+
+
 class Uncacheable(Exception):
     """The request is valid but cannot be keyed safely; it is forwarded uncached."""
 
@@ -40,13 +60,18 @@ class Uncacheable(Exception):
 
 
 def chat_messages(raw: Any, extra: MutableMapping[str, str]) -> tuple[ChatMessage, ...]:
-    """The `messages` array as ChatMessages; fields without a key field go into `extra`."""
+    """The `messages` array as ChatMessages; the leftovers' digest goes into `extra`."""
     if not isinstance(raw, list) or not raw:
         raise bad_request("messages", "must be a non-empty array of messages")
-    return tuple(_message(m, i, extra) for i, m in enumerate(raw))
+    left: Leftovers = {}
+    messages = tuple(_message(m, i, left) for i, m in enumerate(raw))
+    if left:
+        listed = json.dumps([[list(where), value] for where, value in left.items()])
+        extra[LEFTOVERS_EXTRA] = "sha256:" + hashlib.sha256(listed.encode()).hexdigest()
+    return messages
 
 
-def _message(m: Any, i: int, extra: MutableMapping[str, str]) -> ChatMessage:
+def _message(m: Any, i: int, left: Leftovers) -> ChatMessage:
     p = f"messages[{i}]"
     if not isinstance(m, dict):
         raise bad_request(p, "must be an object")
@@ -55,7 +80,7 @@ def _message(m: Any, i: int, extra: MutableMapping[str, str]) -> ChatMessage:
         raise bad_request(p + ".role", "is required and must be a string")
     for name, value in m.items():
         if name not in _MESSAGE_FIELDS:
-            extra[f"{p}.{name}"] = extra_value(value)
+            left[(i, "field", name)] = extra_value(value)
     content = m.get("content")
     text: str | None = None
     parts: tuple[ContentPart, ...] = ()
@@ -65,21 +90,24 @@ def _message(m: Any, i: int, extra: MutableMapping[str, str]) -> ChatMessage:
         parts = tuple(
             part
             for j, raw_part in enumerate(content)
-            if (part := _part(raw_part, f"{p}.content[{j}]", extra)) is not None
+            if (part := _part(raw_part, f"{p}.content[{j}]", (i, "part", j), left)) is not None
         )
         if not parts:
-            # Every part went into `extra` (e.g. only refusals): keep "parts, not text".
-            extra[f"{p}.content"] = extra_value(content)
+            # Every part is a leftover (e.g. only refusals): keep "parts, not text".
+            left[(i, "content")] = extra_value(content)
     elif content is not None:
         raise bad_request(p + ".content", "must be a string, an array of parts, or null")
-    name = _optional_str(m, "name", p, extra)
-    call_id = _optional_str(m, "tool_call_id", p, extra)
+    name = _optional_str(m, "name", p, (i, "empty", "name"), left)
+    call_id = _optional_str(m, "tool_call_id", p, (i, "empty", "tool_call_id"), left)
     reasoning = m.get("reasoning_content")
     if "reasoning" in m:
         if reasoning is None:
             reasoning = m["reasoning"]
         else:
-            extra[f"{p}.reasoning"] = extra_value(m["reasoning"])
+            left[(i, "reasoning")] = extra_value(m["reasoning"])
+    if m.get("tool_calls") == []:
+        # Templates test whether tool_calls is defined: [] is not the same as absent.
+        left[(i, "empty", "tool_calls")] = "[]"
     if reasoning is not None and not isinstance(reasoning, str):
         raise bad_request(p + ".reasoning_content", "must be a string")
     return ChatMessage(
@@ -93,15 +121,15 @@ def _message(m: Any, i: int, extra: MutableMapping[str, str]) -> ChatMessage:
     )
 
 
-def _optional_str(m: dict[str, Any], field: str, p: str, extra: MutableMapping[str, str]) -> str:
+def _optional_str(m: dict[str, Any], field: str, p: str, where: Where, left: Leftovers) -> str:
     v = m.get(field)
     if v is None:
         return ""
     if not isinstance(v, str):
         raise bad_request(f"{p}.{field}", "must be a string")
     if v == "":
-        # The key reads an empty name as none; the forwarded "" is kept apart by extra.
-        extra[f"{p}.{field}"] = '""'
+        # The key reads an empty name as none; the forwarded "" is kept apart here.
+        left[where] = '""'
     return v
 
 
@@ -131,7 +159,7 @@ def _tool_calls(raw: Any, p: str) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _part(raw: Any, p: str, extra: MutableMapping[str, str]) -> ContentPart | None:
+def _part(raw: Any, p: str, where: Where, left: Leftovers) -> ContentPart | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
         raise bad_request(p, "must be an object with a string `type`")
     kind = raw["type"]
@@ -140,39 +168,40 @@ def _part(raw: Any, p: str, extra: MutableMapping[str, str]) -> ContentPart | No
         if not isinstance(text, str):
             raise bad_request(p + ".text", "is required and must be a string")
         if set(raw) - {"type", "text"}:
-            extra[p] = extra_value(raw)
+            left[where] = extra_value(raw)
         return ContentPart(PartKind.TEXT, text=text)
     media = _MEDIA.get(kind)
     if media is None:
         # refusal parts and part types this gateway does not know: keyed whole.
-        extra[p] = extra_value(raw)
+        left[where] = extra_value(raw)
         return None
     body = raw.get(kind)
     if not isinstance(body, dict):
         raise bad_request(f"{p}.{kind}", "is required and must be an object")
     if set(raw) - {"type", kind}:
-        extra[p] = extra_value({k: v for k, v in raw.items() if k not in ("type", kind)})
-    return _media_part(media, body, f"{p}.{kind}", extra)
+        rest = {k: v for k, v in raw.items() if k not in ("type", kind)}
+        left[(*where, "rest")] = extra_value(rest)
+    return _media_part(media, body, f"{p}.{kind}", where, left)
 
 
 def _media_part(
-    kind: PartKind, body: dict[str, Any], p: str, extra: MutableMapping[str, str]
+    kind: PartKind, body: dict[str, Any], p: str, where: Where, left: Leftovers
 ) -> ContentPart:
     if kind is PartKind.AUDIO:
         data, known = _decoded(body.get("data"), p + ".data"), {"data", "format"}
     elif kind is PartKind.FILE:
         if "file_data" not in body:
             raise Uncacheable(f"{p} names a file by id; its bytes are not in the request")
-        data, known = _data_url_or_base64(body.get("file_data"), p + ".file_data")
+        data, known = _data_url_or_base64(body.get("file_data"), p + ".file_data", where, left)
     else:
         url = body.get("url")
         if not isinstance(url, str):
             raise bad_request(p + ".url", "is required and must be a string")
         if not url.startswith("data:"):
             raise Uncacheable(f"{p}.url is fetched by the model server; its content can change")
-        data, known = _data_url(url, p + ".url"), {"url", "detail"}
-    for name in set(body) - known:
-        extra[f"{p}.{name}"] = extra_value(body[name])
+        data, known = _data_url(url, p + ".url", where, left), {"url", "detail"}
+    for name in sorted(set(body) - known):
+        left[(*where, "body", name)] = extra_value(body[name])
     return ContentPart(
         kind,
         sha256=hashlib.sha256(data).digest(),
@@ -182,17 +211,21 @@ def _media_part(
     )
 
 
-def _data_url_or_base64(v: Any, p: str) -> tuple[bytes, set[str]]:
+def _data_url_or_base64(v: Any, p: str, where: Where, left: Leftovers) -> tuple[bytes, set[str]]:
     known = {"file_data", "filename"}
     if isinstance(v, str) and v.startswith("data:"):
-        return _data_url(v, p), known
+        return _data_url(v, p, where, left), known
     return _decoded(v, p), known
 
 
-def _data_url(url: str, p: str) -> bytes:
+def _data_url(url: str, p: str, where: Where, left: Leftovers) -> bytes:
+    """The bytes a data URL carries; its head (media type, parameters, `;base64`) is
+    keyed as sent: the model server reads it (a video/jpeg is a list of frames, a
+    non-base64 URL is refused), so equal bytes under two heads are two requests."""
     head, sep, payload = url.partition(",")
     if not sep:
         raise bad_request(p, "is not a data: URL")
+    left[(*where, "data_url_head")] = head
     if head.endswith(";base64"):
         return _decoded(payload, p)
     return payload.encode("utf-8", "surrogatepass")

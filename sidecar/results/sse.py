@@ -3,8 +3,10 @@ collected into the stored form of a streamed result (no I/O).
 
 An event is kept as its exact bytes, terminating blank line included, so a replay
 sends the original events with their original boundaries. A stream is complete,
-and may be stored, only when every choice reached a finish_reason, no event carried
-an error, and the terminating `data: [DONE]` arrived. The gateway (a streamed miss)
+and may be stored, only when every choice reached a finish_reason that a whole body
+would be stored with too (whole_body.STORED_FINISH_REASONS; any other, such as
+vLLM's `abort`, fails the stream), no event carried an error, and the terminating
+`data: [DONE]` arrived. The gateway (a streamed miss)
 and prewarm (a recorded streamed request replayed) both store through
 `StreamCollector`, so the two apply the same rules and store the same form.
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.entries import ChunkMeta
+from sidecar.results.whole_body import stored_finish
 
 DONE = b"data: [DONE]\n\n"
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
@@ -145,6 +148,9 @@ class StreamWatch:
                 self.open_choices.add(index)
             reason = ch.get("finish_reason")
             if reason:
+                if not stored_finish(reason):
+                    self.failed = True  # abort, error, content_filter...: not an answer
+                    return
                 self.open_choices.discard(index)
                 if not self.finish_reason:
                     self.finish_reason = str(reason)[:64]

@@ -76,3 +76,32 @@ def test_unknown_field_names_header_is_capped_at_1_kib(pod: GatewayPod) -> None:
     # 38 characters a name, 39 with its comma: 26 fit in 1024 bytes (26 * 39 - 1 = 1013).
     assert listed == ",".join(names[:26])
     assert resp.header(OMITTED) == str(40 - 26 + 1)
+
+
+# -- #8: only allow-listed finish reasons are stored ----------------------------------
+
+
+@pytest.mark.parametrize("reason", ["abort", "error", "content_filter"])
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+def test_a_finish_reason_that_is_no_complete_answer_is_not_stored(
+    pod: GatewayPod, reason: str, stream: bool
+) -> None:
+    """vLLM's abort/error (and content_filter, by choice) come in a 200: forwarded as
+    they are, never stored, so the repeat is a miss that reaches the model server."""
+    doc = body(temperature=0, stream=stream)
+    doc["messages"][0]["content"] += f" [[finish={reason}]]"
+    before = pod.upstream_calls()
+    for _ in range(2):
+        resp = post(pod, doc)
+        assert (resp.status, resp.header("x-infercache-cache")) == (200, "miss")
+        assert f'"finish_reason": "{reason}"'.encode() in resp.body
+    assert pod.upstream_calls() == before + 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+def test_an_allow_listed_finish_reason_is_still_stored(pod: GatewayPod, stream: bool) -> None:
+    """The allow-list keeps what was stored before: length here, stop everywhere else."""
+    doc = body(temperature=0, stream=stream)
+    doc["messages"][0]["content"] += " [[finish=length]]"
+    assert post(pod, doc).header("x-infercache-cache") == "miss"
+    assert post(pod, doc).header("x-infercache-cache") == "hit"

@@ -14,6 +14,8 @@ A prompt containing one of these markers changes the answer:
     [[no-done]]      (stream) every chunk and the finish_reason, but no [DONE]
     [[trickle]]      (stream) a content chunk every 0.2 s for --slow-s seconds
     [[error-event]]  (stream) an error event after the first chunk, then [DONE]
+    [[finish=R]]     every choice finishes with finish_reason R (e.g. abort, error,
+                     content_filter) instead of stop; body and stream otherwise as usual
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
 when stream_options.include_usage); `n` asks for n choices (choice i > 0 says " #i"
 after the text); POST /v1/embeddings answers a vector derived from (weights, input).
@@ -32,12 +34,21 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import socket
 import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+_FINISH = re.compile(r"\[\[finish=([a-z_]+)\]\]")
+
+
+def finish_reason_for(prompt: str) -> str:
+    """The finish_reason of every choice: the [[finish=R]] marker's R, else stop."""
+    found = _FINISH.search(prompt)
+    return found.group(1) if found else "stop"
 
 
 def answer_for(weights: str, prompt: str) -> str:
@@ -158,7 +169,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 return
             choices: list[dict[str, Any]] = []
             for i in range(int(req.get("n") or 1)):
-                choice: dict[str, Any] = {"index": i, "finish_reason": "stop"}
+                choice: dict[str, Any] = {"index": i, "finish_reason": finish_reason_for(prompt)}
                 said = text if i == 0 else f"{text} #{i}"
                 if self.path == "/v1/chat/completions":
                     choice["message"] = {"role": "assistant", "content": said}
@@ -202,7 +213,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                         choice = {"index": idx, "text": piece}
                     events.append(head | {"choices": [choice | {"finish_reason": None}]})
             for idx in range(n):
-                final: dict[str, Any] = {"index": idx, "finish_reason": "stop"}
+                final: dict[str, Any] = {"index": idx, "finish_reason": finish_reason_for(prompt)}
                 if chat:
                     final["delta"] = {}
                 else:

@@ -14,6 +14,7 @@ from sidecar.gateway.tee import tee_stream
 from sidecar.prewarm.openai import BadAnswer, Received, gateway_answer
 from sidecar.prewarm.records import AnswerForm
 from sidecar.results.sse import StreamCollector
+from sidecar.results.whole_body import complete_body
 
 DONE = b"data: [DONE]\n\n"
 SSE_TYPE = "text/event-stream"
@@ -192,3 +193,40 @@ def test_a_stream_over_the_payload_limit_is_refused() -> None:
     with pytest.raises(BadAnswer) as err:
         gateway_answer(Received(SSE_TYPE, ((0, STREAM),)), "m", AnswerForm.SSE, 20)
     assert err.value.reason == "upstream_response_too_large"
+
+
+@pytest.mark.parametrize(
+    ("reason", "stored"),
+    [
+        ("stop", True),
+        ("length", True),
+        ("tool_calls", True),
+        ("function_call", True),
+        ("abort", False),
+        ("error", False),
+        ("content_filter", False),
+        ("cancelled", False),
+    ],
+)
+def test_only_allow_listed_finish_reasons_are_stored_by_gateway_and_prewarm(
+    reason: str, stored: bool
+) -> None:
+    """vLLM ends a cut-off request with finish_reason abort (or error) in a 200: that is
+    no complete answer. Whole bodies and streams, gateway and prewarm, store only stop,
+    length, tool_calls and function_call (content_filter deliberately not)."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": "x"}}
+    body = whole_body(choices=[choice | {"finish_reason": reason}])
+    assert complete_body(body, "m") is stored
+    stream = chunk("a") + chunk("", reason) + DONE
+    assert (collect([stream]).result() is not None) is stored
+    for received, form in (
+        (Received("application/json", ((0, body),)), AnswerForm.JSON),
+        (Received(SSE_TYPE, ((0, stream),)), AnswerForm.SSE),
+    ):
+        if stored:
+            assert gateway_answer(received, "m", form, LIMIT).payload
+        else:
+            with pytest.raises(BadAnswer) as err:
+                gateway_answer(received, "m", form, LIMIT)
+            expected = "upstream_incomplete" if form is AnswerForm.JSON else "stream_incomplete"
+            assert err.value.reason == expected

@@ -118,7 +118,8 @@ def prompt_version(headers: Mapping[bytes, bytes], default: str) -> str:
 
 
 def pacing(headers: Mapping[bytes, bytes], default: str) -> Pacing:
-    """The replay pace of a streamed hit (header, else the configured default)."""
+    """The replay pace of a streamed request (header, else the configured default); read
+    before the lookup, so a bad header is a 400 whether the request is a hit or not."""
     raw = headers.get(PACE_HEADER)
     text = raw.decode("latin-1").strip().lower() if raw else default
     if text == "fastest":

@@ -36,6 +36,7 @@ from sidecar.gateway.upstream import Upstream
 from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import CacheKey
 from sidecar.results.cache import ResultCache
+from sidecar.results.pacing import Pacing
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 
 log = structlog.get_logger("infercache.gateway")
@@ -118,6 +119,9 @@ class Flow:
             # Parsed, but too deep to re-serialise (the parser's limit is on its own stack).
             raise HttpError(400, "the body is nested too deeply", code="invalid_json") from None
         kr = for_adapter(kr, self.keys.pod.adapter_versions)
+        # Read for every streamed request before anything is forwarded or looked up, so a
+        # bad value is the same 400 on a miss as on a hit; not read when nothing streams.
+        pace = pacing(headers, self.settings.replay_pace) if kr.stream else Pacing()
         # Read per request: the pod's fingerprint changes when its files are re-measured.
         info: Headers = [(b"x-infercache-model-version", self.keys.pod.model_version.encode())]
         if kr.unknown:
@@ -133,7 +137,7 @@ class Flow:
             raise for_domain(exc) from exc
         info.append((b"x-infercache-key", key.digest.hex()[:16].encode()))
         if asked.read:
-            await self._lookup(endpoint, raw, kr, key, asked, headers, info, reply)
+            await self._lookup(endpoint, raw, kr, key, asked, pace, info, reply)
             return
         decision = self.cache.tenant_policy(tenant).bypass_for(key, kr.traits)
         if decision is not None:
@@ -150,7 +154,7 @@ class Flow:
         kr: KeyedRequest,
         key: CacheKey,
         asked: Controls,
-        headers: Mapping[bytes, bytes],
+        pace: Pacing,
         info: Headers,
         reply: Reply,
     ) -> None:
@@ -166,7 +170,6 @@ class Flow:
         if result.outcome is Outcome.HIT and result.entry is not None:
             age = (str(result.age_ms // 1000)).encode()
             hit = [*info, (b"age", age)]
-            pace = pacing(headers, self.settings.replay_pace)
             replay = ReplayLimits(
                 self.settings.replay_max_gap_ms, self.settings.replay_max_duration_ms
             )

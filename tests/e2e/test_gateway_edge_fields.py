@@ -247,14 +247,14 @@ def test_bad_control_headers_are_400_naming_the_header(
     before = pod.upstream_calls()
     resp = post(pod, body(), [AUTH, JSON_TYPE, (name, value)])
     if name == "x-infercache-replay-pace":
-        assert resp.status == 200  # only read on a streamed hit
+        assert resp.status == 200  # not read on a request that does not stream
         return
     refused(resp, 400, name.lower(), "invalid_header")
     assert pod.upstream_calls() == before
 
 
 def test_bad_replay_pace_is_400_on_a_streamed_hit(pod: GatewayPod) -> None:
-    """The pace header is read when a streamed hit is replayed: 400 naming it then."""
+    """A streamed hit with a bad pace header: 400 naming it (a streamed miss too)."""
     doc = body(temperature=0, stream=True)
     assert post(pod, doc).status == 200
     resp = post(pod, doc, [AUTH, JSON_TYPE, ("x-infercache-replay-pace", "warp")])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.gateway import API_KEYS, GatewayPod, chat_body
-from tests.support.raw_http import RawResponse, request
+from tests.support.raw_http import RawResponse, refused, request
 
 pytestmark = pytest.mark.e2e
 
@@ -105,3 +105,28 @@ def test_an_allow_listed_finish_reason_is_still_stored(pod: GatewayPod, stream: 
     doc["messages"][0]["content"] += " [[finish=length]]"
     assert post(pod, doc).header("x-infercache-cache") == "miss"
     assert post(pod, doc).header("x-infercache-cache") == "hit"
+
+
+# -- #9: the pace header on streamed misses and non-streamed hits ----------------------
+
+
+def test_bad_pace_on_a_streamed_miss_is_400_before_the_upstream_call(pod: GatewayPod) -> None:
+    """A streamed request with a bad pace: 400 on the miss as on the hit, nothing
+    forwarded, nothing stored."""
+    doc = body(temperature=0, stream=True)
+    before = pod.upstream_calls()
+    refused(post(pod, doc, (PACE, "warp")), 400, PACE, "invalid_header")
+    assert pod.upstream_calls() == before
+    assert post(pod, doc).header("x-infercache-cache") == "miss"
+    refused(post(pod, doc, (PACE, "warp")), 400, PACE, "invalid_header")
+    assert post(pod, doc, (PACE, "fastest")).header("x-infercache-cache") == "hit"
+
+
+def test_pace_is_ignored_on_a_non_streamed_request_miss_and_hit(pod: GatewayPod) -> None:
+    """Not streamed: the pace header is not read, so a bad one is 200 on both."""
+    doc = body(temperature=0)
+    first = post(pod, doc, (PACE, "bogus"))
+    second = post(pod, doc, (PACE, "bogus"))
+    assert (first.status, first.header("x-infercache-cache")) == (200, "miss")
+    assert (second.status, second.header("x-infercache-cache")) == (200, "hit")
+    assert json.loads(second.body)["choices"] == json.loads(first.body)["choices"]

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 
 from sidecar.entries import ChunkMeta, Entry
+from sidecar.gateway.errors import HttpError
 from sidecar.gateway.render import (
     Renewal,
     body_from_events,
@@ -77,7 +78,8 @@ async def _paced(
     limits: ReplayLimits,
     reply: Reply,
 ) -> None:
-    """Send the events on the schedule `pace` gives, then [DONE] (if within the cap).
+    """Send the events on the schedule `pace` gives, then [DONE]; an event due past the
+    cap raises HttpError instead (the response left unfinished).
 
     Each event waits for its absolute time (no drift from sleeping in steps); a client
     that goes away cancels this at its next await.
@@ -90,9 +92,16 @@ async def _paced(
         if event is None:
             continue
         if at > cap_s:
-            # Truncated like LookupStream: no [DONE], so no client takes it as whole.
-            await reply.send(b"", False)
-            return
+            # Cut: the response is left unfinished (no last chunk, no [DONE]), as for any
+            # failure once started (asgi._error), so uvicorn drops the connection and no
+            # client takes the partial answer as whole.
+            raise HttpError(
+                504,
+                f"the replay would run past {limits.max_duration_ms} ms "
+                "(INFERCACHE_REPLAY_MAX_DURATION_MS)",
+                kind="timeout_error",
+                code="replay_too_long",
+            )
         delay = start + at - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)

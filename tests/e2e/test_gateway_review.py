@@ -7,6 +7,7 @@ INFERCACHE_REPLAY_MAX_DURATION_MS."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,3 +131,40 @@ def test_pace_is_ignored_on_a_non_streamed_request_miss_and_hit(pod: GatewayPod)
     assert (first.status, first.header("x-infercache-cache")) == (200, "miss")
     assert (second.status, second.header("x-infercache-cache")) == (200, "hit")
     assert json.loads(second.body)["choices"] == json.loads(first.body)["choices"]
+
+
+# -- #10: a replay cut at the duration cap ---------------------------------------------
+
+
+def _raw_stream(pod: GatewayPod, doc: dict[str, Any], *headers: tuple[str, str]) -> bytes:
+    """Every byte of the response to `doc`, read until the gateway closes."""
+    data = json.dumps(doc).encode()
+    lines = [f"POST {CHAT} HTTP/1.1", "Host: x", "Connection: close", f"{AUTH[0]}: {AUTH[1]}"]
+    lines += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    got = b""
+    with socket.create_connection(("127.0.0.1", pod.port), timeout=30) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + data)
+        while piece := sock.recv(65536):
+            got += piece
+    return got
+
+
+def test_replay_cut_at_the_duration_cap_is_a_broken_response(pod: GatewayPod) -> None:
+    """At 1 token/s a stored stream of ~5 events needs ~4 s, over the 1.5 s cap: the
+    replay sends the events due within the cap, then leaves the chunked body unfinished
+    (no last chunk, no [DONE]), so no client takes the cut answer as whole."""
+    doc = body(temperature=0, stream=True)
+    whole = _raw_stream(pod, doc)
+    assert b"x-infercache-cache: miss" in whole.lower()
+    assert whole.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    cut = _raw_stream(pod, doc, (PACE, "1"))
+    head, _, chunked = cut.partition(b"\r\n\r\n")
+    assert b"x-infercache-cache: hit" in head.lower()
+    assert b"transfer-encoding: chunked" in head.lower()
+    assert b"[DONE]" not in chunked
+    assert not chunked.endswith(b"0\r\n\r\n"), chunked[-40:]
+    events = chunked.count(b"data: ")
+    # Sent at 0 s and 1 s (2 s is past the cap); a stored stream has more than that.
+    assert events == 2, chunked
+    assert whole.count(b"data: ") > events + 1

@@ -15,6 +15,7 @@ is free once its Redis TTL ran out.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import struct
@@ -49,7 +50,7 @@ from sidecar.observability.stats import CacheStats
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
-from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
+from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus, TierName
 from sidecar.testing import Clock
 from sidecar.tiers.base import WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
@@ -73,7 +74,9 @@ UNLEASED_WINDOW_S = 300
 DEFAULT_TTL_S, MAX_TTL_S = 60, 120
 HOT_ENTRIES = 4  # small, so lookups go to the warm tier too
 # Redis expires keys on its own clock: within this margin of that expiry either answer
-# is right (the hot tier may still hold the entry, Redis may have dropped it).
+# is right (the hot tier may still hold the entry, Redis may have dropped it). Once a
+# MISS shows Redis dropped it, the hot tier may still hold it until the cache's own
+# clock expires it: from then on a HIT (of exactly that payload) or a MISS is right.
 REDIS_EXPIRY_MARGIN_MS = 500
 _MACHINES = itertools.count()
 _LEASE_BODY = struct.Struct(">B32sQQ16s")
@@ -105,6 +108,8 @@ class Stored:
     expires_at_ms: int
     store_expires_at_ms: int
     """When the store itself drops it, on the store's clock (Redis PX)."""
+    warm_gone: bool = False
+    """A MISS showed the store dropped it (only the hot tier may still hold it)."""
 
 
 @dataclass(frozen=True)
@@ -229,15 +234,26 @@ class InvalidationMachine(RuleBasedStateMachine):
         want = self.expected_hit(i)
         event(f"lookup: {result.outcome.value}")
         assert not result.degraded
-        if want is not None and result.outcome is Outcome.MISS and self.may_be_gone(i):
+        entry = self.stored.get(i)
+        if (
+            want is not None
+            and entry is not None
+            and result.outcome is Outcome.MISS
+            and (entry.warm_gone or self.may_be_gone(i))
+        ):
+            # Redis dropped it on its clock; the hot tier may still hold it on the cache's
+            # (here a frozen test clock, so only its own expiry or eviction removes it):
+            # kept, so that a later hot HIT must still be exactly this payload.
             event("lookup: expired by the store's clock")
-            del self.stored[i]
+            self.stored[i] = dataclasses.replace(entry, warm_gone=True)
             want = None
         if want is not None:
             assert result.outcome is Outcome.HIT, f"lost entry for key {i}"
             assert result.entry is not None
             assert result.entry.payload == want, "foreign or outdated payload"
             assert not result.lease
+            if entry is not None and entry.warm_gone:
+                assert result.tier is TierName.HOT, "read back from a store that dropped it"
             return None
         assert result.outcome is Outcome.MISS, f"served a dead, expired or unknown key {i}"
         assert result.lease

@@ -151,10 +151,18 @@ class ApiKeys:
 
 def _presented_key(headers: Mapping[bytes, bytes]) -> str | None:
     auth = headers.get(b"authorization")
+    api_key = headers.get(b"api-key")
+    other = api_key.decode("latin-1").strip() if api_key else ""
     if auth:
         scheme, _, value = auth.decode("latin-1").partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
-        return None
-    api_key = headers.get(b"api-key")
-    return api_key.decode("latin-1").strip() or None if api_key else None
+        if scheme.lower() != "bearer" or not value.strip():
+            return None
+        if other and other != value.strip():
+            # Two different credentials: a proxy in front may have checked the other one.
+            raise HttpError(
+                400,
+                "Authorization and api-key name different keys: send one",
+                code="conflicting_credentials",
+            )
+        return value.strip()
+    return other or None

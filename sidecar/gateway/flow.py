@@ -14,6 +14,7 @@ finish_reason and `data: [DONE]`; a client that goes away cancels this coroutine
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from sidecar.gateway.errors import HttpError, for_domain
 from sidecar.gateway.hit import ReplayLimits, answer_hit
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
-from sidecar.gateway.request_keys import KeyedRequest, for_adapter, keyed_request
+from sidecar.gateway.request_keys import KeyedRequest, keyed_request
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
 from sidecar.gateway.unknown_fields import unknown_fields_headers
@@ -282,6 +283,16 @@ class Flow:
         if result.status is StoreStatus.STORED and self.recording is not None:
             self.recording.attach(key, kr, PATHS[endpoint], raw, result.ttl_s)
         return result.status is not StoreStatus.WRITE_FAILED
+
+
+def for_adapter(kr: KeyedRequest, adapters: Mapping[str, str]) -> KeyedRequest:
+    """`kr` with its key naming the adapter its `model` is, when the pod serves an adapter
+    by that name (adapter name -> fingerprint, as configured): the resolver then keys
+    that adapter's fingerprint, so new adapter weights are a MISS and an invalidation
+    selecting the adapter matches. Any other model name is keyed as it is (`extra`)."""
+    if kr.key is None or kr.model not in adapters:
+        return kr
+    return dataclasses.replace(kr, key=dataclasses.replace(kr.key, adapter_version=kr.model))
 
 
 def _latin1(text: str) -> bytes:

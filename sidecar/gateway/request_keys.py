@@ -9,7 +9,6 @@ The tenant and the prompt version never come from the body.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,8 +184,17 @@ def keyed_request(
     options = doc.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad_request("stream_options", "must be an object")
+    if options is not None and not stream:
+        # As OpenAI and vLLM answer it: 400 whether or not an answer is cached.
+        raise bad_request("stream_options", "is only allowed with stream: true")
     include_usage = bool(options and v.boolean(options, "include_usage", "stream_options."))
     extra: dict[str, str] = {MODEL_EXTRA: model}
+    if options:
+        # include_usage is framing the gateway rebuilds on a hit; any other option (vLLM's
+        # continuous_usage_stats: usage in every chunk) shapes what a replay must hold.
+        shaping = {k: x for k, x in options.items() if k != "include_usage"}
+        if shaping:
+            extra["stream_options"] = v.extra_value(shaping)
     unknown = []
     for name, value in doc.items():
         if name in EXCLUDED:
@@ -222,16 +230,6 @@ def keyed_request(
     )
     traits = RequestTraits(real_time=True) if doc.get("web_search_options") else NO_TRAITS
     return KeyedRequest(key, model, stream, include_usage, unknown_fields, traits=traits)
-
-
-def for_adapter(kr: KeyedRequest, adapters: Mapping[str, str]) -> KeyedRequest:
-    """`kr` with its key naming the adapter its `model` is, when the pod serves an adapter
-    by that name (adapter name -> fingerprint, as configured): the resolver then keys
-    that adapter's fingerprint, so new adapter weights are a MISS and an invalidation
-    selecting the adapter matches. Any other model name is keyed as it is (`extra`)."""
-    if kr.key is None or kr.model not in adapters:
-        return kr
-    return dataclasses.replace(kr, key=dataclasses.replace(kr.key, adapter_version=kr.model))
 
 
 def _input(endpoint: str, doc: Mapping[str, Any], extra: dict[str, str]) -> tuple[InputKind, Any]:

@@ -322,3 +322,28 @@ def test_client_gone_mid_stream_frees_the_lease(pod: GatewayPod) -> None:
     elapsed, second = _first_event(pod, doc)
     assert b"x-infercache-cache: miss" in second.lower()
     assert elapsed < 3.0, elapsed  # the wait is INFERCACHE_GATEWAY_WAIT_MS = 30 s
+
+
+def test_two_different_credentials_are_refused_and_two_equal_ones_accepted(
+    pod: GatewayPod,
+) -> None:
+    """Authorization and api-key naming different keys: 400, never "Authorization wins"
+    (a proxy in front may have checked the other one); the same key twice is one key."""
+    other = "sk-other-0123456789abcdef"
+    resp = _auth(pod, [("Authorization", f"Bearer {KEY}"), ("api-key", other)])
+    refused(resp, 400, code="conflicting_credentials")
+    assert other.encode() not in resp.body
+    assert KEY.encode() not in resp.body
+    assert _auth(pod, [("Authorization", f"Bearer {KEY}"), ("api-key", KEY)]).status == 200
+
+
+def test_stream_options_without_stream_is_400_whether_or_not_an_answer_is_cached(
+    pod: GatewayPod,
+) -> None:
+    """As OpenAI and vLLM answer it; before, a cached answer made it a 200 hit."""
+    doc = body()
+    assert post(pod, doc, [JSON_TYPE, AUTH]).status == 200  # now cached
+    with_options = doc | {"stream_options": {"include_usage": True}}
+    for _ in range(2):
+        err = refused(post(pod, with_options, [JSON_TYPE, AUTH]), 400, code="invalid_value")
+        assert err["param"] == "stream_options"

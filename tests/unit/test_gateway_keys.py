@@ -390,7 +390,7 @@ def test_a_logit_bias_id_beyond_64_bits_is_invalid_not_an_internal_error() -> No
 def test_a_model_named_as_a_served_adapter_keys_the_adapters_fingerprint() -> None:
     """The adapter's weights are in the key: new adapter files, new key; another model
     name is keyed as a name only."""
-    from sidecar.gateway.request_keys import for_adapter
+    from sidecar.gateway.flow import for_adapter
     from sidecar.identity.pod import PodIdentity
     from sidecar.identity.resolver import KeyResolver
     from sidecar.keys import KeyLimits
@@ -409,3 +409,26 @@ def test_a_model_named_as_a_served_adapter_keys_the_adapters_fingerprint() -> No
     assert first.digest != second.digest
     other = key({"my-lora": "lora-fp-1"}, model="tiny")
     assert other.adapter_version == ""
+
+
+def test_stream_options_other_than_include_usage_are_keyed() -> None:
+    """include_usage is framing rebuilt on a hit; vLLM's continuous_usage_stats (usage in
+    every chunk) is what a replay must hold, so it keys apart."""
+    plain = digest(CHAT, chat_body(stream=True))
+    usage = digest(CHAT, chat_body(stream=True, stream_options={"include_usage": True}))
+    both = {"include_usage": True, "continuous_usage_stats": True}
+    continuous = digest(CHAT, chat_body(stream=True, stream_options=both))
+    assert plain == usage
+    assert continuous != usage
+
+
+def test_stream_options_without_stream_is_refused() -> None:
+    """OpenAI and vLLM refuse it: the gateway does too, before any lookup."""
+    for stream in ({}, {"stream": False}):
+        with pytest.raises(HttpError) as info:
+            keyed_request(
+                CHAT, chat_body(stream_options={"include_usage": True}, **stream), "a", "p"
+            )
+        assert (info.value.status, info.value.param) == (400, "stream_options")
+    kr = keyed_request(CHAT, chat_body(stream_options=None), "a", "p")
+    assert kr.key is not None  # null is absent

@@ -172,7 +172,10 @@ async def _until_disconnect(work: Awaitable[None], receive: Receive, reply: Repl
 
     Once the last byte is out, ASGI's receive says "disconnect" too (uvicorn's does,
     whether the client stays or not): what follows the response, the store of a complete
-    answer, is not cancelled then, however long the warm tier takes.
+    answer, is not cancelled then, however long the warm tier takes. Nor once a stream's
+    `data: [DONE]` is out (`reply.answered`): the OpenAI SDKs close the connection on
+    [DONE], often before the model server has ended its response; the rest is read and
+    the answer stored as if the client had stayed.
 
     The work runs in the request's own task, only the watcher beside it (not a task of
     its own plus asyncio.wait). The watcher's cancellation is taken back (`uncancel`)
@@ -187,7 +190,7 @@ async def _until_disconnect(work: Awaitable[None], receive: Receive, reply: Repl
         nonlocal gone
         while (await receive())["type"] != "http.disconnect":
             pass
-        if not reply.finished:
+        if not (reply.finished or reply.answered):
             gone = True
             task.cancel()
 

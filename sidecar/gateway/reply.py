@@ -16,13 +16,17 @@ SSE_HEADERS: Headers = [(b"content-type", b"text/event-stream"), (b"cache-contro
 class Reply:
     """The response being written: start once, then body pieces."""
 
-    __slots__ = ("_body", "_start", "finished", "started")
+    __slots__ = ("_body", "_start", "answered", "finished", "started")
 
     def __init__(self, start: Start, body: Body) -> None:
         self._start, self._body = start, body
         self.started = False
         self.finished = False
         """The last piece of the body went out: the client has the whole response."""
+        self.answered = False
+        """The client has the whole answer though the body is not ended: a stream's
+        `data: [DONE]` went out. A client may close then (the OpenAI SDKs do) and that
+        is not an abort."""
 
     async def start(self, status: int, headers: Headers) -> None:
         """Status line and headers."""

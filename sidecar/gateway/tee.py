@@ -88,9 +88,11 @@ async def tee_stream(
     """
     collector = StreamCollector(limit)
     async for piece in pieces:
-        await reply.send(piece, not ended())
         if collector.whole:
             collector.feed(piece, int((time.monotonic() - t0) * 1000))
+            # Before the send: a client that closes on [DONE] must find it set.
+            reply.answered = reply.answered or collector.complete
+        await reply.send(piece, not ended())
     await reply.end()
     got = collector.result()
     if got is None or any(named != model for named in got.models):

@@ -208,12 +208,17 @@ class StreamCollector:
         if self._size > self.limit:
             self.whole = False
 
+    @property
+    def complete(self) -> bool:
+        """What arrived so far is a whole stream (StreamWatch.complete: [DONE] after every
+        choice's finish), nothing cut mid-event, within the limit."""
+        return self.whole and not self._splitter.pending and self._watch.complete
+
     def result(self) -> CollectedStream | None:
-        """The stream to store; None when it is not complete (StreamWatch.complete),
-        cut mid-event, or over the limit."""
-        watch = self._watch
-        if not self.whole or self._splitter.pending or not watch.complete:
+        """The stream to store; None when it is not `complete`."""
+        if not self.complete:
             return None
+        watch = self._watch
         return CollectedStream(
             b"".join(self._events),
             tuple(self._metas),

@@ -93,6 +93,31 @@ def test_sdk_stream_miss_then_hit_chunk_by_chunk(pod: GatewayPod, sdk: openai.Op
     assert text.startswith("[v1] answer")
 
 
+def test_a_stream_the_sdk_closes_on_done_before_the_upstream_ends_is_stored(
+    pod: GatewayPod, sdk: openai.OpenAI
+) -> None:
+    """The sync SDK closes the connection as soon as it reads [DONE]. [[linger]] makes the
+    model server end its response 1 s after [DONE], so the client is gone before the
+    upstream answer is: that is a complete answer, not an abort, and the next ask is a
+    hit with the same chunks."""
+    prompt = unique("[[linger]]")
+    before = pod.upstream_calls()
+    runs = []
+    for _ in range(2):
+        raw = sdk.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": prompt}], temperature=0, stream=True
+        )
+        chunks = list(raw.parse())
+        runs.append(
+            (raw.headers["x-infercache-cache"], [c.choices[0].delta.content for c in chunks])
+        )
+    (o1, first), (o2, second) = runs
+    assert (o1, o2) == ("miss", "hit")
+    assert pod.upstream_calls() == before + 1
+    assert first == second
+    assert "".join(c or "" for c in second).startswith("[v1] answer")
+
+
 def test_sse_replay_is_byte_identical_but_for_id_and_created(pod: GatewayPod) -> None:
     """Raw SSE: the replay has the same events, boundaries and payload bytes (save the
     renewed id and created), ending with data: [DONE]."""

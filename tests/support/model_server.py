@@ -14,6 +14,7 @@ A prompt containing one of these markers changes the answer:
     [[no-done]]      (stream) every chunk and the finish_reason, but no [DONE]
     [[trickle]]      (stream) a content chunk every 0.2 s for --slow-s seconds
     [[error-event]]  (stream) an error event after the first chunk, then [DONE]
+    [[linger]]       (stream) the connection stays open 1 s after [DONE] before it ends
     [[finish=R]]     every choice finishes with finish_reason R (e.g. abort, error,
                      content_filter) instead of stop; body and stream otherwise as usual
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
@@ -255,6 +256,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 elif "[[cut]]" not in prompt and "[[no-done]]" not in prompt and not fault:
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
+                    if "[[linger]]" in prompt:
+                        time.sleep(1.0)  # a client may close on [DONE], before the end
             except (BrokenPipeError, ConnectionResetError):
                 with state.lock:
                     state.aborted += 1

@@ -25,6 +25,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -99,6 +100,9 @@ def _message(m: Any, i: int, left: Leftovers) -> ChatMessage:
         raise bad_request(p + ".content", "must be a string, an array of parts, or null")
     name = _optional_str(m, "name", p, (i, "empty", "name"), left)
     call_id = _optional_str(m, "tool_call_id", p, (i, "empty", "tool_call_id"), left)
+    if "tool_call_id" in m and m["tool_call_id"] is None:
+        # vLLM hands the template the field whenever it is present: null is not absent.
+        left[(i, "null", "tool_call_id")] = "null"
     reasoning = m.get("reasoning_content")
     if "reasoning" in m:
         if reasoning is None:
@@ -116,7 +120,7 @@ def _message(m: Any, i: int, left: Leftovers) -> ChatMessage:
         name=name,
         tool_call_id=call_id,
         parts=parts,
-        tool_calls=_tool_calls(m.get("tool_calls"), p + ".tool_calls"),
+        tool_calls=_tool_calls(m.get("tool_calls"), p + ".tool_calls", i, left),
         reasoning_content=reasoning,
     )
 
@@ -133,7 +137,7 @@ def _optional_str(m: dict[str, Any], field: str, p: str, where: Where, left: Lef
     return v
 
 
-def _tool_calls(raw: Any, p: str) -> tuple[ToolCall, ...]:
+def _tool_calls(raw: Any, p: str, i: int, left: Leftovers) -> tuple[ToolCall, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -147,6 +151,9 @@ def _tool_calls(raw: Any, p: str) -> tuple[ToolCall, ...]:
         if set(c) - {"id", "type", "function"} or set(fn) - {"name", "arguments"}:
             raise bad_request(q, "has fields other than id, type and function{name, arguments}")
         call_id, kind = c.get("id"), c.get("type", "function")
+        if "type" not in c:
+            # Keyed as "function" below; the call the model server got had no type.
+            left[(i, "tool_call", j, "no_type")] = "absent"
         name, arguments = fn.get("name"), fn.get("arguments")
         if not (
             isinstance(call_id, str)
@@ -172,6 +179,9 @@ def _part(raw: Any, p: str, where: Where, left: Leftovers) -> ContentPart | None
         return ContentPart(PartKind.TEXT, text=text)
     media = _MEDIA.get(kind)
     if media is None:
+        if _names_remote(raw):
+            # audio_url, input_image and the like: the model server fetches what it names.
+            raise Uncacheable(f"{p} ({kind}) names media by URL; its content can change")
         # refusal parts and part types this gateway does not know: keyed whole.
         left[where] = extra_value(raw)
         return None
@@ -182,6 +192,22 @@ def _part(raw: Any, p: str, where: Where, left: Leftovers) -> ContentPart | None
         rest = {k: v for k, v in raw.items() if k not in ("type", kind)}
         left[(*where, "rest")] = extra_value(rest)
     return _media_part(media, body, f"{p}.{kind}", where, left)
+
+
+_REMOTE = re.compile(r"\s*(?:[A-Za-z][A-Za-z0-9+.-]*://|file:)")
+"""What a fetchable reference starts with: a scheme and `//` (http, https, s3, ...) or
+`file:`. A `data:` URL carries its bytes and is not one."""
+
+
+def _names_remote(value: Any) -> bool:
+    """Whether a string anywhere in `value` is a URL the model server would fetch."""
+    if isinstance(value, str):
+        return _REMOTE.match(value) is not None
+    if isinstance(value, dict):
+        return any(_names_remote(x) for x in value.values())
+    if isinstance(value, list):
+        return any(_names_remote(x) for x in value)
+    return False
 
 
 def _media_part(

@@ -101,12 +101,30 @@ def _sse(doc: dict[str, Any]) -> bytes:
     return b"data: " + _compact(doc) + b"\n\n"
 
 
+_TOP = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint"})
+"""The top-level fields a conversion carries over; any other must be null (vLLM sends
+`prompt_logprobs: null` and the like), or the answer is not converted: vLLM's
+`prompt_token_ids` or `prompt_text`, say, have no place in the other form."""
+_BODY_CHOICE = {
+    "chat.completions": frozenset({"index", "message", "logprobs", "finish_reason", "stop_reason"}),
+    "completions": frozenset({"index", "text", "logprobs", "finish_reason", "stop_reason"}),
+}
+
+
+def _only(doc: dict[str, Any], known: frozenset[str]) -> bool:
+    """Whether every field of `doc` outside `known` is null."""
+    return all(x is None for k, x in doc.items() if k not in known)
+
+
 def events_from_body(
     payload: bytes, kind: str, include_usage: bool, renewal: Renewal
 ) -> list[bytes] | None:
     """A stored whole answer as stream events: one chunk per choice, then usage."""
     doc = body_doc(payload)
-    if doc is None or not isinstance(doc.get("choices"), list):
+    if doc is None or not isinstance(doc.get("choices"), list) or not _only(doc, _TOP):
+        return None
+    known = _BODY_CHOICE.get(kind)
+    if known is None:
         return None
     head = {
         "id": renewal.new_id.decode(),
@@ -118,8 +136,8 @@ def events_from_body(
         head["system_fingerprint"] = doc["system_fingerprint"]
     out = []
     for ch in doc["choices"]:
-        if not isinstance(ch, dict):
-            return None
+        if not isinstance(ch, dict) or not _only(ch, known):
+            return None  # e.g. vLLM's token_ids (return_token_ids)
         piece: dict[str, Any] = {"index": ch.get("index", 0)}
         if kind == "chat.completions":
             message = ch.get("message")
@@ -136,6 +154,8 @@ def events_from_body(
             piece["text"] = ch.get("text", "")
         piece["logprobs"] = ch.get("logprobs")
         piece["finish_reason"] = ch.get("finish_reason")
+        if "stop_reason" in ch:
+            piece["stop_reason"] = ch["stop_reason"]
         out.append(_sse(head | {"choices": [piece]}))
     if include_usage:
         if not isinstance(doc.get("usage"), dict):
@@ -156,8 +176,8 @@ def body_from_events(events: Sequence[bytes], kind: str, renewal: Renewal) -> by
     usage = None
     for event in events:
         doc = event_doc(event)
-        if doc is None:
-            return None
+        if doc is None or not _only(doc, _TOP):
+            return None  # e.g. vLLM's prompt_token_ids or prompt_text on the first chunk
         if not head:
             head = {"model": doc.get("model")}
             if "system_fingerprint" in doc:

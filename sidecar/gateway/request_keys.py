@@ -16,16 +16,13 @@ from typing import Any
 from sidecar.gateway import values as v
 from sidecar.gateway.chat import Uncacheable, chat_messages
 from sidecar.gateway.errors import bad_request
-from sidecar.keys import (
-    ChatTemplateOptions,
-    FormatType,
-    GuidedDecoding,
-    InputKind,
-    KeyRequest,
-    OutputOptions,
-    ResponseFormat,
-    Sampling,
+from sidecar.gateway.sampling_fields import (
+    SAMPLING_FLAGS,
+    SAMPLING_INTS,
+    SAMPLING_NUMBERS,
+    sampling,
 )
+from sidecar.keys import ChatTemplateOptions, InputKind, KeyRequest, OutputOptions
 from sidecar.policy.cacheability import NO_TRAITS, RequestTraits
 
 CHAT = "chat.completions"
@@ -46,12 +43,16 @@ EXCLUDED = frozenset(
         "service_tier",
         "prompt_cache_key",
         "request_id",
-        "priority",
-        "cache_salt",
-        "kv_transfer_params",
+        "kv_transfer_params",  # null only: any other value is not cached (DISAGGREGATED)
     }
 )
-"""Fields that never shape the answer: left out of the key."""
+"""Fields that never shape the answer: left out of the key (`request_id` only when it is
+a string: vLLM refuses any other value, so that is keyed; see keyed_request)."""
+
+DISAGGREGATED = "kv_transfer_params"
+"""A request carrying it is one half of a disaggregated prefill/decode pair: vLLM's
+decode side reads its prompt from inside it, and a prefill's answer is a stub holding
+one-use transfer handles. Such requests are forwarded uncached."""
 
 EXTRA_KNOWN = frozenset(
     {
@@ -64,59 +65,25 @@ EXTRA_KNOWN = frozenset(
         "embed_dtype",
         "functions",
         "function_call",
+        # Not output-shaping, but vLLM refuses some values (a salt with `/`, a priority on
+        # a server without priority scheduling): keyed, so a cached 200 never answers
+        # what the model server would refuse.
+        "priority",
+        "cache_salt",
+        # vLLM before 0.12 read these as structured_outputs.*; since then it ignores them
+        # (the model answers unconstrained). Keyed by name as sent, never merged with
+        # structured_outputs.
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "guided_whitespace_pattern",
+        "guided_decoding_backend",
+        "structural_tag",
     }
 )
-"""Known output-shaping fields keyed by the extra rule (not reported as unknown)."""
+"""Known fields keyed by the extra rule (not reported as unknown)."""
 
-_SAMPLING_NUMBERS = (
-    "temperature",
-    "top_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "min_p",
-    "length_penalty",
-)
-_SAMPLING_INTS = (
-    "top_k",
-    "max_tokens",
-    "seed",
-    "n",
-    "min_tokens",
-    "top_logprobs",
-    "prompt_logprobs",
-    "best_of",
-    "truncate_prompt_tokens",
-    "max_completion_tokens",
-)
-_SAMPLING_FLAGS = (
-    "ignore_eos",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "use_beam_search",
-)
-_GUIDED = {
-    "guided_json": "json",
-    "guided_regex": "regex",
-    "guided_choice": "choice",
-    "guided_grammar": "grammar",
-    "guided_whitespace_pattern": "whitespace_pattern",
-    "guided_decoding_backend": "backend",
-    "structural_tag": "structural_tag",
-}
-_STRUCTURED = {
-    "json": "json",
-    "regex": "regex",
-    "choice": "choice",
-    "grammar": "grammar",
-    "json_object": "json_object",
-    "structural_tag": "structural_tag",
-    "whitespace_pattern": "whitespace_pattern",
-    "disable_any_whitespace": "disable_any_whitespace",
-    "disable_additional_properties": "disable_additional_properties",
-    "disable_fallback": "disable_fallback",
-}
 _TEMPLATE_FLAGS = ("add_generation_prompt", "continue_final_message", "add_special_tokens")
 _TEMPLATE_JSON = ("chat_template_kwargs", "mm_processor_kwargs")
 _OUTPUT_TEXT = ("reasoning_effort", "verbosity", "suffix", "encoding_format")
@@ -127,12 +94,6 @@ _OUTPUT_FIELDS = frozenset(
     {*_OUTPUT_TEXT, *_OUTPUT_JSON, "echo", "dimensions", "return_tokens_as_token_ids", "modalities"}
 )
 """Every field _output reads."""
-_FORMATS = {
-    "text": FormatType.TEXT,
-    "json_object": FormatType.JSON_OBJECT,
-    "json_schema": FormatType.JSON_SCHEMA,
-    "structural_tag": FormatType.STRUCTURAL_TAG,
-}
 _INPUTS = {CHAT: "messages", COMPLETIONS: "prompt", EMBEDDINGS: "input"}
 _OTHER_INPUTS = {e: tuple(sorted(set(_INPUTS.values()) - {n})) for e, n in _INPUTS.items()}
 _INPUT_NAMES = frozenset(_INPUTS.values())
@@ -142,10 +103,9 @@ KNOWN = frozenset(
     | {"stop_token_ids", "allowed_token_ids", "response_format", "tools", "tool_choice"}
     | {"parallel_tool_calls", "structured_outputs", "chat_template", "documents", "echo"}
     | {"modalities", "dimensions", "return_tokens_as_token_ids"}
-    | set(_SAMPLING_NUMBERS)
-    | set(_SAMPLING_INTS)
-    | set(_SAMPLING_FLAGS)
-    | set(_GUIDED)
+    | set(SAMPLING_NUMBERS)
+    | set(SAMPLING_INTS)
+    | set(SAMPLING_FLAGS)
     | set(_TEMPLATE_FLAGS)
     | set(_TEMPLATE_JSON)
     | set(_OUTPUT_TEXT)
@@ -184,8 +144,9 @@ def keyed_request(
     options = doc.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad_request("stream_options", "must be an object")
-    if options is not None and not stream:
-        # As OpenAI and vLLM answer it: 400 whether or not an answer is cached.
+    if options and not stream:
+        # As vLLM answers it (an empty object passes there): 400 whether or not an answer
+        # is cached.
         raise bad_request("stream_options", "is only allowed with stream: true")
     include_usage = bool(options and v.boolean(options, "include_usage", "stream_options."))
     extra: dict[str, str] = {MODEL_EXTRA: model}
@@ -198,9 +159,17 @@ def keyed_request(
     unknown = []
     for name, value in doc.items():
         if name in EXCLUDED:
+            if not isinstance(value, str) and name == "request_id":
+                extra[name] = v.extra_value(value)
             continue
         if name in KNOWN:
-            if not value and isinstance(value, list | dict) and name not in _INPUT_NAMES:
+            if value is None and name not in _INPUT_NAMES:
+                # Sent as null: not the same as absent. vLLM applies a field's default only
+                # when the field is absent (tools without tool_choice means "auto", null
+                # means none; logprobs with top_logprobs null returns none), and refuses
+                # null for a field that may not be null (echo, min_tokens, ...).
+                extra[name] = "null"
+            elif not value and isinstance(value, list | dict) and name not in _INPUT_NAMES:
                 # Sent empty: not the same as absent (templates test `tools is not none`),
                 # while the field's own key record cannot tell the two apart.
                 extra[name] = v.extra_value(value)
@@ -209,6 +178,9 @@ def keyed_request(
             unknown.append(name)
         extra[name] = v.extra_value(value)
     unknown_fields = tuple(sorted(unknown))
+    if doc.get(DISAGGREGATED) is not None:
+        why = f"`{DISAGGREGATED}`: one half of a disaggregated prefill/decode pair"
+        return KeyedRequest(None, model, stream, include_usage, unknown_fields, why)
     try:
         kind, value = _input(endpoint, doc, extra)
     except Uncacheable as exc:
@@ -219,10 +191,10 @@ def keyed_request(
         prompt_version=prompt_version,
         input=value,
         input_kind=kind,
-        sampling=_sampling(doc, extra),
+        sampling=sampling(doc, extra),
         extra=extra,
         tools=tuple(v.dumps(t) for t in v.objects(doc, "tools")),
-        tool_choice=_tool_choice(doc),
+        tool_choice=_tool_choice(doc, extra),
         parallel_tool_calls=v.boolean(doc, "parallel_tool_calls"),
         chat_template=_template(doc),
         endpoint=endpoint,
@@ -249,127 +221,16 @@ def _input(endpoint: str, doc: Mapping[str, Any], extra: dict[str, str]) -> tupl
     raise bad_request(name, "is required: a string or an array of token ids")
 
 
-def _tool_choice(doc: Mapping[str, Any]) -> str | None:
+def _tool_choice(doc: Mapping[str, Any], extra: dict[str, str]) -> str | None:
     raw = doc.get("tool_choice")
     if raw is None or isinstance(raw, str):
         return raw
     if not isinstance(raw, dict):
         raise bad_request("tool_choice", "must be a string or an object")
+    # The key field holds text: a string spelling the object's JSON would key alike (and
+    # vLLM refuses such a string). The object form is marked in `extra`.
+    extra["tool_choice"] = "object"
     return v.dumps(raw)
-
-
-def _sampling(doc: Mapping[str, Any], extra: dict[str, str]) -> Sampling:
-    # Only the fields the body has (an absent one reads as None, Sampling's default),
-    # checked in the same order, so a body with two bad fields gets the same 400.
-    nums: dict[str, Any] = {n: v.number(doc, n) for n in _SAMPLING_NUMBERS if n in doc}
-    ints: dict[str, Any] = {n: v.integer(doc, n) for n in _SAMPLING_INTS if n in doc}
-    flags: dict[str, Any] = {n: v.boolean(doc, n) for n in _SAMPLING_FLAGS if n in doc}
-    logprobs: int | None = None
-    return_logprobs: bool | None = None
-    if isinstance(doc.get("logprobs"), bool):
-        return_logprobs = doc["logprobs"]
-    else:
-        logprobs = v.integer(doc, "logprobs")
-    return Sampling(
-        **nums,
-        **ints,
-        **flags,
-        stop=v.strings(doc, "stop", single=True),
-        stop_token_ids=v.integers(doc, "stop_token_ids"),
-        allowed_token_ids=v.integers(doc, "allowed_token_ids"),
-        bad_words=v.strings(doc, "bad_words"),
-        logprobs=logprobs,
-        return_logprobs=return_logprobs,
-        logit_bias=_logit_bias(doc, extra),
-        response_format=_response_format(doc),
-        guided=_guided(doc, extra),
-    )
-
-
-def _logit_bias(doc: Mapping[str, Any], extra: dict[str, str]) -> dict[int, float]:
-    raw = doc.get("logit_bias")
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise bad_request("logit_bias", "must be an object of token id -> bias")
-    out: dict[int, float] = {}
-    for token in raw:
-        try:
-            tid = int(token)
-        except ValueError:
-            raise bad_request("logit_bias", f"{token!r} is not a token id") from None
-        if str(tid) != token:
-            # int() also reads " 12", "+12", "1_2" and other scripts' digits: whatever the
-            # model server makes of such a spelling, it is not keyed as the plain id.
-            extra["logit_bias"] = v.extra_value(raw)
-        value = v.number(raw, token, "logit_bias.")
-        if value is None:
-            raise bad_request(f"logit_bias.{token}", "must be a number")
-        if tid in out:
-            raise bad_request("logit_bias", f"token {tid} appears twice")
-        out[tid] = value
-    return out
-
-
-def _response_format(doc: Mapping[str, Any]) -> ResponseFormat | None:
-    raw = doc.get("response_format")
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-        raise bad_request("response_format", "must be an object with a string `type`")
-    kind = _FORMATS.get(raw["type"])
-    if kind is None or set(raw) - {"type", "json_schema", "structural_tag", "format"}:
-        # A format type or field this table does not know: keyed whole, as sent.
-        return ResponseFormat(FormatType.UNSPECIFIED, schema=v.dumps(raw))
-    if kind is FormatType.JSON_SCHEMA:
-        js = raw.get("json_schema")
-        if not isinstance(js, dict) or set(js) - {"schema", "name", "strict", "description"}:
-            return ResponseFormat(FormatType.UNSPECIFIED, schema=v.dumps(raw))
-        schema = js.get("schema")
-        return ResponseFormat(
-            kind,
-            schema=v.dumps(schema) if schema is not None else "",
-            name=v.string(js, "name", "response_format.json_schema."),
-            strict=v.boolean(js, "strict", "response_format.json_schema."),
-            description=v.string(js, "description", "response_format.json_schema."),
-        )
-    rest = {k: x for k, x in raw.items() if k != "type"}
-    return ResponseFormat(kind, schema=v.dumps(rest) if rest else "")
-
-
-def _guided(doc: Mapping[str, Any], extra: dict[str, str]) -> GuidedDecoding | None:
-    found: dict[str, Any] = {}
-    for name, attr in _GUIDED.items():
-        if doc.get(name) is not None:
-            found[attr] = _guided_value(attr, doc[name], name)
-    so = doc.get("structured_outputs")
-    if so is not None:
-        if not isinstance(so, dict):
-            raise bad_request("structured_outputs", "must be an object")
-        for so_name, value in so.items():
-            so_attr = _STRUCTURED.get(so_name)
-            if so_attr is None or so_attr in found:
-                # Unknown, or given twice (guided_* and structured_outputs): keyed whole.
-                extra["structured_outputs"] = v.extra_value(so)
-                continue
-            found[so_attr] = _guided_value(so_attr, value, f"structured_outputs.{so_name}")
-    return GuidedDecoding(**found) if found else None
-
-
-def _guided_value(attr: str, value: Any, name: str) -> Any:
-    if attr == "choice":
-        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-            raise bad_request(name, "must be an array of strings")
-        return tuple(value)
-    if attr in ("json", "structural_tag"):
-        return value if isinstance(value, str) else v.dumps(value)
-    if attr.startswith("disable_") or attr == "json_object":
-        if not isinstance(value, bool):
-            raise bad_request(name, "must be a boolean")
-        return value
-    if not isinstance(value, str):
-        raise bad_request(name, "must be a string")
-    return value
 
 
 def _template(doc: Mapping[str, Any]) -> ChatTemplateOptions | None:

@@ -33,13 +33,15 @@ def digest(endpoint: str, body: dict[str, Any], tenant: str = "acme", pv: str = 
 
 
 def test_transport_fields_do_not_change_the_key() -> None:
-    """stream, stream_options, user, metadata, request ids: same key."""
+    """stream, stream_options, user, metadata, request ids: same key. (priority and
+    cache_salt were here until 2026-12-02: they are keyed now, see
+    test_gateway_vllm_fields.py.)"""
     base = digest(CHAT, chat_body(temperature=0))
     for extra in (
         {"stream": True},
         {"stream_options": {"include_usage": True}, "stream": True},
         {"user": "u1", "metadata": {"a": "b"}, "store": True},
-        {"request_id": "r1", "priority": 3, "service_tier": "flex", "cache_salt": "s"},
+        {"request_id": "r1", "service_tier": "flex"},
     ):
         assert digest(CHAT, chat_body(temperature=0, **extra)) == base, extra
 
@@ -423,7 +425,8 @@ def test_stream_options_other_than_include_usage_are_keyed() -> None:
 
 
 def test_stream_options_without_stream_is_refused() -> None:
-    """OpenAI and vLLM refuse it: the gateway does too, before any lookup."""
+    """vLLM refuses a non-empty one: the gateway does too, before any lookup (an empty
+    one passes: test_gateway_vllm_fields.py)."""
     for stream in ({}, {"stream": False}):
         with pytest.raises(HttpError) as info:
             keyed_request(

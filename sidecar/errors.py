@@ -30,6 +30,12 @@ class InvalidArgument(InfercacheError):
         self.problem = problem
 
 
+class OverLimit(InvalidArgument):
+    """A key field larger than this sidecar's limits: well formed, but not keyable here.
+    gRPC answers INVALID_ARGUMENT as for any malformed field; the gateway forwards such a
+    request uncached instead (the model server may well answer it)."""
+
+
 class FailedPrecondition(InfercacheError):
     """The request is well formed but the sidecar's state refuses it."""
 

@@ -11,7 +11,7 @@ from array import array
 from collections.abc import Sequence
 from typing import cast
 
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, OverLimit
 from sidecar.key_records import Encoder, Records, check_count, small, utf8
 from sidecar.key_surface import ChatMessage, ContentPart, PartKind, ToolCall
 from sidecar.key_types import InputKind, KeyLimits, KeyRequest
@@ -28,7 +28,7 @@ def input_digest_of(req: KeyRequest, limits: KeyLimits) -> tuple[InputKind, byte
         assert isinstance(value, str)
         data = utf8("key.text", value)
         if len(data) > limits.max_input_bytes:
-            raise InvalidArgument(
+            raise OverLimit(
                 "key.text", f"is {len(data)} bytes; the limit is {limits.max_input_bytes}"
             )
         h.update(data)
@@ -71,7 +71,7 @@ class _Budget:
     def take(self, data: bytes, limit: int) -> bytes:
         self.left -= len(data)
         if self.left < 0:
-            raise InvalidArgument("key.chat", f"content exceeds the input limit of {limit} bytes")
+            raise OverLimit("key.chat", f"content exceeds the input limit of {limit} bytes")
         return data
 
 

@@ -12,7 +12,7 @@ import math
 import struct
 from collections.abc import Sequence
 
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, OverLimit
 
 
 class Encoder:
@@ -50,13 +50,13 @@ def utf8(field_name: str, value: str) -> bytes:
 def check_len(field_name: str, value: str, max_chars: int) -> None:
     """INVALID_ARGUMENT when `value` is longer than `max_chars` characters."""
     if len(value) > max_chars:
-        raise InvalidArgument(field_name, f"is {len(value)} characters; the limit is {max_chars}")
+        raise OverLimit(field_name, f"is {len(value)} characters; the limit is {max_chars}")
 
 
 def check_count(field_name: str, n: int, limit: int) -> None:
     """INVALID_ARGUMENT when a list or map has more than `limit` entries."""
     if n > limit:
-        raise InvalidArgument(field_name, f"has {n} entries; the limit is {limit}")
+        raise OverLimit(field_name, f"has {n} entries; the limit is {limit}")
 
 
 def json_text(field_name: str, value: str, max_chars: int) -> bytes:
@@ -70,7 +70,7 @@ def json_text(field_name: str, value: str, max_chars: int) -> bytes:
     except UnicodeEncodeError as exc:
         raise InvalidArgument(field_name, "holds a string that is not valid Unicode") from exc
     except RecursionError as exc:  # "[[[[...": fits the length limit, not the parser
-        raise InvalidArgument(field_name, "nests too deeply") from exc
+        raise OverLimit(field_name, "nests too deeply") from exc
     except ValueError as exc:
         raise InvalidArgument(field_name, f"is not valid JSON: {exc}") from exc
     return data

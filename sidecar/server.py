@@ -256,6 +256,10 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     _add_health_and_reflection(server, health_servicer, data_services)
     ports = listen(server, config.server.listen, "INFERCACHE_LISTEN")
 
+    # Built (its keys file read, its port bound) before any listener starts: a refusal
+    # then leaves nothing running. record_key_bytes: the gateway attaches each stored
+    # answer's upstream body for prewarm.
+    gateway = Gateway(app, record_key_bytes) if config.gateway.listen else None
     admin_server: grpc.aio.Server | None = None
     admin_ports: list[int] = []
     if config.admin.listen:
@@ -296,8 +300,6 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
             health_server, config.server.health_listen, "INFERCACHE_HEALTH_LISTEN"
         )
         await health_server.start()
-    # record_key_bytes: the gateway attaches each stored answer's upstream body for prewarm.
-    gateway = Gateway(app, record_key_bytes) if config.gateway.listen else None  # binds now
     await server.start()
     if gateway is not None:
         await gateway.start()

@@ -248,6 +248,17 @@ class GatewayConfig:
     max_body_bytes: int = setting(
         16 * 1024**2, "Largest request body; larger is 413", p.parse_bytes
     )
+    body_timeout_s: int = setting(
+        30,
+        "Deadline for a request's body to arrive whole once its headers have; "
+        "slower is 408 and the connection is closed",
+        p.positive_int,
+    )
+    max_header_bytes: int = setting(
+        64 * 1024,
+        "Largest request head (header names and values together); larger is 431",
+        p.parse_bytes,
+    )
     wait_ms: int = setting(
         30000,
         "Concurrent identical requests wait this long for the first one's answer "

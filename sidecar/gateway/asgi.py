@@ -1,8 +1,10 @@
 """The gateway's HTTP surface as an ASGI application (served by uvicorn, see service.py).
 
 Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models
-(proxied); GET /health. Credentials are checked before the body is read; a body
-over the limit is 413 without being read whole. While a request is served, a watcher
+(proxied); GET /health. A request head over its limit is 431; credentials are checked
+before the body is read; a body over the limit is 413 without being read whole, and
+one that does not arrive whole within its deadline is 408 (both close the connection:
+what is left of the body is not read as a next request). While a request is served, a watcher
 waits for the client to go away and then cancels it (and the upstream call with it),
 unless the client already has the whole response.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -41,12 +44,25 @@ _METHODS = {a: frozenset(a.decode().split(", ")) for a in (_ALLOW_POST, *_ALLOW_
 """The methods each Allow header names."""
 
 
+_CLOSE: Headers = [(b"connection", b"close")]
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    """What a request may send (INFERCACHE_GATEWAY_MAX_BODY_BYTES, _BODY_TIMEOUT_S,
+    _MAX_HEADER_BYTES)."""
+
+    max_body_bytes: int
+    body_timeout_s: float
+    max_header_bytes: int
+
+
 class GatewayApp:
     """The ASGI callable."""
 
-    def __init__(self, flow: Flow, max_body_bytes: int) -> None:
+    def __init__(self, flow: Flow, limits: BodyLimits) -> None:
         self.flow = flow
-        self.max_body_bytes = max_body_bytes
+        self.limits = limits
         tenant_header = flow.api_keys.tenant_header
         self.single_headers = SINGLE_HEADERS | ({tenant_header} if tenant_header else set())
 
@@ -85,6 +101,14 @@ class GatewayApp:
 
     async def _route(self, scope: Scope, receive: Receive, reply: Reply) -> None:
         path, method = scope["path"], scope["method"]
+        if sum(len(k) + len(v) for k, v in scope["headers"]) > self.limits.max_header_bytes:
+            raise HttpError(
+                431,
+                f"the request headers are larger than {self.limits.max_header_bytes} bytes "
+                "(INFERCACHE_GATEWAY_MAX_HEADER_BYTES)",
+                code="request_header_fields_too_large",
+                headers=_CLOSE,
+            )
         endpoint = ENDPOINTS.get(path)
         allowed = _ALLOW_POST if endpoint is not None else _ALLOW_GET.get(path)
         if allowed is None:
@@ -108,7 +132,7 @@ class GatewayApp:
             await _until_disconnect(self.flow.models(reply), receive, reply)
             return
         check_framing(headers)
-        raw = await _read_body(receive, headers, self.max_body_bytes)
+        raw = await _read_body(receive, headers, self.limits)
         work = self.flow.completion(endpoint, tenant, headers, raw, reply)
         await _until_disconnect(work, receive, reply)
 
@@ -140,23 +164,34 @@ class _ClientGone(Exception):
     """The client went away before its request body arrived: nobody is left to answer."""
 
 
-async def _read_body(receive: Receive, headers: dict[bytes, bytes], limit: int) -> bytes:
+async def _read_body(receive: Receive, headers: dict[bytes, bytes], limits: BodyLimits) -> bytes:
+    limit = limits.max_body_bytes
     declared = headers.get(b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     parts: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(parts)
+    try:
+        async with asyncio.timeout(limits.body_timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _ClientGone
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                parts.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(parts)
+    except TimeoutError:
+        raise HttpError(
+            408,
+            f"the body did not arrive within {limits.body_timeout_s:g} s "
+            "(INFERCACHE_GATEWAY_BODY_TIMEOUT_S)",
+            code="request_timeout",
+            headers=_CLOSE,
+        ) from None
 
 
 def _too_large(limit: int) -> HttpError:
@@ -164,6 +199,7 @@ def _too_large(limit: int) -> HttpError:
         413,
         f"the body is larger than {limit} bytes (INFERCACHE_GATEWAY_MAX_BODY_BYTES)",
         code="request_too_large",
+        headers=_CLOSE,
     )
 
 

@@ -8,7 +8,9 @@ The tenant comes from authentication only, never from the body: `Authorization:
 Bearer KEY` (or `api-key: KEY`, as Azure-style clients send it). A trusted header
 names the tenant only when the operator configured one (a proxy in front that sets
 it). The file is re-read when its size or mtime changes; a file that no longer
-parses keeps the keys in force and is logged.
+parses keeps the keys in force and is logged. A file with no keys is a valid file
+that revokes every key (logged as a warning, at start and on reload): replace the file
+atomically (a Kubernetes Secret volume does), or a reader may see it truncated.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from sidecar.gateway.errors import HttpError
+from sidecar.gateway.errors import HttpError, bad_header
 
 log = structlog.get_logger("infercache.gateway")
 
@@ -51,7 +53,8 @@ def parse_keys(text: str, source: str) -> dict[str, str]:
 
 def read_keys(path: str) -> dict[str, str]:
     """Read and parse the keys file (blocking: call it off the event loop)."""
-    with open(path, encoding="utf-8") as f:
+    # utf-8-sig: a byte-order mark that an editor put first is not part of a tenant.
+    with open(path, encoding="utf-8-sig") as f:
         text = f.read(MAX_KEYS_FILE_BYTES + 1)
     if len(text) > MAX_KEYS_FILE_BYTES:
         raise ValueError(f"{path}: larger than {MAX_KEYS_FILE_BYTES} bytes")
@@ -87,14 +90,17 @@ class ApiKeys:
     def load(cls, path: str | None, tenant_header: str = "") -> ApiKeys:
         """From the file at `path` (None: no keys; every request is 401 unless a trusted
         header is configured). Raises OSError / ValueError when the file is unusable."""
-        return cls(read_keys(path) if path else {}, path, tenant_header)
+        keys = read_keys(path) if path else {}
+        if not keys and not tenant_header:
+            log.warning("gateway_no_keys", path=path, effect="every request is 401")
+        return cls(keys, path, tenant_header)
 
     def tenant(self, headers: Mapping[bytes, bytes]) -> str:
         """The authenticated tenant of a request's (lower-cased) headers."""
         if self.tenant_header:
             named = headers.get(self.tenant_header)
             if named:
-                tenant = named.decode("latin-1").strip()
+                tenant = _tenant_named(named, self.tenant_header.decode("latin-1"))
                 if tenant:
                     return tenant
         key = _presented_key(headers)
@@ -145,8 +151,23 @@ class ApiKeys:
             return False
         self._keys, self._stamp = keys, stamp
         self.reloads += 1
-        log.info("gateway_keys_reloaded", path=path, keys=len(keys))
+        if keys:
+            log.info("gateway_keys_reloaded", path=path, keys=len(keys))
+        else:
+            log.warning("gateway_keys_reloaded", path=path, keys=0, effect="every key revoked")
         return True
+
+
+def _tenant_named(raw: bytes, header: str) -> str:
+    """The tenant a trusted header names: UTF-8 (as the keys file is read), printable,
+    256 characters at most, like a keys file's tenants; 400 otherwise."""
+    try:
+        tenant = raw.decode("utf-8").strip(" \t")
+    except UnicodeDecodeError:
+        raise bad_header(header, "not UTF-8") from None
+    if not tenant.isprintable() or len(tenant) > 256:
+        raise bad_header(header, "the tenant must be printable, 256 characters at most")
+    return tenant
 
 
 def _presented_key(headers: Mapping[bytes, bytes]) -> str | None:

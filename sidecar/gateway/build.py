@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 
 from sidecar.app import App
-from sidecar.gateway.asgi import GatewayApp
+from sidecar.config.load import ConfigError
+from sidecar.gateway.asgi import BodyLimits, GatewayApp
 from sidecar.gateway.auth import ApiKeys
 from sidecar.gateway.flow import Flow, FlowSettings
 from sidecar.gateway.records import KeyEncoder, Recording
@@ -27,7 +28,11 @@ class Gateway:
     def __init__(self, app: App, encode_key: KeyEncoder | None = None) -> None:
         config = app.config
         gw = config.gateway
-        self.api_keys = ApiKeys.load(gw.keys_file, gw.tenant_header)
+        try:
+            self.api_keys = ApiKeys.load(gw.keys_file, gw.tenant_header)
+        except (OSError, ValueError) as exc:
+            # Exit 2 naming the setting, as for any other bad configuration.
+            raise ConfigError(f"INFERCACHE_GATEWAY_KEYS_FILE: {exc}") from exc
         self.upstream = Upstream(
             config.prewarm.model_server_url,
             timeout_s=gw.upstream_timeout_s,
@@ -55,7 +60,12 @@ class Gateway:
             app.cache, app.keys, self.api_keys, self.upstream, settings, self.stats, recording
         )
         self.server = GatewayServer(
-            GatewayApp(self.flow, gw.max_body_bytes), gw.listen, config.server.grace_period_s
+            GatewayApp(
+                self.flow,
+                BodyLimits(gw.max_body_bytes, gw.body_timeout_s, gw.max_header_bytes),
+            ),
+            gw.listen,
+            config.server.grace_period_s,
         )
         self._poll_s = gw.keys_poll_ms / 1000
         self._reload: asyncio.Task[None] | None = None

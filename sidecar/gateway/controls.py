@@ -25,7 +25,9 @@ MODE_HEADER = b"x-infercache-cache-mode"
 PROMPT_VERSION_HEADER = b"x-infercache-prompt-version"
 PACE_HEADER = b"x-infercache-replay-pace"
 MAX_PROMPT_VERSION_CHARS = 256
-_DELTA_SECONDS = re.compile(r"[0-9]{1,64}")
+_DELTA_SECONDS = re.compile(r"[0-9]+")
+MAX_AGE_CAP_S = 2**31
+"""RFC 9111 1.2.2: a delta-seconds too large to represent counts as 2**31."""
 
 
 class CacheMode(Enum):
@@ -47,6 +49,8 @@ class Controls:
     """Store the fresh answer of a miss (False: no-store, read-only, off)."""
     max_age_s: int = 0
     """A hit must be at most this old; 0 = any age."""
+    why: str = ""
+    """What made the request neither read nor written (the bypass reason when `off`)."""
 
     @property
     def off(self) -> bool:
@@ -70,7 +74,11 @@ def _reads_writes(mode: CacheMode) -> tuple[bool, bool]:
     )
 
 
-_BY_MODE = {mode: Controls(*_reads_writes(mode)) for mode in CacheMode}
+def _mode_why(mode: CacheMode) -> str:
+    return "" if mode is CacheMode.READ_WRITE else f"cache mode {mode.value}"
+
+
+_BY_MODE = {mode: Controls(*_reads_writes(mode), why=_mode_why(mode)) for mode in CacheMode}
 """The controls of a request that only names a mode (or none): most requests."""
 
 
@@ -82,24 +90,30 @@ def controls(headers: Mapping[bytes, bytes], default_mode: CacheMode) -> Control
     if cache_control is None:
         return _BY_MODE[mode]
     read, write = _reads_writes(mode)
+    causes = [_mode_why(mode)] if mode is not CacheMode.READ_WRITE else []
     max_age = 0
     for directive in cache_control.decode("latin-1").split(","):
         name, _, value = directive.strip().partition("=")
         name = name.strip().lower()
         if name == "no-cache":
             read = False
+            causes.append("no-cache")
         elif name == "no-store":
             write = False
+            causes.append("no-store")
         elif name == "max-age":
             seconds = value.strip().strip('"')
             # ASCII digits only (str.isdigit() takes "\xb2", which int() refuses).
             if not _DELTA_SECONDS.fullmatch(seconds):
                 raise bad_header("Cache-Control", f"max-age must be seconds, got {value[:64]!r}")
-            # RFC 9111 1.2.2: a value too large to represent counts as 2**31.
-            max_age = min(int(seconds), 2**31 - 1)
+            # Any number of digits (RFC 9111 1.2.2); only ten or fewer are converted.
+            max_age = MAX_AGE_CAP_S if len(seconds.lstrip("0")) > 10 else int(seconds)
+            max_age = min(max_age, MAX_AGE_CAP_S)
             if max_age == 0:
                 read = False  # nothing cached is zero seconds old
-    return Controls(read=read, write=write, max_age_s=max_age)
+                causes.append("max-age=0")
+    why = ", ".join(dict.fromkeys(causes))  # each cause once, in the order given
+    return Controls(read=read, write=write, max_age_s=max_age, why=why)
 
 
 def prompt_version(headers: Mapping[bytes, bytes], default: str) -> str:
@@ -121,7 +135,8 @@ def pacing(headers: Mapping[bytes, bytes], default: str) -> Pacing:
     """The replay pace of a streamed request (header, else the configured default); read
     before the lookup, so a bad header is a 400 whether the request is a hit or not."""
     raw = headers.get(PACE_HEADER)
-    text = raw.decode("latin-1").strip().lower() if raw else default
+    # Present but empty is not "use the default": a 400, as for the other headers.
+    text = raw.decode("latin-1").strip().lower() if raw is not None else default
     if text == "fastest":
         return Pacing()
     if text == "original":

@@ -9,6 +9,7 @@ Every refusal of a caller's mistake is a 4xx naming what was wrong; domain error
 from __future__ import annotations
 
 import json
+import re
 
 from sidecar.errors import (
     DeadlineExceeded,
@@ -66,12 +67,29 @@ def bad_header(name: str, problem: str) -> HttpError:
     return HttpError(400, f"{name}: {problem}", param=name.lower(), code="invalid_header")
 
 
-def for_domain(exc: InfercacheError) -> HttpError:
-    """The HTTP answer to a domain error raised while serving a request."""
+_BRACKETED = re.compile(r"^logit_bias\[(.*)\]$")
+
+
+def body_param(field: str, input_name: str) -> str:
+    """The body field a key field's error names (key.sampling.seed -> seed,
+    key.output.dimensions -> dimensions, chat.messages[0].name -> messages[0].name,
+    token_ids -> the endpoint's input,
+    logit_bias[5] -> logit_bias.5, the dotted form the gateway's own 400s use)."""
+    param = field.removeprefix("key.").removeprefix("sampling.").removeprefix("output.")
+    param = param.removeprefix("chat.")  # chat.messages[0].name -> messages[0].name
+    if param.split(".", 1)[0] in ("token_ids", "text", "chat"):
+        return input_name
+    return _BRACKETED.sub(r"logit_bias.\1", param)
+
+
+def for_domain(exc: InfercacheError, input_name: str = "input") -> HttpError:
+    """The HTTP answer to a domain error raised while serving a request (`input_name`:
+    the body field holding the endpoint's input, named when the key's input is wrong)."""
     if isinstance(exc, InvalidArgument):
-        # The key's sampling fields carry the body's names (key.sampling.seed -> seed).
-        param = exc.field.removeprefix("key.").removeprefix("sampling.")
-        return HttpError(400, f"{param}: {exc.problem}", param=param, code="invalid_value")
+        param = body_param(exc.field, input_name)
+        # A problem may quote the value: a 300-digit number is cut, not echoed whole.
+        problem = exc.problem if len(exc.problem) <= 200 else exc.problem[:200] + "..."
+        return HttpError(400, f"{param}: {problem}", param=param, code="invalid_value")
     if isinstance(exc, Unauthenticated):
         return HttpError(401, str(exc), kind="authentication_error", code="invalid_api_key")
     if isinstance(exc, NotFound):

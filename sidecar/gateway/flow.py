@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import structlog
 
-from sidecar.errors import InfercacheError
+from sidecar.errors import InfercacheError, OverLimit
 from sidecar.gateway.auth import ApiKeys
 from sidecar.gateway.body import parse_body
 from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
-from sidecar.gateway.errors import HttpError, for_domain
+from sidecar.gateway.errors import HttpError, body_param, for_domain
 from sidecar.gateway.hit import ReplayLimits, answer_hit
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
@@ -42,6 +42,8 @@ from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 
 log = structlog.get_logger("infercache.gateway")
 
+INPUT_FIELDS = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
+"""The body field holding each endpoint's input (named by a 400 about the input)."""
 PATHS = {
     "chat.completions": "/v1/chat/completions",
     "completions": "/v1/completions",
@@ -129,13 +131,19 @@ class Flow:
             self.stats.unknown_fields += len(kr.unknown)
             info += unknown_fields_headers(kr.unknown)
         if kr.key is None or asked.off:
-            reason = kr.uncacheable or "cache mode off"
+            reason = kr.uncacheable or asked.why
             await self._bypass(endpoint, raw, kr, info, reason, reply)
             return
         try:
             key = self.keys.resolve(kr.key)
+        except OverLimit as exc:
+            # Valid, only too large to key here: the model server may answer it.
+            where = body_param(exc.field, INPUT_FIELDS[endpoint])
+            why = f"too large to key: {where} {exc.problem}"
+            await self._bypass(endpoint, raw, kr, info, why, reply)
+            return
         except InfercacheError as exc:
-            raise for_domain(exc) from exc
+            raise for_domain(exc, INPUT_FIELDS[endpoint]) from exc
         info.append((b"x-infercache-key", key.digest.hex()[:16].encode()))
         if asked.read:
             await self._lookup(endpoint, raw, kr, key, asked, pace, info, reply)
@@ -207,7 +215,8 @@ class Flow:
             self.upstream.call("POST", path, raw) as resp,
         ):
             kind = _latin1(resp.content_type)
-            await reply.start(resp.status, [(b"content-type", kind), *headers])
+            passed = resp.passed_headers()
+            await reply.start(resp.status, [(b"content-type", kind), *passed, *headers])
             async for piece in resp.pieces():
                 await reply.send(piece, not resp.ended())
             await reply.end()
@@ -235,7 +244,7 @@ class Flow:
                 self.upstream.call("POST", PATHS[endpoint], raw) as resp,
             ):
                 kind = resp.content_type
-                marked = [*info, (CACHE_HEADER, outcome)]
+                marked = [*resp.passed_headers(), *info, (CACHE_HEADER, outcome)]
                 await reply.start(resp.status, [(b"content-type", _latin1(kind)), *marked])
                 ok = resp.status == 200
                 if kr.stream and ok and kind.startswith("text/event-stream"):

@@ -45,6 +45,9 @@ class Reply:
             await self.send(b"", False)
 
     async def whole(self, status: int, headers: Headers, body: bytes) -> None:
-        """A complete response in one go."""
+        """A complete response in one go, with its Content-Length (not chunked: an
+        HTTP/1.0 client cannot read chunked framing, RFC 9112 7.1)."""
+        if status not in (204, 304):
+            headers = [*headers, (b"content-length", str(len(body)).encode())]
         await self.start(status, headers)
         await self.send(body, False)

@@ -11,12 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Iterator
 
 import uvicorn
 
 from sidecar.gateway.asgi import GatewayApp
+
+_UNFINISHED = "ASGI callable returned without completing response."
+
+
+class _UnfinishedIsInfo(logging.Filter):
+    """uvicorn logs a response left unfinished at level error. The gateway leaves one
+    unfinished on purpose when it fails after the status went out (an upstream cut
+    mid-body, a replay over its duration cap: docs/gateway.md), and logs that itself
+    (`gateway_error_after_start`); an error line per such request would page people."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and record.getMessage() == _UNFINISHED:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_QUIET = _UnfinishedIsInfo()
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -64,6 +82,7 @@ class GatewayServer:
             timeout_keep_alive=30,
         )
         self._server = _EmbeddedServer(config)
+        logging.getLogger("uvicorn.error").addFilter(_QUIET)  # the same instance: added once
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -28,6 +28,12 @@ _COMPRESSED = _GZIP | {"deflate"}
 _DECODED = _COMPRESSED | {"", "identity"}
 
 
+PASSED_HEADERS = frozenset({b"retry-after", b"retry-after-ms", b"x-request-id"})
+"""End-to-end headers of the model server's answer a forwarded response carries (with
+every x-ratelimit-*): what a client schedules its retries by, and the id to quote to
+the model server's operator. Nothing hop-by-hop (RFC 9110 7.6.1), nothing else."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamReply:
     """An open upstream response: its status, content type and body as it arrives."""
@@ -51,6 +57,14 @@ class UpstreamReply:
         except (UpstreamClosed, BadAnswer, zlib.error) as exc:
             # Cut off, malformed framing or a bad compressed stream.
             raise _unreachable(exc) from exc
+
+    def passed_headers(self) -> list[tuple[bytes, bytes]]:
+        """The answer's PASSED_HEADERS and x-ratelimit-* headers, as they came."""
+        return [
+            (name, value)
+            for name, value in self._conn.headers.items()
+            if name in PASSED_HEADERS or name.startswith(b"x-ratelimit-")
+        ]
 
     def ended(self) -> bool:
         """Whether the body has arrived whole: the piece `pieces` gave last was its end.

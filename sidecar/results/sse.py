@@ -112,23 +112,24 @@ class StreamWatch:
         self.has_usage = False
         self.finish_reason = ""
 
-    def see(self, event: bytes) -> None:
-        """Account for one event (in order)."""
+    def see(self, event: bytes) -> bytes | None:
+        """Account for one event (in order); its data (event_data), None when it has none
+        (a comment such as a keep-alive `: ping`)."""
         data = event_data(event)  # once: is_done, event_doc and the check below read it
         if data == b"[DONE]":
             self.done = True
-            return
+            return data
         if self.done:
             self.failed = True  # nothing may follow [DONE]
-            return
+            return data
         doc = _data_doc(data)
         if doc is None:
             if data is not None:
                 self.failed = True  # data that is not a JSON object
-            return
+            return data
         if "error" in doc:
             self.failed = True
-            return
+            return data
         if isinstance(doc.get("usage"), dict):
             self.has_usage = True
         model = doc.get("model")
@@ -137,12 +138,12 @@ class StreamWatch:
         choices = doc.get("choices")
         if not isinstance(choices, list):
             self.failed = True
-            return
+            return data
         for ch in choices:
             index = ch.get("index") if isinstance(ch, dict) else None
             if not isinstance(index, int):
                 self.failed = True
-                return
+                return data
             if index not in self.seen:
                 self.seen.add(index)
                 self.open_choices.add(index)
@@ -150,10 +151,11 @@ class StreamWatch:
             if reason:
                 if not stored_finish(reason):
                     self.failed = True  # abort, error, content_filter...: not an answer
-                    return
+                    return data
                 self.open_choices.discard(index)
                 if not self.finish_reason:
                     self.finish_reason = str(reason)[:64]
+        return data
 
     @property
     def complete(self) -> bool:
@@ -199,9 +201,12 @@ class StreamCollector:
             self.whole = False
             return
         for event in arrived:
-            self._watch.see(event)
-            if self._watch.done:
-                continue  # [DONE] is framing: every replay ends with it
+            data = self._watch.see(event)
+            if self._watch.done or data is None:
+                # [DONE] is framing: every replay ends with it. An event without data (a
+                # keep-alive comment) carries nothing of the answer, and a replay would
+                # not know what to make of it: left out of what is stored.
+                continue
             self._size += len(event)
             self._events.append(event)
             self._metas.append(ChunkMeta(len(event), 1, offset_ms))

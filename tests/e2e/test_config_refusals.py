@@ -145,3 +145,41 @@ def test_an_unknown_variable_is_warned_about_with_the_closest_known_one() -> Non
     assert "did you mean INFERCACHE_LISTEN?" in stderr
     assert "INFERCACHE_ZZZ is not a setting and is ignored" in stderr
     assert "INFERCACHE_ZZZ is not a setting and is ignored;" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"acme\n", "expected TENANT=KEY"),
+        (b"acme=short\n", "at least 16 characters"),
+        (b"acme=\xff\xfe0123456789abcdef\n", "codec"),
+    ],
+)
+def test_a_gateway_keys_file_that_does_not_parse_is_refused_with_the_listeners_up(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    """The admin listener is on (it started before the keys file was read, until
+    2026-12-02, and a bad file then left the process running forever after its
+    traceback): exit 2 within the bound, one line naming the setting."""
+    from tests.support.checkpoints import llama_tensors, write_model
+
+    keys = tmp_path / "keys"
+    keys.write_bytes(content)
+    model = write_model(tmp_path / "model", llama_tensors(layers=1, seed=1))
+    started = time.monotonic()
+    argv = [str(INFERCACHE), "serve", "--metrics-listen", "", "--no-kv-enabled"]
+    argv += ["--admin-listen", f"127.0.0.1:{free_port()}", "--model-path", str(model)]
+    argv += ["--gateway-listen", f"127.0.0.1:{free_port()}", "--gateway-keys-file", str(keys)]
+    result = subprocess.run(
+        argv,
+        env=clean_env(INFERCACHE_LISTEN=f"127.0.0.1:{free_port()}"),
+        capture_output=True,
+        text=True,
+        timeout=REFUSAL_BOUND_S + 10,
+        check=False,
+    )
+    assert time.monotonic() - started < REFUSAL_BOUND_S
+    assert result.returncode == 2, result.stderr
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("infercache: configuration error: INFERCACHE_GATEWAY_KEYS_FILE: "), last
+    assert problem in last

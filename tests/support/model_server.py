@@ -15,6 +15,10 @@ A prompt containing one of these markers changes the answer:
     [[trickle]]      (stream) a content chunk every 0.2 s for --slow-s seconds
     [[error-event]]  (stream) an error event after the first chunk, then [DONE]
     [[linger]]       (stream) the connection stays open 1 s after [DONE] before it ends
+    [[keepalive]]    (stream) a comment event (`: ping`) before each chunk, as some
+                     servers and proxies send to keep a connection open
+    [[rate-limited]] HTTP 429 with Retry-After: 7, X-Request-Id: req-429 and
+                     x-ratelimit-remaining-requests: 0
     [[finish=R]]     every choice finishes with finish_reason R (e.g. abort, error,
                      content_filter) instead of stop; body and stream otherwise as usual
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
@@ -107,11 +111,13 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *a: Any) -> None:
             pass
 
-        def _send(self, status: int, doc: Any) -> None:
+        def _send(self, status: int, doc: Any, headers: dict[str, str] | None = None) -> None:
             body = json.dumps(doc).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
 
@@ -150,6 +156,11 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 time.sleep(args.delay_ms / 1000)
             if "[[error]]" in prompt:
                 self._send(500, {"error": {"message": "boom"}})
+                return
+            if "[[rate-limited]]" in prompt:
+                limited = {"Retry-After": "7", "X-Request-Id": "req-429"}
+                limited |= {"x-ratelimit-remaining-requests": "0", "X-Other": "kept-back"}
+                self._send(429, {"error": {"message": "slow down"}}, limited)
                 return
             if "[[slow]]" in prompt:
                 time.sleep(args.slow_s)
@@ -234,6 +245,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             try:
                 for i, event in enumerate(events):
+                    if "[[keepalive]]" in prompt:
+                        self.wfile.write(b": ping\n\n")
                     self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
                     self.wfile.flush()
                     if "[[trickle]]" in prompt and i == 0:

@@ -32,6 +32,13 @@ EMBEDDINGS = "embeddings"
 MODEL_EXTRA = "model"
 """`extra` entry holding the served model name (model_version is the weights' fingerprint)."""
 
+RULES_EXTRA = "infercache_key_rules"
+RULES_VERSION = "2026-12-02"
+"""`extra[RULES_EXTRA]`, on every gateway key: the version of this module's request ->
+key table (docs/keys.md). Raised whenever the table changes, so that during a rolling
+upgrade an entry a pod stored under other rules (where two requests this table keeps
+apart keyed alike) is never served here. A body field of that name is not cached."""
+
 EXCLUDED = frozenset(
     {
         "stream",
@@ -149,7 +156,11 @@ def keyed_request(
         # is cached.
         raise bad_request("stream_options", "is only allowed with stream: true")
     include_usage = bool(options and v.boolean(options, "include_usage", "stream_options."))
-    extra: dict[str, str] = {MODEL_EXTRA: model}
+    if RULES_EXTRA in doc:
+        # It would take the rules' place in `extra`: never keyed, forwarded as it is.
+        why = f"`{RULES_EXTRA}` is the name of the gateway's own key entry"
+        return KeyedRequest(None, model, stream, include_usage, (RULES_EXTRA,), why)
+    extra: dict[str, str] = {MODEL_EXTRA: model, RULES_EXTRA: RULES_VERSION}
     if options:
         # include_usage is framing the gateway rebuilds on a hit; any other option (vLLM's
         # continuous_usage_stats: usage in every chunk) shapes what a replay must hold.

@@ -320,7 +320,8 @@ def test_a_long_chat_with_a_leftover_on_every_turn_is_keyed_not_refused() -> Non
     ]
     kr = keyed_request(CHAT, chat_of(*turns), "acme", "p1")
     assert kr.key is not None
-    assert list(kr.key.extra) == ["model", "messages"]
+    # The served model, the key rules' version (since 2026-12-02), the leftovers' digest.
+    assert list(kr.key.extra) == ["model", "infercache_key_rules", "messages"]
     fewer = [t for t in turns if "refusal" not in t or t["content"] != "a1"]
     assert digest(CHAT, chat_of(*turns)) != digest(CHAT, chat_of(*fewer))
 

@@ -156,6 +156,7 @@ def build_prewarmer(
             # openai_json stores the body, text stores part of it: either way a body
             # far above the payload limit cannot be stored.
             max_response_bytes=2 * config.limits.max_payload_bytes + MESSAGE_HEADROOM,
+            api_key=config.gateway.upstream_api_key,
         )
 
     settings = PrewarmSettings.from_config(config.prewarm)

@@ -273,7 +273,8 @@ class GatewayConfig:
     )
     upstream_api_key: str = setting(
         "",
-        "Bearer token the gateway sends to the model server (vLLM --api-key); empty = none",
+        "Bearer token the gateway and prewarm send to the model server (vLLM --api-key); "
+        "empty = none",
         secret=True,
     )
     replay_pace: str = setting(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from sidecar.errors import InfercacheError, OverLimit
+from sidecar.errors import InfercacheError, OverLimit, ResourceExhausted
 from sidecar.gateway.auth import ApiKeys
 from sidecar.gateway.body import parse_body
 from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
@@ -170,6 +170,13 @@ class Flow:
         query = LookupQuery(key, asked.max_age_s, self.settings.wait_ms, kr.key, kr.traits)
         try:
             result = await self.cache.lookup(query)
+        except ResourceExhausted:
+            # INFERCACHE_LEASE_MAX_WAITERS requests wait on held keys already (all tenants
+            # together): this one is computed instead of refused with a 429.
+            self.stats.count("wait_refused")
+            lease = self.cache.fresh_lease(key)
+            await self._forward(endpoint, raw, kr, key, lease, asked, info, b"miss", reply)
+            return
         except InfercacheError as exc:
             raise for_domain(exc) from exc
         if result.outcome is Outcome.BYPASS:
@@ -190,6 +197,11 @@ class Flow:
             lease = self.cache.fresh_lease(key)
         else:
             lease = result.lease
+        if not asked.write:
+            # Nothing will be stored (read-only, no-store): the hold goes back now, or
+            # identical requests would wait for an answer that never comes.
+            await asyncio.shield(self.cache.release_token(lease, key.digest))
+            lease = b""
         self.stats.count("miss")
         await self._forward(endpoint, raw, kr, key, lease, asked, info, b"miss", reply)
 

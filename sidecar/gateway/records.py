@@ -13,9 +13,9 @@ from sidecar.gateway.request_keys import KeyedRequest
 from sidecar.keys import CacheKey, KeyRequest
 from sidecar.prewarm.hits import HitRecorder
 from sidecar.prewarm.records import (
+    GATEWAY_PATHS,
     JSON_TYPE,
     MAX_REPLAY_BYTES,
-    REPLAY_PATHS,
     AnswerForm,
     HitRecord,
     ReplayRequest,
@@ -34,7 +34,7 @@ class Recording:
 
     def attach(self, key: CacheKey, kr: KeyedRequest, path: str, body: bytes, ttl_s: int) -> None:
         """Keep `body` (sent to `path`) as the replay of `key`'s entry, if allowed."""
-        if kr.key is None or path not in REPLAY_PATHS or len(body) > MAX_REPLAY_BYTES:
+        if kr.key is None or path not in GATEWAY_PATHS or len(body) > MAX_REPLAY_BYTES:
             return
         if kr.traits.private_data or not self._recorder.retains(key.tenant):
             return  # before the record is built: encoding its key is most of the cost

@@ -192,7 +192,10 @@ def body_from_events(events: Sequence[bytes], kind: str, renewal: Renewal) -> by
             acc = choices.setdefault(ch["index"], {"text": [], "reasoning": [], "calls": {}})
             if not _join(acc, ch, chat):
                 return None
-    if not choices:
+    if not choices or usage is None:
+        # A whole answer always reports its usage (vLLM's and OpenAI's do; clients do
+        # their accounting with it): a stream stored without its usage chunk cannot
+        # answer a non-streaming request completely.
         return None
     doc_out: dict[str, Any] = {
         "id": renewal.new_id.decode(),
@@ -201,8 +204,7 @@ def body_from_events(events: Sequence[bytes], kind: str, renewal: Renewal) -> by
         **head,
         "choices": [_choice(i, choices[i], chat) for i in sorted(choices)],
     }
-    if usage is not None:
-        doc_out["usage"] = usage
+    doc_out["usage"] = usage
     return _compact(doc_out)
 
 
@@ -264,9 +266,12 @@ def _join_logprobs(acc: dict[str, Any], lp: Any) -> bool:
 def _choice(index: int, acc: dict[str, Any], chat: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"index": index}
     if chat:
+        text = "".join(acc["text"])
         message: dict[str, Any] = {
             "role": acc.get("role", "assistant"),
-            "content": "".join(acc["text"]) if acc["text"] or not acc["calls"] else None,
+            # A turn that only calls tools has content null, as the whole answer says it,
+            # even when its stream sent empty content pieces.
+            "content": text if text or not acc["calls"] else None,
         }
         if acc["reasoning"]:
             message["reasoning_content"] = "".join(acc["reasoning"])

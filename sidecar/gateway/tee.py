@@ -3,11 +3,13 @@ its own: the bytes come in, go out through the Reply, and are kept only if compl
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from sidecar.entries import ChunkMeta, ComputeCost
+from sidecar.gateway.errors import HttpError
 from sidecar.gateway.reply import Reply
 from sidecar.gateway.request_keys import KeyedRequest
 from sidecar.results.sse import StreamCollector
@@ -17,6 +19,10 @@ Ended = Callable[[], bool]
 """Whether the upstream body has arrived whole (asked after each piece)."""
 
 _NO_COST = ComputeCost()
+_TAIL_BYTES = 64
+_ENDS_WITH_DONE = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\][ \t]*(?:\r\n|\r|\n)\s*$")
+"""The stream's last event is `data: [DONE]` (its blank line included, whatever the
+line endings)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +93,25 @@ async def tee_stream(
     as for a whole body; prewarm refuses such a stream too).
     """
     collector = StreamCollector(limit)
+    tail = b""
     async for piece in pieces:
         if collector.whole:
             collector.feed(piece, int((time.monotonic() - t0) * 1000))
             # Before the send: a client that closes on [DONE] must find it set.
             reply.answered = reply.answered or collector.complete
+        tail = (tail + piece)[-_TAIL_BYTES:]
         await reply.send(piece, not ended())
+    if not _ENDS_WITH_DONE.search(tail):
+        # The upstream ended cleanly but its stream did not (a server that closes a
+        # close-delimited body early): the client must not see a clean end either, or
+        # an SDK takes the partial text for the whole answer. Raised with the response
+        # started, so it is left unfinished (asgi.py).
+        raise HttpError(
+            502,
+            "the model server's stream ended before data: [DONE]",
+            kind="server_error",
+            code="upstream_incomplete",
+        )
     await reply.end()
     got = collector.result()
     if got is None or any(named != model for named in got.models):

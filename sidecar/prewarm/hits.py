@@ -44,8 +44,11 @@ from sidecar.results.types import LookupQuery, LookupResult, Outcome
 
 log = structlog.get_logger("infercache.prewarm.hits")
 
-# Larger requests are not recorded: every counted hit keeps the record alive.
-MAX_RECORD_BYTES = 256 * 1024
+MAX_RECORD_BYTES = 4 * records.MAX_REPLAY_BYTES
+"""Larger records are not kept (every counted hit keeps a record alive). A record holds
+the request body as JSON text (escapes lengthen it) and the key's wire form in base64,
+whose input is most of the body again: a body at MAX_REPLAY_BYTES, the limit a Store or
+the gateway attaches, makes a record of ~2.3x that, and must fit."""
 MERGE_BATCH = 256
 """Digests per HitStore.merge call: bounds one Redis script's work."""
 CLOSE_TIMEOUT_S = 5.0

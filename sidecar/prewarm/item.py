@@ -120,14 +120,20 @@ class ItemWarmer:
         digest = bytes(key.digest)
         call = UpstreamCall.replaying(record.replay)
         started = time.monotonic()
+        # The lease must have been valid when the computation began, as for the gateway's
+        # miss: a generation longer than INFERCACHE_LEASE_TTL_S is still stored.
+        started_ms = self._cache.clock_ms()
         try:
             received = await server.complete(call)
             if record.form is None:
                 answer = parse_answer(call, model, received.body, self._format)
             else:
                 # The gateway's record: its form and rules, whatever the payload setting.
+                # Its answer must name the model the body asks for (the gateway stored it
+                # under that rule), which may be an alias of the pod's served name.
                 limit = self._cache.max_payload_bytes
-                answer = gateway_answer(received, model, record.form, limit)
+                asked = model if key.adapter_version else (record.replay.model() or model)
+                answer = gateway_answer(received, asked, record.form, limit)
         except (UpstreamFailure, BadAnswer) as exc:
             return failed(index, exc.reason, exc.detail, digest), False
         cost = ComputeCost(
@@ -146,6 +152,7 @@ class ItemWarmer:
                     lease_token=lease,
                     chunks=answer.chunks,
                     finish_reason=answer.finish_reason,
+                    started_at_ms=started_ms,
                 )
                 if stored.status is not StoreStatus.WRITE_FAILED or pause is None:
                     break

@@ -20,6 +20,7 @@ import base64
 import json
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from sidecar.errors import InvalidArgument
 
@@ -30,6 +31,11 @@ _FORMLESS_VERSION = 3
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 REPLAY_PATHS = (CHAT_PATH, COMPLETIONS_PATH)
+"""What a client's Store may attach (cache.proto's replay.path)."""
+EMBEDDINGS_PATH = "/v1/embeddings"
+GATEWAY_PATHS = (*REPLAY_PATHS, EMBEDDINGS_PATH)
+"""What the gateway records: its records name their form, so an embedding (stored as
+the whole JSON body) is replayed and stored as the gateway stores one."""
 JSON_TYPE = "application/json"
 MAX_REPLAY_BYTES = 256 * 1024
 """Largest request body a Store may attach (every counted hit keeps the record alive)."""
@@ -79,11 +85,21 @@ class ReplayRequest:
 
     def streams(self) -> bool:
         """Does the body ask for a stream (`"stream": true`)? False when it is not JSON."""
+        doc = self._doc()
+        return doc is not None and doc.get("stream") is True
+
+    def model(self) -> str | None:
+        """The `model` the body asks for (a served name or alias); None when it has none."""
+        doc = self._doc()
+        model = doc.get("model") if doc is not None else None
+        return model if isinstance(model, str) and model else None
+
+    def _doc(self) -> dict[str, Any] | None:
         try:
             doc = json.loads(self.body)
         except ValueError:
-            return False
-        return isinstance(doc, dict) and doc.get("stream") is True
+            return None
+        return doc if isinstance(doc, dict) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +118,8 @@ class HitRecord:
         neither payload setting describes, and the record does not say the form the
         entry's clients read (a gateway record from before version 4 or a Store's).
         """
+        if self.form is None and self.replay.path not in REPLAY_PATHS:
+            return f"{self.replay.path[:64]} is replayed only from a gateway record"
         if self.form is None and self.replay.streams():
             return (
                 'the request asks for a stream ("stream": true) and its record names no '

@@ -58,6 +58,7 @@ class HttpModelServer:
         max_connections: int,
         max_response_bytes: int,
         transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str = "",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
@@ -71,6 +72,8 @@ class HttpModelServer:
             transport=transport,
             # The base URL is configured by the operator; never follow it elsewhere.
             follow_redirects=False,
+            # The model server's own key (vLLM --api-key), as the gateway sends it.
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         )
 
     @asynccontextmanager

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.gateway import MODEL, gateway_pod_retaining
-from tests.support.model_server import answer_for, chat_prompt
+from tests.support.model_server import answer_for, chat_prompt, embedding_for
 from tests.support.processes import RedisServer
 from tests.support.sidecars import run_cli
 
@@ -88,5 +88,32 @@ def test_prewarm_from_v1_ranking_stores_v2_answers_to_the_recorded_bodies(
             assert _content(raw) == answer_for("v2", prompt)
             assert _content(raw) != answer_for("v1", prompt)
         assert pod.upstream_calls() == calls
+    finally:
+        pod.stop()
+
+
+def test_embeddings_traffic_is_recorded_and_prewarmed(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """An embeddings request is ranked like any other, so it is recorded too (before
+    2026-12-02 it was ranked but never recorded: a top-k slot reported not_replayable and
+    the CLI exited 3); prewarm stores v2's vector for the body, then it is a hit."""
+    pod = gateway_pod_retaining(redis_server.url, tmp_path, prewarm_payload="openai_json")
+    path, doc = "/v1/embeddings", {"model": MODEL, "input": "embed me for prewarm"}
+    try:
+        status, headers, _ = pod.post(path, doc)
+        assert (status, headers["x-infercache-cache"]) == (200, "miss")
+        assert pod.post(path, doc)[1]["x-infercache-cache"] == "hit"
+        v1 = headers["x-infercache-model-version"]
+        admin = pod.switch_to("v2")
+        done = run_cli("prewarm", "--admin", admin, "--from-version", v1, "--top-k", "1")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1 stored, 0 skipped, 0 failed of 1" in done.stdout, done.stdout
+        calls = pod.upstream_calls()
+        status, headers, raw = pod.post(path, doc)
+        assert (status, headers["x-infercache-cache"]) == (200, "hit")
+        assert pod.upstream_calls() == calls
+        up = json.loads(raw)["data"][0]["embedding"]
+        assert up == embedding_for("v2", "embed me for prewarm")
     finally:
         pod.stop()

@@ -57,8 +57,11 @@ TRAFFIC: dict[str, tuple[str, dict[str, Any], int]] = {
     ),
     "whole": ("chat", chat(("user", "How do I reset my password?")), 2),
 }
-# Stored as a stream on v1; asked for whole afterwards too (stream is not keyed).
-CROSS = chat(("user", "Streamed first, then whole."), stream=True)
+# Stored as a stream on v1; asked for whole afterwards too (stream is not keyed). With
+# its usage chunk: a whole answer reports usage, so a stream without one cannot serve it.
+CROSS = chat(
+    ("user", "Streamed first, then whole."), stream=True, stream_options={"include_usage": True}
+)
 
 
 def ask(client: openai.OpenAI, endpoint: str, args: dict[str, Any]) -> tuple[str, Any]:
@@ -104,12 +107,7 @@ def retaining_pod(redis_server: RedisServer, tmp_path: Path) -> Iterator[Gateway
 def switch_to_v2(pod: GatewayPod, stream_fault: str = "") -> str:
     """Stop the v1 sidecar (its hit counts merged), start the upstream on v2 weights and
     the sidecar on the new model files; v1's model version."""
-    assert pod.sidecar is not None
-    pod.sidecar.stop()
-    pod.upstream.start("v2", stream_fault=stream_fault)
-    pod.settings["model_path"] = str(pod.swap_weights())
-    pod.start()
-    return pod.sidecar.admin_target
+    return pod.switch_to("v2", stream_fault=stream_fault)
 
 
 def test_streamed_gateway_traffic_is_prewarmed_and_replayed_chunk_by_chunk(
@@ -128,7 +126,7 @@ def test_streamed_gateway_traffic_is_prewarmed_and_replayed_chunk_by_chunk(
             for _ in range(hits):
                 assert ask(gw, endpoint, args)[0] == "hit"
         assert ask(gw, "chat", CROSS)[0] == "miss"
-        whole_cross = CROSS | {"stream": False}
+        whole_cross = {k: v for k, v in CROSS.items() if k not in ("stream", "stream_options")}
         for _ in range(2):
             assert ask(gw, "chat", whole_cross)[0] == "hit"
     recorded = sorted(pod.upstream.stats()["bodies"])

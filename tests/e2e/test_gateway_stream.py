@@ -158,7 +158,11 @@ def test_whole_answer_serves_a_stream_and_back(pod: GatewayPod, sdk: openai.Open
     assert streamed[-1].choices[0].finish_reason == "stop"
     list(
         sdk.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": p2}], temperature=0, stream=True
+            model=MODEL,
+            messages=[{"role": "user", "content": p2}],
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
         )
     )
     raw = sdk.chat.completions.with_raw_response.create(
@@ -168,7 +172,28 @@ def test_whole_answer_serves_a_stream_and_back(pod: GatewayPod, sdk: openai.Open
     joined = raw.parse()
     assert (joined.choices[0].message.content or "").startswith("[v1] answer")
     assert joined.choices[0].finish_reason == "stop"
+    assert joined.usage is not None
     assert pod.upstream_calls() == before + 2
+
+
+def test_a_stream_stored_without_usage_does_not_answer_a_whole_request(
+    pod: GatewayPod, sdk: openai.OpenAI
+) -> None:
+    """A whole answer always reports usage; a stream stored without its usage chunk
+    cannot make one, so the whole request is computed (and stored) instead."""
+    prompt = unique("stream-no-usage")
+    list(
+        sdk.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": prompt}], temperature=0, stream=True
+        )
+    )
+    before = pod.upstream_calls()
+    raw = sdk.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": prompt}], temperature=0
+    )
+    assert raw.headers["x-infercache-cache"] == "miss"
+    assert raw.parse().usage is not None
+    assert pod.upstream_calls() == before + 1
 
 
 def test_usage_chunk_only_when_asked(pod: GatewayPod, sdk: openai.OpenAI) -> None:
@@ -190,13 +215,31 @@ def test_usage_chunk_only_when_asked(pod: GatewayPod, sdk: openai.OpenAI) -> Non
     assert all(c.usage is None for c in plain)
 
 
-@pytest.mark.parametrize("marker", ["[[cut]]", "[[no-done]]", "[[error-event]]"])
-def test_incomplete_streams_are_never_stored(pod: GatewayPod, marker: str) -> None:
-    """No finish_reason, no [DONE], or an error event: forwarded as it came, not stored."""
+def ended_cleanly(pod: GatewayPod, doc: dict[str, Any]) -> tuple[str, bool]:
+    """(x-infercache-cache, whether the response body ended cleanly)."""
+    headers = {"authorization": f"Bearer {API_KEYS['acme']}"}
+    with httpx.stream(
+        "POST", pod.base_url + "/chat/completions", json=doc, headers=headers, timeout=30
+    ) as resp:
+        try:
+            resp.read()
+        except httpx.RemoteProtocolError:
+            return resp.headers["x-infercache-cache"], False
+        return resp.headers["x-infercache-cache"], True
+
+
+@pytest.mark.parametrize(
+    ("marker", "clean"), [("[[cut]]", False), ("[[no-done]]", False), ("[[error-event]]", True)]
+)
+def test_incomplete_streams_are_never_stored(pod: GatewayPod, marker: str, clean: bool) -> None:
+    """No finish_reason, no [DONE], or an error event: forwarded as it came, not stored.
+    A stream the model server ended before [DONE] is left unfinished (a broken response,
+    so no SDK takes the partial text for the answer; it ended cleanly until 2026-12-02);
+    one with an error event ends with [DONE] and is relayed to its end."""
     doc = body(unique(marker), stream=True)
     before = pod.upstream_calls()
-    outcomes = [raw_stream(pod, doc)[0] for _ in range(2)]
-    assert outcomes == ["miss", "miss"]
+    outcomes = [ended_cleanly(pod, doc) for _ in range(2)]
+    assert outcomes == [("miss", clean), ("miss", clean)]
     assert pod.upstream_calls() == before + 2
 
 

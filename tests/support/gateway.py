@@ -69,6 +69,17 @@ class GatewayPod:
         root = Path(self._dir.name) / f"model-{seed}"
         return write_model(root, llama_tensors(layers=1, seed=seed))
 
+    def switch_to(self, weights: str, **upstream: Any) -> str:
+        """Play a model upgrade: stop the sidecar (its hit counts merged), restart the
+        model server on `weights` (`upstream`: its start options) and the sidecar on new
+        model files; the new sidecar's admin target."""
+        assert self.sidecar is not None
+        self.sidecar.stop()
+        self.upstream.start(weights, **upstream)
+        self.settings["model_path"] = str(self.swap_weights())
+        self.start()
+        return self.sidecar.admin_target
+
     def start(self) -> None:
         """(Re)start the sidecar on a new gateway port."""
         self.port = free_port()

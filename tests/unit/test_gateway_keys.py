@@ -252,11 +252,17 @@ def test_rendering_renews_and_converts() -> None:
         assert json.loads(new[6:])["id"] == renewal.new_id.decode()
         assert json.loads(new[6:])["choices"] == json.loads(old[6:])["choices"]
     assert replay_events(events, True, renewal) is None  # usage asked, none stored
-    whole = body_from_events(events, CHAT, renewal)
+    # A whole answer always has its usage: a stream without its usage chunk cannot make
+    # one (since 2026-12-02; it was joined without usage before).
+    assert body_from_events(events, CHAT, renewal) is None
+    usage = {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    with_usage = [*events, sse({"id": "c1", "created": 1, "choices": [], "usage": usage})]
+    whole = body_from_events(with_usage, CHAT, renewal)
     assert whole is not None
     doc = json.loads(whole)
     assert doc["choices"][0]["message"] == {"role": "assistant", "content": "ab"}
     assert doc["choices"][0]["finish_reason"] == "stop"
+    assert doc["usage"] == usage
     back = events_from_body(whole, CHAT, False, renewal)
     assert back is not None
     assert json.loads(back[0][6:])["choices"][0]["delta"]["content"] == "ab"

@@ -225,9 +225,36 @@ def test_a_stream_whose_first_chunk_carries_prompt_ids_is_not_joined() -> None:
     head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "tiny"}
     first = {"index": 0, "delta": {"role": "assistant", "content": "4"}, "finish_reason": None}
     last = {"index": 0, "delta": {}, "finish_reason": "stop"}
-    plain = [event(head | {"choices": [first]}), event(head | {"choices": [last]})]
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    plain = [
+        event(head | {"choices": [first]}),
+        event(head | {"choices": [last]}),
+        event(head | {"choices": [], "usage": usage}),
+    ]
     assert body_from_events(plain, CHAT, Renewal(CHAT)) is not None
-    nulls = [event(head | {"choices": [first], "prompt_token_ids": None}), plain[1]]
+    nulls = [event(head | {"choices": [first], "prompt_token_ids": None}), *plain[1:]]
     assert body_from_events(nulls, CHAT, Renewal(CHAT)) is not None
-    ids = [event(head | {"choices": [first], "prompt_token_ids": [1, 2]}), plain[1]]
+    ids = [event(head | {"choices": [first], "prompt_token_ids": [1, 2]}), *plain[1:]]
     assert body_from_events(ids, CHAT, Renewal(CHAT)) is None
+
+
+def test_a_joined_tool_call_stream_has_content_null_like_the_whole_answer() -> None:
+    def event(doc: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "tiny"}
+    call = {"index": 0, "id": "call_1", "type": "function"}
+    call |= {"function": {"name": "f", "arguments": "{}"}}
+    first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+    calls = {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": "tool_calls"}
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    events = [
+        event(head | {"choices": [first]}),
+        event(head | {"choices": [calls]}),
+        event(head | {"choices": [], "usage": usage}),
+    ]
+    whole = body_from_events(events, CHAT, Renewal(CHAT))
+    assert whole is not None
+    message = json.loads(whole)["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["tool_calls"][0]["function"]["name"] == "f"

@@ -28,8 +28,8 @@ def test_the_call_is_the_attached_request_unchanged() -> None:
     assert (call.path, call.content_type, call.body) == (CHAT_PATH, "application/json", BODY)
 
 
-async def test_the_model_server_receives_the_body_byte_for_byte() -> None:
-    """HttpModelServer POSTs the body as given (no JSON re-encoding) with its media type."""
+async def _requests_sent(call: UpstreamCall, api_key: str = "") -> list[httpx.Request]:
+    """The requests HttpModelServer sends for `call` (answered with a small completion)."""
     seen: list[httpx.Request] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -42,15 +42,33 @@ async def test_the_model_server_receives_the_body_byte_for_byte() -> None:
         max_connections=1,
         max_response_bytes=1 << 20,
         transport=httpx.MockTransport(answer),
+        api_key=api_key,
     )
     try:
-        await server.complete(CALL)
+        await server.complete(call)
     finally:
         await server.close()
-    (request,) = seen
+    return seen
+
+
+async def test_the_model_server_receives_the_body_byte_for_byte() -> None:
+    """HttpModelServer POSTs the body as given (no JSON re-encoding) with its media type."""
+    (request,) = await _requests_sent(CALL)
     assert request.url.path == COMPLETIONS_PATH
     assert request.content == BODY
     assert request.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize(
+    ("api_key", "sent"), [("", None), ("sk-model-server", "Bearer sk-model-server")]
+)
+async def test_the_model_servers_key_is_sent_as_the_gateway_sends_it(
+    api_key: str, sent: str | None
+) -> None:
+    """INFERCACHE_GATEWAY_UPSTREAM_API_KEY (vLLM --api-key) goes with prewarm's calls too:
+    before 2026-12-02 prewarm sent none, and every call to such a server was a 401."""
+    (request,) = await _requests_sent(CALL, api_key)
+    assert request.headers.get("authorization") == sent
 
 
 def test_parse_answer_extracts_text_and_usage() -> None:

@@ -19,6 +19,9 @@ import uvicorn
 
 from sidecar.gateway.asgi import GatewayApp
 
+CLEANUP_S = 5.0
+"""How long a stop waits for the cleanup of requests cut at the end of the grace period."""
+
 _UNFINISHED = "ASGI callable returned without completing response."
 
 
@@ -101,4 +104,10 @@ class GatewayServer:
             return
         self._server.should_exit = True
         await asyncio.gather(self._task, return_exceptions=True)
+        # uvicorn cancels the requests that outlive the grace period without waiting for
+        # them: their cleanup (a lease's hold given back, so identical requests on other
+        # pods do not wait it out) must run before the stores close.
+        cut = [t for t in self._server.server_state.tasks if not t.done()]
+        if cut:
+            await asyncio.wait(cut, timeout=CLEANUP_S)
         self._sock.close()

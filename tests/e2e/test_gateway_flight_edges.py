@@ -128,3 +128,28 @@ def test_prewarm_stores_an_alias_body_whose_generation_outlasts_the_lease(
         assert b"[v2] answer" in raw
     finally:
         pod.stop()
+
+
+def test_a_request_cut_by_shutdown_gives_its_hold_back(redis_server: RedisServer) -> None:
+    """SIGTERM while a miss computes past the grace period (1 s here): uvicorn cancels it
+    and did not wait, so its hold stayed in Redis for the lease's 60 s and the same
+    request on the next pod waited out INFERCACHE_GATEWAY_WAIT_MS first. Now the stop
+    waits for that cleanup: the next pod computes at once."""
+    pod = GatewayPod(redis_server.url, slow_s=SLOW_S, gateway_wait_ms=20000)
+    try:
+        doc = chat(f"[[slow]] shutdown {uuid.uuid4().hex}")
+        before = pod.upstream_calls()
+        cut, _ = in_background(pod, doc)
+        assert upstream_calls_reach(pod, before + 1, SLOW_S)
+        assert pod.sidecar is not None
+        pod.sidecar.stop()  # SIGTERM mid-generation; grace 1 s < SLOW_S
+        cut.join(30)
+        pod.start()
+        started = time.monotonic()
+        status, headers, _ = pod.post(CHAT, doc)
+        took = time.monotonic() - started
+        assert (status, headers["x-infercache-cache"]) == (200, "miss")
+        # SLOW_S to compute; with the hold left behind it was 20 s of waiting first.
+        assert took < SLOW_S + 8, took
+    finally:
+        pod.stop()

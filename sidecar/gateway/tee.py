@@ -99,7 +99,7 @@ async def tee_stream(
             collector.feed(piece, int((time.monotonic() - t0) * 1000))
             # Before the send: a client that closes on [DONE] must find it set.
             reply.answered = reply.answered or collector.complete
-        tail = (tail + piece)[-_TAIL_BYTES:]
+        tail = (tail + piece[-_TAIL_BYTES:])[-_TAIL_BYTES:]  # never a copy of a whole piece
         await reply.send(piece, not ended())
     if not _ENDS_WITH_DONE.search(tail):
         # The upstream ended cleanly but its stream did not (a server that closes a

@@ -68,18 +68,22 @@ def without_identity(event: bytes) -> Any:
     return {k: v for k, v in doc.items() if k not in ("id", "created")}
 
 
-def test_sdk_stream_miss_then_hit_chunk_by_chunk(pod: GatewayPod, sdk: openai.OpenAI) -> None:
-    """The SDK's parsed replay equals the original stream chunk by chunk, with a fresh id."""
-    prompt = unique()
-    before = pod.upstream_calls()
+def streamed_twice(sdk: openai.OpenAI, prompt: str) -> list[tuple[str, list[Any]]]:
+    """The same streamed chat asked twice through the SDK: (x-infercache-cache, the
+    parsed chunks) of each."""
     runs = []
     for _ in range(2):
         raw = sdk.chat.completions.with_raw_response.create(
             model=MODEL, messages=[{"role": "user", "content": prompt}], temperature=0, stream=True
         )
-        chunks = list(raw.parse())
-        runs.append((raw.headers["x-infercache-cache"], chunks))
-    (o1, first), (o2, second) = runs
+        runs.append((raw.headers["x-infercache-cache"], list(raw.parse())))
+    return runs
+
+
+def test_sdk_stream_miss_then_hit_chunk_by_chunk(pod: GatewayPod, sdk: openai.OpenAI) -> None:
+    """The SDK's parsed replay equals the original stream chunk by chunk, with a fresh id."""
+    before = pod.upstream_calls()
+    (o1, first), (o2, second) = streamed_twice(sdk, unique())
     assert (o1, o2) == ("miss", "hit")
     assert pod.upstream_calls() == before + 1
     assert len(first) == len(second) > 3
@@ -100,18 +104,9 @@ def test_a_stream_the_sdk_closes_on_done_before_the_upstream_ends_is_stored(
     model server end its response 1 s after [DONE], so the client is gone before the
     upstream answer is: that is a complete answer, not an abort, and the next ask is a
     hit with the same chunks."""
-    prompt = unique("[[linger]]")
     before = pod.upstream_calls()
-    runs = []
-    for _ in range(2):
-        raw = sdk.chat.completions.with_raw_response.create(
-            model=MODEL, messages=[{"role": "user", "content": prompt}], temperature=0, stream=True
-        )
-        chunks = list(raw.parse())
-        runs.append(
-            (raw.headers["x-infercache-cache"], [c.choices[0].delta.content for c in chunks])
-        )
-    (o1, first), (o2, second) = runs
+    runs = streamed_twice(sdk, unique("[[linger]]"))
+    (o1, first), (o2, second) = [(o, [c.choices[0].delta.content for c in cs]) for o, cs in runs]
     assert (o1, o2) == ("miss", "hit")
     assert pod.upstream_calls() == before + 1
     assert first == second

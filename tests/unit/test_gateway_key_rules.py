@@ -10,17 +10,15 @@ import pytest
 
 from sidecar.gateway import request_keys
 from sidecar.gateway.request_keys import CHAT, EMBEDDINGS, RULES_EXTRA, keyed_request
-from sidecar.keys import build_key
+from tests.support.gateway import key_digest
 
 
 def body(**kw: Any) -> dict[str, Any]:
     return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]} | kw
 
 
-def digest(doc: dict[str, Any], endpoint: str = CHAT) -> bytes:
-    kr = keyed_request(endpoint, doc, "acme", "p1")
-    assert kr.key is not None, kr.uncacheable
-    return build_key(kr.key, default_model_version="fp").digest
+def digest(doc: dict[str, Any]) -> bytes:
+    return key_digest(CHAT, doc)
 
 
 def test_every_gateway_key_carries_the_rules_version() -> None:

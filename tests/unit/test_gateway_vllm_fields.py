@@ -15,7 +15,7 @@ import pytest
 from sidecar.gateway.render import Renewal, body_from_events, events_from_body
 from sidecar.gateway.request_keys import CHAT, EMBEDDINGS, keyed_request
 from sidecar.gateway.values import dumps
-from sidecar.keys import build_key
+from tests.support.gateway import key_digest
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
@@ -26,9 +26,7 @@ def chat_body(**kw: Any) -> dict[str, Any]:
 
 
 def digest(body: dict[str, Any], endpoint: str = CHAT) -> bytes:
-    kr = keyed_request(endpoint, body, "acme", "p1")
-    assert kr.key is not None, kr.uncacheable
-    return build_key(kr.key, default_model_version="fp").digest
+    return key_digest(endpoint, body)
 
 
 def uncacheable(body: dict[str, Any]) -> str:

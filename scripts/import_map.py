@@ -30,11 +30,12 @@ SIZE_EXEMPT: set[str] = set()
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("cli", "testing"),
-    ("server",),
-    ("gateway",),
+    ("host",),
+    ("server", "gateway"),
     ("app",),
     ("api", "backends"),
     ("prewarm",),
+    ("wire",),
     ("results",),
     ("invalidation",),
     ("observability", "policy"),
@@ -55,6 +56,29 @@ EDGES: dict[str, tuple[str, ...]] = {
     "uvicorn": ("sidecar.gateway",),
     "httptools": ("sidecar.gateway.upstream_conn",),
     "httpx": ("sidecar.prewarm.upstream",),
+}
+
+# Pure packages: no I/O and no HTTP types, whatever the layers allow. The wire formats
+# are read by the gateway (HTTP) and by prewarm alike, so they raise domain errors and
+# never touch a socket or an HTTP library.
+PURE: dict[str, tuple[str, ...]] = {
+    "sidecar.wire": (
+        "asyncio",
+        "socket",
+        "ssl",
+        "http",
+        "urllib.request",
+        "httpx",
+        "httptools",
+        "uvicorn",
+        "starlette",
+        "aiohttp",
+        "grpc",
+        "redis",
+        "sidecar.gateway",
+        "sidecar.api",
+        "sidecar.backends",
+    ),
 }
 
 
@@ -91,7 +115,8 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
 
 
 def edge_violations(path: Path, module: str) -> list[str]:
-    """Imports of an edge package (EDGES) from a module not allowed to import it."""
+    """Imports of an edge package (EDGES) from a module not allowed to import it, and of
+    anything a pure package (PURE) may not import."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -101,6 +126,11 @@ def edge_violations(path: Path, module: str) -> list[str]:
         else:
             continue
         for name in names:
+            for pure, banned in PURE.items():
+                if (module == pure or module.startswith(pure + ".")) and any(
+                    name == b or name.startswith(b + ".") for b in banned
+                ):
+                    found.append(f"{module} imports {name} (a pure package)")
             allowed = EDGES.get(name.split(".")[0])
             if allowed is not None and not any(
                 module == a or module.startswith(a + ".") for a in allowed

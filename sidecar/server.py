@@ -1,10 +1,10 @@
-"""Serves a built App over gRPC: listeners, health, reflection, graceful stop, signals."""
+"""The gRPC planes of a built App: data plane, admin plane and health listener, with
+health, reflection and a graceful stop. The host (sidecar/host.py) starts them as a peer
+of the HTTP gateway."""
 
 from __future__ import annotations
 
 import asyncio
-import signal
-import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -21,25 +21,13 @@ from sidecar.api.admin_servicer import AdminServicer
 from sidecar.api.auth import AdminAuth
 from sidecar.api.cache_servicer import CacheServicer, server_info_pb
 from sidecar.api.decode import add_decoded
-from sidecar.api.key_encode import record_key_bytes
 from sidecar.api.kv_servicer import KvServicer
 from sidecar.api.listeners import listen
 from sidecar.api.observe import RpcObserver
 from sidecar.api.streams import StreamSettings
-from sidecar.app import MESSAGE_HEADROOM, App, build_app, identify_pod, policy_watcher
-from sidecar.backends.stores import Stores
+from sidecar.app import MESSAGE_HEADROOM, App
 from sidecar.config import Config
-from sidecar.errors import TierUnavailable
-from sidecar.gateway.build import Gateway
-from sidecar.identity.pod import PodIdentity
-from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import KeyLimits
-from sidecar.kv.hot_tier import KvHotTier
-from sidecar.observability.metrics import RpcDurationCollector
-from sidecar.observability.stats import RpcStats
-from sidecar.observability.telemetry import Telemetry, TelemetrySetup, configure_telemetry
-from sidecar.policy.watch import PolicyWatcher
-from sidecar.results.cache import ResultCache
 
 log = structlog.get_logger("infercache.server")
 
@@ -49,91 +37,29 @@ ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 
 
 @dataclass(slots=True)
-class RunningServer:
-    """Started servers, their background tasks, and the App they serve."""
+class GrpcPlanes:
+    """The started gRPC servers of one App and their bound ports."""
 
-    app: App
     server: grpc.aio.Server
     admin_server: grpc.aio.Server | None
     health: health.aio.HealthServicer
-    tasks: list[asyncio.Task[None]]
+    services: list[str]
+    """The data plane's services, reported SERVING by `serving`."""
     ports: list[int]
     admin_ports: list[int]
-    telemetry: TelemetrySetup | None = None
-    """Set when start_server configured telemetry itself (then stop shuts it down)."""
     health_server: grpc.aio.Server | None = None
     """The health-only listener (INFERCACHE_HEALTH_LISTEN), when configured."""
     health_ports: list[int] = field(default_factory=list)
-    gateway: Gateway | None = None
-    """The OpenAI-compatible HTTP gateway (INFERCACHE_GATEWAY_LISTEN), when configured."""
 
-    @property
-    def gateway_port(self) -> int | None:
-        """The gateway's bound port, when it is served."""
-        return self.gateway.port if self.gateway else None
-
-    @property
-    def cache(self) -> ResultCache:
-        """The result cache being served."""
-        return self.app.cache
-
-    @property
-    def stores(self) -> Stores:
-        """The warm tier and control store."""
-        return self.app.stores
-
-    @property
-    def freshness(self) -> Freshness:
-        """This sidecar's view of the fleet's rules."""
-        return self.app.freshness
-
-    @property
-    def policy(self) -> PolicyWatcher:
-        """The cacheability policy watcher."""
-        return self.app.policy
-
-    @property
-    def kv(self) -> KvHotTier | None:
-        """The KV hot tier, when enabled."""
-        return self.app.kv
-
-    @property
-    def rpc_stats(self) -> RpcStats:
-        """Per-RPC durations by status code."""
-        return self.app.rpc_stats
-
-    @property
-    def metrics_port(self) -> int | None:
-        """The bound port of /metrics, when start_server serves it."""
-        return self.telemetry.metrics_port if self.telemetry else None
+    async def serving(self) -> None:
+        """Report SERVING for the server and each data-plane service."""
+        for name in ("", *self.services):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace_s: float) -> None:
-        """NOT_SERVING, leave the fleet, drain in-flight RPCs within grace_s, close stores."""
-        await self.health.enter_graceful_shutdown()
-        try:
-            await self.stores.control.leave(self.freshness.member_id)
-        except TierUnavailable as exc:
-            log.warning("leave_failed", error=str(exc))
-        stops = [self.server.stop(grace_s)]
-        if self.gateway is not None:
-            # In-flight gateway requests finish (and store) before the stores close.
-            stops.append(self.gateway.stop())
-        for extra in (self.admin_server, self.health_server):
-            if extra is not None:
-                stops.append(extra.stop(grace_s))
-        await asyncio.gather(*stops)
-        # Cancel until done: a cancellation can be lost inside a Redis call (Python
-        # 3.11's asyncio.wait_for, which redis-py uses, drops it when the awaited I/O
-        # finishes at the same moment), and the loop would then run on forever.
-        while pending := [t for t in self.tasks if not t.done()]:
-            for t in pending:
-                t.cancel()
-            await asyncio.wait(pending, timeout=0.2)
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.app.close()
-        if self.telemetry is not None:
-            # Exporters flush on shutdown (blocking I/O): off the event loop.
-            await asyncio.to_thread(self.telemetry.shutdown)
+        """Stop every listener, draining in-flight RPCs within grace_s."""
+        servers = (self.server, self.admin_server, self.health_server)
+        await asyncio.gather(*(s.stop(grace_s) for s in servers if s is not None))
 
 
 HEALTH_MAX_MESSAGE = 64 * 1024
@@ -189,48 +115,10 @@ def _add_health_and_reflection(
     )
 
 
-async def start_server(
-    config: Config,
-    pod: PodIdentity | None = None,
-    telemetry: Telemetry | None = None,
-    policy: PolicyWatcher | None = None,
-) -> RunningServer:
-    """Build and start the data plane (and the admin plane, if configured).
-
-    Without `telemetry`, providers and exporters are configured here from the config
-    (OTEL_* variables, /metrics on INFERCACHE_METRICS_LISTEN) and shut down by stop();
-    with it (tests), the caller's providers are used and the caller owns them.
-    `policy`: an already loaded watcher; without one the configured file is loaded
-    here first (PolicyError when invalid, before anything is started).
-    """
-    started = time.monotonic()
-    if policy is None:
-        policy = policy_watcher(config)
-        await policy.load_initial()
-    pod = pod or PodIdentity()
-    setup: TelemetrySetup | None = None
-    if telemetry is None:
-        setup = configure_telemetry(
-            config.otel_env,
-            metrics_listen=config.telemetry.metrics_listen,
-            tenants_in_clear=config.telemetry.tenants_in_clear,
-        )
-        telemetry = setup.telemetry
-    try:
-        app = await build_app(config, pod, telemetry, policy, started=started)
-        return await serve_app(app, setup)
-    except BaseException:
-        if setup is not None:
-            setup.shutdown()
-        raise
-
-
-async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningServer:
-    """Put a built App behind its gRPC listeners and start its background loops."""
+async def start_grpc(app: App) -> GrpcPlanes:
+    """Put a built App behind its gRPC listeners and start them (NOT_SERVING until
+    `serving`)."""
     config, telemetry, cache = app.config, app.telemetry, app.cache
-    if setup is not None and setup.registry is not None:
-        setup.registry.register(RpcDurationCollector(app.rpc_stats))
-
     server = _grpc_server(data_plane_max_message(config))
     servicer = CacheServicer(
         cache,
@@ -255,11 +143,6 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
     health_servicer = health.aio.HealthServicer()
     _add_health_and_reflection(server, health_servicer, data_services)
     ports = listen(server, config.server.listen, "INFERCACHE_LISTEN")
-
-    # Built (its keys file read, its port bound) before any listener starts: a refusal
-    # then leaves nothing running. record_key_bytes: the gateway attaches each stored
-    # answer's upstream body for prewarm.
-    gateway = Gateway(app, record_key_bytes) if config.gateway.listen else None
     admin_server: grpc.aio.Server | None = None
     admin_ports: list[int] = []
     if config.admin.listen:
@@ -301,56 +184,13 @@ async def serve_app(app: App, setup: TelemetrySetup | None = None) -> RunningSer
         )
         await health_server.start()
     await server.start()
-    if gateway is not None:
-        await gateway.start()
-
-    tasks = [asyncio.create_task(loop()) for loop in app.background()]
-    for name in ("", *data_services):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info(
-        "serving",
-        listen=list(config.server.listen),
-        ports=ports,
-        admin_ports=admin_ports,
-        health_ports=health_ports,
-        gateway_port=gateway.port if gateway else None,
-        metrics_port=setup.metrics_port if setup else None,
-        tracing=telemetry.tracing,
-        warm_tier=app.stores.warm.name,
-        member_id=app.freshness.member_id,
-        model_version=app.identity.pod.model_version or None,
-    )
-    return RunningServer(
-        app,
+    return GrpcPlanes(
         server,
         admin_server,
         health_servicer,
-        tasks,
+        data_services,
         ports,
         admin_ports,
-        setup,
         health_server,
         health_ports,
-        gateway,
     )
-
-
-async def serve(config: Config, pod: PodIdentity | None = None) -> int:
-    """Run until SIGTERM or SIGINT, then drain for the grace period and return 0.
-
-    SIGHUP reloads the policy file. The policy is loaded before the model is
-    fingerprinted, so an invalid file stops the start at once (PolicyError).
-    """
-    policy = policy_watcher(config)
-    await policy.load_initial()
-    running = await start_server(config, pod or await identify_pod(config), policy=policy)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, policy.request_reload)
-    await stop.wait()
-    log.info("draining", grace_period_s=config.server.grace_period_s)
-    await running.stop(config.server.grace_period_s)
-    log.info("stopped")
-    return 0

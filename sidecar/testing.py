@@ -23,10 +23,10 @@ from infercache_client import AsyncCacheClient
 from sidecar.app import identify_pod
 from sidecar.config import load_config
 from sidecar.errors import TierUnavailable
+from sidecar.host import RunningServer, start_server
 from sidecar.keys import KeyDigest
 from sidecar.observability.stats import CacheStats
 from sidecar.observability.telemetry import Telemetry
-from sidecar.server import RunningServer, start_server
 from sidecar.tiers.base import WarmItem
 from sidecar.tiers.embedded import EmbeddedWarmTier
 

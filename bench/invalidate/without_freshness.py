@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from sidecar.app import build_app, identify_pod, policy_watcher
 from sidecar.cli.main import build_parser
 from sidecar.config import SETTINGS, Config, load_config
+from sidecar.host import serve_app
 from sidecar.invalidation.rules import Dims, RuleSet
 from sidecar.observability.logs import configure_logging
 from sidecar.observability.telemetry import configure_telemetry
-from sidecar.server import serve_app
 
 
 class NeverDead(RuleSet):

@@ -78,8 +78,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         return 2
     import structlog
 
+    from sidecar.host import serve
     from sidecar.observability.logs import configure_logging
-    from sidecar.server import serve
 
     configure_logging(
         config.telemetry.log_level,

@@ -20,6 +20,7 @@ from sidecar.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
+from sidecar.wire.errors import WireError
 
 
 class HttpError(Exception):
@@ -57,6 +58,11 @@ class HttpError(Exception):
         return json.dumps(doc, ensure_ascii=False).encode("utf-8")
 
 
+def for_wire(exc: WireError) -> HttpError:
+    """The 400 answering a body the wire package refused (its field and code kept)."""
+    return HttpError(400, exc.message, param=exc.field or None, code=exc.code)
+
+
 def bad_request(param: str, problem: str) -> HttpError:
     """400 naming the body field (dotted path) that is wrong."""
     return HttpError(400, f"{param}: {problem}", param=param, code="invalid_value")
@@ -85,6 +91,8 @@ def body_param(field: str, input_name: str) -> str:
 def for_domain(exc: InfercacheError, input_name: str = "input") -> HttpError:
     """The HTTP answer to a domain error raised while serving a request (`input_name`:
     the body field holding the endpoint's input, named when the key's input is wrong)."""
+    if isinstance(exc, WireError):
+        return for_wire(exc)
     if isinstance(exc, InvalidArgument):
         param = body_param(exc.field, input_name)
         # A problem may quote the value: a 300-digit number is cut, not echoed whole.

@@ -23,13 +23,11 @@ import structlog
 
 from sidecar.errors import InfercacheError, OverLimit, ResourceExhausted
 from sidecar.gateway.auth import ApiKeys
-from sidecar.gateway.body import parse_body
 from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
-from sidecar.gateway.errors import HttpError, body_param, for_domain
+from sidecar.gateway.errors import HttpError, body_param, for_domain, for_wire
 from sidecar.gateway.hit import ReplayLimits, answer_hit
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
-from sidecar.gateway.request_keys import KeyedRequest, keyed_request
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
 from sidecar.gateway.unknown_fields import unknown_fields_headers
@@ -39,6 +37,9 @@ from sidecar.keys import CacheKey
 from sidecar.results.cache import ResultCache
 from sidecar.results.pacing import Pacing
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
+from sidecar.wire.errors import WireError
+from sidecar.wire.json_body import parse_body
+from sidecar.wire.openai.keys import KeyedRequest, keyed_request
 
 log = structlog.get_logger("infercache.gateway")
 
@@ -113,11 +114,16 @@ class Flow:
         reply: Reply,
     ) -> None:
         """Answer one POST to `endpoint` by `tenant` (authenticated) whose body is `raw`."""
-        doc = parse_body(raw)
+        try:
+            doc = parse_body(raw)
+        except WireError as exc:
+            raise for_wire(exc) from None
         asked = controls(headers, self.default_mode(tenant))
         version = prompt_version(headers, self.settings.default_prompt_version)
         try:
             kr = keyed_request(endpoint, doc, tenant, version)
+        except WireError as exc:
+            raise for_wire(exc) from None
         except RecursionError:
             # Parsed, but too deep to re-serialise (the parser's limit is on its own stack).
             raise HttpError(400, "the body is nested too deeply", code="invalid_json") from None

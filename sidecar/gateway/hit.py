@@ -8,17 +8,17 @@ from dataclasses import dataclass
 
 from sidecar.entries import ChunkMeta, Entry
 from sidecar.gateway.errors import HttpError
-from sidecar.gateway.render import (
+from sidecar.gateway.reply import CACHE_HEADER, JSON, SSE_HEADERS, Headers, Reply
+from sidecar.results.pacing import Pacing, schedule
+from sidecar.wire.openai.keys import KeyedRequest
+from sidecar.wire.openai.render import (
     Renewal,
     body_from_events,
     events_from_body,
     replay_events,
 )
-from sidecar.gateway.reply import CACHE_HEADER, JSON, SSE_HEADERS, Headers, Reply
-from sidecar.gateway.request_keys import KeyedRequest
-from sidecar.results.pacing import Pacing, schedule
-from sidecar.results.sse import DONE
-from sidecar.results.whole_body import body_doc
+from sidecar.wire.openai.sse import DONE
+from sidecar.wire.openai.whole_body import body_doc
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sidecar.gateway.request_keys import KeyedRequest
 from sidecar.keys import CacheKey, KeyRequest
 from sidecar.prewarm.hits import HitRecorder
 from sidecar.prewarm.records import (
     GATEWAY_PATHS,
     JSON_TYPE,
     MAX_REPLAY_BYTES,
-    AnswerForm,
     HitRecord,
     ReplayRequest,
 )
+from sidecar.wire.openai.keys import KeyedRequest
+from sidecar.wire.openai.routes import AnswerForm
 
 KeyEncoder = Callable[[KeyRequest], bytes]
 """A KeyRequest as a record's key bytes (the CacheKey wire form, no model version)."""

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from sidecar.entries import ChunkMeta, ComputeCost
 from sidecar.gateway.errors import HttpError
 from sidecar.gateway.reply import Reply
-from sidecar.gateway.request_keys import KeyedRequest
-from sidecar.results.sse import StreamCollector
-from sidecar.results.whole_body import body_doc, complete_doc
+from sidecar.wire.openai.keys import KeyedRequest
+from sidecar.wire.openai.sse import StreamCollector
+from sidecar.wire.openai.whole_body import body_doc, complete_doc
 
 Ended = Callable[[], bool]
 """Whether the upstream body has arrived whole (asked after each piece)."""
@@ -88,7 +88,7 @@ async def tee_stream(
 ) -> Answer | None:
     """Pass the upstream's bytes on as they arrive; keep its events for the store.
 
-    None when the stream is not complete (see results/sse.py), over `limit`, or when an
+    None when the stream is not complete (see wire/openai/sse.py), over `limit`, or when an
     event names a model other than `model` (whatever answered is not what the key says,
     as for a whole body; prewarm refuses such a stream too).
     """

@@ -16,18 +16,18 @@ from sidecar.errors import InfercacheError, InvalidArgument
 from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import CacheKey, KeyRequest
 from sidecar.prewarm.hits import HitRecorder
-from sidecar.prewarm.openai import (
+from sidecar.prewarm.progress import NOT_REPLAYABLE, ItemOutcome, ItemReport, PrewarmItem
+from sidecar.prewarm.records import HitRecord, ReplayRequest
+from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
+from sidecar.results.cache import ResultCache
+from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
+from sidecar.wire.openai.answers import (
     BadAnswer,
     PayloadFormat,
     UpstreamCall,
     gateway_answer,
     parse_answer,
 )
-from sidecar.prewarm.progress import NOT_REPLAYABLE, ItemOutcome, ItemReport, PrewarmItem
-from sidecar.prewarm.records import HitRecord
-from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
-from sidecar.results.cache import ResultCache
-from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
 
 # A degraded lookup or a failed write is tried again after these pauses (the Redis
 # circuit pauses calls for 50 ms to 1 s after a failure).
@@ -118,7 +118,7 @@ class ItemWarmer:
         """Call the model server and store its answer with `lease`: the report and
         whether the lease is spent (stored or refused by the store)."""
         digest = bytes(key.digest)
-        call = UpstreamCall.replaying(record.replay)
+        call = replay_call(record.replay)
         started = time.monotonic()
         # The lease must have been valid when the computation began, as for the gateway's
         # miss: a generation longer than INFERCACHE_LEASE_TTL_S is still stored.
@@ -212,3 +212,8 @@ class ItemWarmer:
         except InvalidArgument as exc:
             return failed(index, "invalid_request", str(exc))
         return key, req, model
+
+
+def replay_call(replay: ReplayRequest) -> UpstreamCall:
+    """The model-server call of an attached request: path, media type and bytes unchanged."""
+    return UpstreamCall(replay.path, replay.content_type, replay.body)

@@ -19,35 +19,23 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from sidecar.errors import InvalidArgument
+from sidecar.wire.openai.routes import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, AnswerForm
 
 # 3: the model-server request is attached; 2 and older are not replayable.
 # 4: the answer's form (AnswerForm) may be named; a 3 reads as form-less.
 _VERSION = 4
 _FORMLESS_VERSION = 3
-CHAT_PATH = "/v1/chat/completions"
-COMPLETIONS_PATH = "/v1/completions"
 REPLAY_PATHS = (CHAT_PATH, COMPLETIONS_PATH)
 """What a client's Store may attach (cache.proto's replay.path)."""
-EMBEDDINGS_PATH = "/v1/embeddings"
 GATEWAY_PATHS = (*REPLAY_PATHS, EMBEDDINGS_PATH)
 """What the gateway records: its records name their form, so an embedding (stored as
 the whole JSON body) is replayed and stored as the gateway stores one."""
 JSON_TYPE = "application/json"
 MAX_REPLAY_BYTES = 256 * 1024
 """Largest request body a Store may attach (every counted hit keeps the record alive)."""
-
-
-class AnswerForm(Enum):
-    """How a record's answer is stored: the form the gateway's clients read back."""
-
-    JSON = "json"
-    """The upstream's whole OpenAI JSON body, as received (the gateway, not streamed)."""
-    SSE = "sse"
-    """The upstream's SSE events, one chunk each, [DONE] left out (the gateway, streamed)."""
 
 
 class BadRecord(ValueError):

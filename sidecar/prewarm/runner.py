@@ -33,7 +33,6 @@ from sidecar.keys import KeyRequest
 from sidecar.prewarm import records
 from sidecar.prewarm.hits import HitRecorder, HitStore, HotRequest
 from sidecar.prewarm.item import ItemWarmer, failed
-from sidecar.prewarm.openai import PayloadFormat
 from sidecar.prewarm.progress import (
     NOT_REPLAYABLE,
     PrewarmItem,
@@ -44,6 +43,7 @@ from sidecar.prewarm.progress import (
 )
 from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
 from sidecar.results.cache import ResultCache
+from sidecar.wire.openai.answers import PayloadFormat
 
 log = structlog.get_logger("infercache.prewarm")
 

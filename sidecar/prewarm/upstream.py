@@ -17,7 +17,7 @@ from typing import Protocol
 
 import httpx
 
-from sidecar.prewarm.openai import Received, UpstreamCall
+from sidecar.wire.openai.answers import Received, UpstreamCall
 
 MODELS_PATH = "/v1/models"
 

@@ -8,7 +8,7 @@ import contextlib
 import pytest
 
 from sidecar.config import load_config
-from sidecar.server import start_server
+from sidecar.host import start_server
 from tests.support.sidecars import config_overrides
 
 pytestmark = pytest.mark.timeout(30)

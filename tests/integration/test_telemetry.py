@@ -27,9 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import StatusCode
 
+from sidecar.host import RunningServer
 from sidecar.observability.logs import processors
 from sidecar.observability.telemetry import Telemetry
-from sidecar.server import RunningServer
 from sidecar.testing import in_process_sidecar
 from sidecar.tiers.base import WarmItem
 

@@ -139,8 +139,8 @@ def gateway_pod_retaining(redis_url: str, workdir: Path, prewarm_payload: str) -
 def key_digest(endpoint: str, body: dict[str, Any], tenant: str = "acme") -> bytes:
     """The digest the gateway keys `body` to `endpoint` under (prompt version "p1", a
     placeholder pod fingerprint); the body must be cacheable."""
-    from sidecar.gateway.request_keys import keyed_request
     from sidecar.keys import build_key
+    from sidecar.wire.openai.keys import keyed_request
 
     kr = keyed_request(endpoint, body, tenant, "p1")
     assert kr.key is not None, kr.uncacheable

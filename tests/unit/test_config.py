@@ -37,10 +37,10 @@ from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.observability.stats import CacheStats
 from sidecar.policy.file import PolicyBounds
 from sidecar.policy.ttl import TtlPolicy
-from sidecar.prewarm.openai import PayloadFormat
 from sidecar.prewarm.runner import PrewarmSettings
 from sidecar.results.cache import ResultCache
 from sidecar.results.stream_store import StreamLimits
+from sidecar.wire.openai.answers import PayloadFormat
 
 ROOT = Path(__file__).resolve().parents[2]
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.gateway import request_keys
-from sidecar.gateway.request_keys import CHAT, EMBEDDINGS, RULES_EXTRA, keyed_request
+from sidecar.wire.openai import keys as request_keys
+from sidecar.wire.openai.keys import CHAT, EMBEDDINGS, RULES_EXTRA, keyed_request
 from tests.support.gateway import key_digest
 
 

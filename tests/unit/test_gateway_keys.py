@@ -11,11 +11,12 @@ import pytest
 from sidecar.api.cache_codec import key_request_from_record
 from sidecar.api.key_encode import record_key_bytes
 from sidecar.gateway.controls import CacheMode, controls
-from sidecar.gateway.errors import HttpError
-from sidecar.gateway.render import Renewal, body_from_events, events_from_body, replay_events
-from sidecar.gateway.request_keys import CHAT, COMPLETIONS, EMBEDDINGS, keyed_request
+from sidecar.gateway.errors import HttpError, for_wire
 from sidecar.keys import build_key
-from sidecar.results.sse import EventSplitter, StreamWatch
+from sidecar.wire.errors import WireError
+from sidecar.wire.openai.keys import CHAT, COMPLETIONS, EMBEDDINGS, keyed_request
+from sidecar.wire.openai.render import Renewal, body_from_events, events_from_body, replay_events
+from sidecar.wire.openai.sse import EventSplitter, StreamWatch
 
 FP = "fp1-test"
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -108,11 +109,12 @@ def test_unknown_fields_are_reported() -> None:
     ],
 )
 def test_wrong_types_are_400(body: dict[str, Any], param: str) -> None:
-    """A wrong type is an HttpError 400 naming the field."""
-    with pytest.raises(HttpError) as exc:
+    """A wrong type is a WireError naming the field, answered as a 400 naming it."""
+    with pytest.raises(WireError) as exc:
         keyed_request(CHAT, body, "acme", "p1")
-    assert exc.value.status == 400
-    assert exc.value.param == param
+    assert exc.value.field == param
+    answer = for_wire(exc.value)
+    assert (answer.status, answer.param, answer.code) == (400, param, "invalid_value")
 
 
 def test_remote_media_and_batches_are_uncacheable() -> None:
@@ -435,10 +437,10 @@ def test_stream_options_without_stream_is_refused() -> None:
     """vLLM refuses a non-empty one: the gateway does too, before any lookup (an empty
     one passes: test_gateway_vllm_fields.py)."""
     for stream in ({}, {"stream": False}):
-        with pytest.raises(HttpError) as info:
+        with pytest.raises(WireError) as info:
             keyed_request(
                 CHAT, chat_body(stream_options={"include_usage": True}, **stream), "a", "p"
             )
-        assert (info.value.status, info.value.param) == (400, "stream_options")
+        assert info.value.field == "stream_options"
     kr = keyed_request(CHAT, chat_body(stream_options=None), "a", "p")
     assert kr.key is not None  # null is absent

@@ -10,8 +10,8 @@ from typing import Any
 
 from sidecar.entries import ComputeCost
 from sidecar.gateway.reply import Headers, Reply
-from sidecar.gateway.request_keys import KeyedRequest
 from sidecar.gateway.tee import Answer, tee_body, whole_answer
+from sidecar.wire.openai.keys import KeyedRequest
 
 LIMIT = 1 << 20
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.gateway.render import Renewal, body_from_events, events_from_body
-from sidecar.gateway.request_keys import CHAT, EMBEDDINGS, keyed_request
-from sidecar.gateway.values import dumps
+from sidecar.wire.openai.keys import CHAT, EMBEDDINGS, keyed_request
+from sidecar.wire.openai.render import Renewal, body_from_events, events_from_body
+from sidecar.wire.values import dumps
 from tests.support.gateway import key_digest
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}

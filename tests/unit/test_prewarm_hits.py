@@ -13,8 +13,9 @@ from sidecar.prewarm import records
 from sidecar.prewarm.embedded_hits import EmbeddedHitStore
 from sidecar.prewarm.hits import MAX_RECORD_BYTES, HitRecorder, HotRequest
 from sidecar.prewarm.progress import ItemOutcome, ItemReport, RunState, Tally
-from sidecar.prewarm.records import COMPLETIONS_PATH, HitRecord, ReplayRequest
+from sidecar.prewarm.records import HitRecord, ReplayRequest
 from sidecar.results.types import LookupQuery, LookupResult, Outcome
+from sidecar.wire.openai.routes import COMPLETIONS_PATH
 
 
 def req(text: str = "q", tenant: str = "acme", **kw: object) -> KeyRequest:

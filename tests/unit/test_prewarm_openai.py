@@ -8,9 +8,11 @@ import json
 import httpx
 import pytest
 
-from sidecar.prewarm.openai import BadAnswer, PayloadFormat, UpstreamCall, parse_answer
-from sidecar.prewarm.records import CHAT_PATH, COMPLETIONS_PATH, ReplayRequest
+from sidecar.prewarm.item import replay_call
+from sidecar.prewarm.records import ReplayRequest
 from sidecar.prewarm.upstream import HttpModelServer
+from sidecar.wire.openai.answers import BadAnswer, PayloadFormat, UpstreamCall, parse_answer
+from sidecar.wire.openai.routes import CHAT_PATH, COMPLETIONS_PATH
 
 TEXT = PayloadFormat.TEXT
 # Odd spacing, key order and a field prewarm knows nothing about: all must survive.
@@ -23,8 +25,8 @@ def _body(**doc: object) -> bytes:
 
 
 def test_the_call_is_the_attached_request_unchanged() -> None:
-    """UpstreamCall.replaying keeps path, media type and body bytes as attached."""
-    call = UpstreamCall.replaying(ReplayRequest(CHAT_PATH, "application/json", BODY))
+    """replay_call keeps path, media type and body bytes as attached."""
+    call = replay_call(ReplayRequest(CHAT_PATH, "application/json", BODY))
     assert (call.path, call.content_type, call.body) == (CHAT_PATH, "application/json", BODY)
 
 

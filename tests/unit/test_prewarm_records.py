@@ -15,7 +15,8 @@ from sidecar.errors import InvalidArgument
 from sidecar.keys import build_key
 from sidecar.prewarm import records
 from sidecar.prewarm.progress import PrewarmItem
-from sidecar.prewarm.records import CHAT_PATH, MAX_REPLAY_BYTES, HitRecord, ReplayRequest
+from sidecar.prewarm.records import MAX_REPLAY_BYTES, HitRecord, ReplayRequest
+from sidecar.wire.openai.routes import CHAT_PATH, AnswerForm
 
 REPLAY = ReplayRequest(CHAT_PATH, "application/json", b'{"model":"m","messages":[]}')
 BASE = {"tenant": "acme", "modelVersion": "fp1-v1", "promptVersion": "p", "text": "q"}
@@ -107,7 +108,7 @@ def test_gateway_records_keep_their_answer_form() -> None:
     """Version 4 names the form (json / sse) and reads back the same; a version 3 record
     reads as form-less (INFERCACHE_PREWARM_PAYLOAD decides, as before); a form this
     version does not know is BadRecord."""
-    for form in (records.AnswerForm.JSON, records.AnswerForm.SSE, None):
+    for form in (AnswerForm.JSON, AnswerForm.SSE, None):
         record = HitRecord(b"k", STREAMED, form)
         assert records.decode(records.encode(record)) == record
     v3 = json.loads(records.encode(HitRecord(b"k", REPLAY)))
@@ -126,7 +127,7 @@ def test_a_formless_streamed_request_is_not_replayable() -> None:
     req = key_request_from_pb(ParseDict(BASE, pb.CacheKey()))
     assert HitRecord(b"k", STREAMED).unreplayable()
     assert not PrewarmItem(req, record=HitRecord(b"k", STREAMED)).replayable
-    for record in (HitRecord(b"k", STREAMED, records.AnswerForm.SSE), HitRecord(b"k", REPLAY)):
+    for record in (HitRecord(b"k", STREAMED, AnswerForm.SSE), HitRecord(b"k", REPLAY)):
         assert not record.unreplayable()
         assert PrewarmItem(req, record=record).replayable
     not_json = ReplayRequest(CHAT_PATH, "application/json", b"{not json")

@@ -1,5 +1,5 @@
-"""Collecting an OpenAI SSE stream into its stored form (results/sse.py), and prewarm's
-reading of a gateway record's answer with the gateway's own rules (prewarm/openai.py)."""
+"""Collecting an OpenAI SSE stream into its stored form (wire/openai/sse.py), and prewarm's
+reading of a gateway record's answer with the gateway's own rules (wire/openai/answers.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from sidecar.entries import ChunkMeta
 from sidecar.gateway.reply import Reply
 from sidecar.gateway.tee import tee_stream
-from sidecar.prewarm.openai import BadAnswer, Received, gateway_answer
-from sidecar.prewarm.records import AnswerForm
-from sidecar.results.sse import StreamCollector
-from sidecar.results.whole_body import complete_body
+from sidecar.wire.openai.answers import BadAnswer, Received, gateway_answer
+from sidecar.wire.openai.routes import AnswerForm
+from sidecar.wire.openai.sse import StreamCollector
+from sidecar.wire.openai.whole_body import complete_body
 
 DONE = b"data: [DONE]\n\n"
 SSE_TYPE = "text/event-stream"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.entries import ChunkMeta
-from sidecar.results.whole_body import stored_finish
+from sidecar.wire.openai.whole_body import stored_finish
 
 DONE = b"data: [DONE]\n\n"
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")

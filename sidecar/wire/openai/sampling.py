@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sidecar.gateway import values as v
-from sidecar.gateway.errors import bad_request
 from sidecar.keys import FormatType, GuidedDecoding, ResponseFormat, Sampling
+from sidecar.wire import values as v
+from sidecar.wire.errors import bad_request
 
 SAMPLING_NUMBERS = (
     "temperature",
@@ -60,7 +60,7 @@ _FORMATS = {
 
 
 def sampling(doc: Mapping[str, Any], extra: dict[str, str]) -> Sampling:
-    """The body's sampling fields (docs/keys.md), 400 (HttpError) for a wrong type; what
+    """The body's sampling fields (docs/keys.md), WireError for a wrong type; what
     their key fields cannot hold goes into `extra`."""
     # Only the fields the body has (an absent one reads as None, Sampling's default),
     # checked in the same order, so a body with two bad fields gets the same 400.

@@ -29,9 +29,9 @@ import re
 from collections.abc import MutableMapping
 from typing import Any
 
-from sidecar.gateway.errors import bad_request
-from sidecar.gateway.values import extra_value
 from sidecar.keys import ChatMessage, ContentPart, PartKind, ToolCall
+from sidecar.wire.errors import bad_request
+from sidecar.wire.values import extra_value
 
 _MESSAGE_FIELDS = frozenset(
     {"role", "content", "name", "tool_call_id", "tool_calls", "reasoning_content", "reasoning"}

@@ -13,17 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.gateway import values as v
-from sidecar.gateway.chat import Uncacheable, chat_messages
-from sidecar.gateway.errors import bad_request
-from sidecar.gateway.sampling_fields import (
+from sidecar.keys import ChatTemplateOptions, InputKind, KeyRequest, OutputOptions
+from sidecar.policy.cacheability import NO_TRAITS, RequestTraits
+from sidecar.wire import values as v
+from sidecar.wire.errors import bad_request
+from sidecar.wire.openai.chat import Uncacheable, chat_messages
+from sidecar.wire.openai.sampling import (
     SAMPLING_FLAGS,
     SAMPLING_INTS,
     SAMPLING_NUMBERS,
     sampling,
 )
-from sidecar.keys import ChatTemplateOptions, InputKind, KeyRequest, OutputOptions
-from sidecar.policy.cacheability import NO_TRAITS, RequestTraits
 
 CHAT = "chat.completions"
 COMPLETIONS = "completions"
@@ -141,7 +141,7 @@ def keyed_request(
 ) -> KeyedRequest:
     """The key of a parsed body for `endpoint` (CHAT, COMPLETIONS or EMBEDDINGS).
 
-    400 (HttpError) for a wrong type; `key` is None for a request that cannot be keyed
+    WireError for a wrong type; `key` is None for a request that cannot be keyed
     safely (remote media, several prompts in one request).
     """
     model = v.string(doc, "model")

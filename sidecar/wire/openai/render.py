@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sidecar.results.sse import event_doc, is_usage_only
-from sidecar.results.whole_body import body_doc
+from sidecar.wire.openai.sse import event_doc, is_usage_only
+from sidecar.wire.openai.whole_body import body_doc
 
 
 def fresh_id(kind: str) -> str:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sidecar.gateway.errors import bad_request
+from sidecar.wire.errors import bad_request
 
 EXTRA_VALUE_MAX_CHARS = 4096
 """Longer `extra` values are keyed as `sha256:<hex>` (the key's extra value limit)."""

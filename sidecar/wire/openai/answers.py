@@ -1,8 +1,8 @@
-"""The model-server call of a prewarm and the reading of its answer (no I/O).
+"""A model server's OpenAI answer to a replayed request, read as it is stored (no I/O).
 
-The call is the request a Store attached (records.ReplayRequest), sent as it is:
-nothing is rebuilt from the key, which says what shaped an answer, not how the
-model was asked for it. A record that names its form (the gateway's) is stored in
+The call (`UpstreamCall`) is the request a Store attached (prewarm's ReplayRequest),
+sent as it is: nothing is rebuilt from the key, which says what shaped an answer, not
+how the model was asked for it. A record that names its form (the gateway's) is stored in
 that form with the gateway's own rules (`gateway_answer`); any other is stored as
 INFERCACHE_PREWARM_PAYLOAD says (`parse_answer`).
 """
@@ -16,9 +16,9 @@ from enum import Enum
 from typing import Any
 
 from sidecar.entries import ChunkMeta
-from sidecar.prewarm.records import CHAT_PATH, AnswerForm, ReplayRequest
-from sidecar.results.sse import StreamCollector
-from sidecar.results.whole_body import body_doc, complete_body
+from sidecar.wire.openai.routes import CHAT_PATH, AnswerForm
+from sidecar.wire.openai.sse import StreamCollector
+from sidecar.wire.openai.whole_body import body_doc, complete_body
 
 
 class PayloadFormat(Enum):
@@ -46,11 +46,6 @@ class UpstreamCall:
     path: str
     content_type: str
     body: bytes
-
-    @classmethod
-    def replaying(cls, replay: ReplayRequest) -> UpstreamCall:
-        """The attached request, unchanged."""
-        return cls(replay.path, replay.content_type, replay.body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +118,9 @@ def gateway_answer(received: Received, model: str, form: AnswerForm, limit: int)
     when the gateway would not store it.
 
     A streamed record (SSE) answered in SSE: the events and their boundaries, kept only
-    when complete (results/sse.py: every choice's finish_reason, no error event,
+    when complete (wire/openai/sse.py: every choice's finish_reason, no error event,
     `data: [DONE]`) and within `limit` bytes. Anything else: the whole JSON body, kept
-    only when every choice finished (results/whole_body.py). Either way an answer
+    only when every choice finished (wire/openai/whole_body.py). Either way an answer
     naming another model than `model` is refused.
     """
     if form is AnswerForm.SSE and received.is_sse:

@@ -1,0 +1,1 @@
+"""The OpenAI wire format (chat completions, completions, embeddings), as vLLM reads it."""

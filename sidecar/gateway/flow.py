@@ -14,7 +14,6 @@ finish_reason and `data: [DONE]`; a client that goes away cancels this coroutine
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from sidecar.results.pacing import Pacing
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 from sidecar.wire.errors import WireError
 from sidecar.wire.json_body import parse_body
-from sidecar.wire.openai.keys import KeyedRequest, keyed_request
+from sidecar.wire.openai.keys import KeyedRequest, for_adapter, keyed_request
 
 log = structlog.get_logger("infercache.gateway")
 
@@ -310,16 +309,6 @@ class Flow:
         if result.status is StoreStatus.STORED and self.recording is not None:
             self.recording.attach(key, kr, PATHS[endpoint], raw, result.ttl_s)
         return result.status is not StoreStatus.WRITE_FAILED
-
-
-def for_adapter(kr: KeyedRequest, adapters: Mapping[str, str]) -> KeyedRequest:
-    """`kr` with its key naming the adapter its `model` is, when the pod serves an adapter
-    by that name (adapter name -> fingerprint, as configured): the resolver then keys
-    that adapter's fingerprint, so new adapter weights are a MISS and an invalidation
-    selecting the adapter matches. Any other model name is keyed as it is (`extra`)."""
-    if kr.key is None or kr.model not in adapters:
-        return kr
-    return dataclasses.replace(kr, key=dataclasses.replace(kr.key, adapter_version=kr.model))
 
 
 def _latin1(text: str) -> bytes:

@@ -21,6 +21,7 @@ from sidecar.prewarm.records import HitRecord, ReplayRequest
 from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
 from sidecar.results.cache import ResultCache
 from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus
+from sidecar.wire.json_body import parse_body
 from sidecar.wire.openai.answers import (
     BadAnswer,
     PayloadFormat,
@@ -28,6 +29,10 @@ from sidecar.wire.openai.answers import (
     gateway_answer,
     parse_answer,
 )
+from sidecar.wire.openai.keys import PATH_ENDPOINTS, for_adapter, keyed_request
+
+RECORD_MISMATCH = "record_mismatch"
+"""The skip reason of a gateway record whose body does not produce its key."""
 
 # A degraded lookup or a failed write is tried again after these pauses (the Redis
 # circuit pauses calls for 50 ms to 1 s after a failure).
@@ -84,6 +89,13 @@ class ItemWarmer:
             return prepared
         key, _, model = prepared
         digest = bytes(key.digest)
+        if record.form is not None:
+            # A gateway record: its body must still produce its key (tenant and prompt
+            # version from the record), or the model would answer another question,
+            # stored under this key.
+            mismatch = self._mismatch(record, item.request, key)
+            if mismatch:
+                return skipped(index, RECORD_MISMATCH, mismatch, digest)
         found = await self._lookup(key)
         if found.outcome is Outcome.HIT:
             return skipped(index, "already_cached", digest=digest)
@@ -188,6 +200,25 @@ class ItemWarmer:
                 return found
             await asyncio.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _mismatch(self, record: HitRecord, req: KeyRequest, key: CacheKey) -> str:
+        """Why a gateway record's body does not produce `key` ("" when it does): the
+        body keyed again exactly as the gateway keys a request, under the pod's model."""
+        endpoint = PATH_ENDPOINTS.get(record.replay.path)
+        if endpoint is None:
+            return f"{record.replay.path[:64]!r} is not a route of the gateway"
+        try:
+            doc = parse_body(record.replay.body)
+            kr = keyed_request(endpoint, doc, req.tenant, req.prompt_version)
+            kr = for_adapter(kr, self._keys.pod.adapter_versions)
+            if kr.key is None:
+                return f"the body is not cacheable ({kr.uncacheable[:80]})"
+            again = self._keys.resolve(kr.key)
+        except (InvalidArgument, RecursionError) as exc:
+            return f"the body does not key: {str(exc)[:120]}"
+        if again.digest != key.digest:
+            return "the body keys to another digest than its record's key"
+        return ""
 
     def _prepare(
         self, index: int, req: KeyRequest

@@ -140,6 +140,11 @@ def decode(data: bytes) -> HitRecord:
             raise BadRecord(f"record version {version!r} is not {_VERSION}")
         path, content_type, body = doc["replay"]
         form = doc.get("form") if version == _VERSION else None
+        if path not in GATEWAY_PATHS:
+            # Exactly one of the routes, as written: never an absolute URL, `//host`,
+            # `@`, a traversal or a control character that would send prewarm (and the
+            # model server's key) anywhere but the configured model server.
+            raise BadRecord(f"replay path {str(path)[:64]!r} is not one of the API's routes")
         return HitRecord(
             base64.b64decode(doc["key"], validate=True),
             ReplayRequest(str(path), str(content_type), str(body).encode("utf-8")),

@@ -76,6 +76,27 @@ class HttpModelServer:
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         )
 
+    def _url(self, path: str) -> httpx.URL:
+        """`path` under the base URL; UpstreamFailure unless it stays on its origin.
+
+        httpx would send an absolute URL (or `//host/...`) as it is, whatever the base:
+        the path must be a plain absolute path, and the result must have the base's
+        scheme, host and port (the model server's key is sent with every request)."""
+        if (
+            not path.startswith("/")
+            or path.startswith("//")
+            or any(c in path for c in "@\\?#%")
+            or any(ord(c) < 0x21 or ord(c) == 0x7F for c in path)
+            or "/../" in path + "/"
+            or "/./" in path + "/"
+        ):
+            raise UpstreamFailure("bad_path", f"{path[:64]!r} is not a plain path")
+        url = httpx.URL(self.base_url + path)
+        base = httpx.URL(self.base_url)
+        if (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port):
+            raise UpstreamFailure("bad_path", f"{path[:64]!r} leaves the model server")
+        return url
+
     @asynccontextmanager
     async def _failures(self) -> AsyncIterator[None]:
         """Map httpx errors and the overall deadline to UpstreamFailure (the one place)."""
@@ -97,7 +118,8 @@ class HttpModelServer:
         self, method: str, path: str, body: bytes | None = None, content_type: str = ""
     ) -> Received:
         headers = {"content-type": content_type} if content_type else None
-        stream = self._client.stream(method, path, content=body, headers=headers)
+        url = self._url(path)
+        stream = self._client.stream(method, url, content=body, headers=headers)
         t0 = time.monotonic()
         async with self._failures(), stream as resp:
             # Each piece with its arrival time: a streamed answer keeps its pacing.

@@ -401,10 +401,10 @@ def test_a_logit_bias_id_beyond_64_bits_is_invalid_not_an_internal_error() -> No
 def test_a_model_named_as_a_served_adapter_keys_the_adapters_fingerprint() -> None:
     """The adapter's weights are in the key: new adapter files, new key; another model
     name is keyed as a name only."""
-    from sidecar.gateway.flow import for_adapter
     from sidecar.identity.pod import PodIdentity
     from sidecar.identity.resolver import KeyResolver
     from sidecar.keys import KeyLimits
+    from sidecar.wire.openai.keys import for_adapter
 
     body = chat_body(model="my-lora")
 

@@ -10,7 +10,7 @@ import pytest
 
 from sidecar.prewarm.item import replay_call
 from sidecar.prewarm.records import ReplayRequest
-from sidecar.prewarm.upstream import HttpModelServer
+from sidecar.prewarm.upstream import HttpModelServer, UpstreamFailure
 from sidecar.wire.openai.answers import BadAnswer, PayloadFormat, UpstreamCall, parse_answer
 from sidecar.wire.openai.routes import CHAT_PATH, COMPLETIONS_PATH
 
@@ -104,3 +104,48 @@ def test_unusable_answers_are_refused(body: bytes, reason: str) -> None:
     with pytest.raises(BadAnswer) as err:
         parse_answer(CALL, "m", body, TEXT)
     assert err.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "http://evil/v1/completions",
+        "//evil/v1/completions",
+        "evil/v1/completions",
+        "/v1@evil/completions",
+        "/v1/../../completions",
+        "/v1/./completions",
+        "/v1/completions?x=1",
+        "/v1/completions#f",
+        "/v1/%2e%2e/completions",
+        "/v1/completions\r\nHost: evil",
+        "/v1\\completions",
+        "/v1/completions ",
+    ],
+)
+async def test_a_call_never_leaves_the_model_servers_origin(path: str) -> None:
+    """Whatever path a call names (a record read from a shared store), the model server's
+    client sends nothing (and so not its key) anywhere but the configured origin."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"model": "m", "choices": [{"text": "a"}]})
+
+    server = HttpModelServer(
+        "http://model",
+        timeout_s=5,
+        max_connections=1,
+        max_response_bytes=1 << 20,
+        transport=httpx.MockTransport(answer),
+        api_key="secret",
+    )
+    try:
+        with pytest.raises(UpstreamFailure) as err:
+            await server.complete(UpstreamCall(path, "application/json", BODY))
+        assert err.value.reason == "bad_path"
+        assert seen == []
+        await server.complete(UpstreamCall(COMPLETIONS_PATH, "application/json", BODY))
+        assert [str(r.url) for r in seen] == ["http://model/v1/completions"]
+    finally:
+        await server.close()

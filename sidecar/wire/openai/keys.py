@@ -9,6 +9,7 @@ The tenant and the prompt version never come from the body.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from sidecar.policy.cacheability import NO_TRAITS, RequestTraits
 from sidecar.wire import values as v
 from sidecar.wire.errors import bad_request
 from sidecar.wire.openai.chat import Uncacheable, chat_messages
+from sidecar.wire.openai.routes import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH
 from sidecar.wire.openai.sampling import (
     SAMPLING_FLAGS,
     SAMPLING_INTS,
@@ -28,6 +30,8 @@ from sidecar.wire.openai.sampling import (
 CHAT = "chat.completions"
 COMPLETIONS = "completions"
 EMBEDDINGS = "embeddings"
+PATH_ENDPOINTS = {CHAT_PATH: CHAT, COMPLETIONS_PATH: COMPLETIONS, EMBEDDINGS_PATH: EMBEDDINGS}
+"""The endpoint each route of the API keys its requests for."""
 
 MODEL_EXTRA = "model"
 """`extra` entry holding the served model name (model_version is the weights' fingerprint)."""
@@ -268,3 +272,13 @@ def _output(endpoint: str, doc: Mapping[str, Any]) -> OutputOptions | None:
     if all(x is None for x in found.values()) and not modalities:
         return None
     return OutputOptions(modalities=modalities, **found)
+
+
+def for_adapter(kr: KeyedRequest, adapters: Mapping[str, str]) -> KeyedRequest:
+    """`kr` with its key naming the adapter its `model` is, when the pod serves an adapter
+    by that name (adapter name -> fingerprint, as configured): the resolver then keys
+    that adapter's fingerprint, so new adapter weights are a MISS and an invalidation
+    selecting the adapter matches. Any other model name is keyed as it is (`extra`)."""
+    if kr.key is None or kr.model not in adapters:
+        return kr
+    return dataclasses.replace(kr, key=dataclasses.replace(kr.key, adapter_version=kr.model))

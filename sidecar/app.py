@@ -59,6 +59,7 @@ from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupObserver
 from sidecar.tiers.hot import HotTier
+from sidecar.wire.openai.cache_salt import TenantSalts
 
 log = structlog.get_logger("infercache.app")
 
@@ -145,6 +146,7 @@ def build_prewarmer(
     keys: KeyResolver,
     hits: HitStore,
     recorder: HitRecorder | None = None,
+    salts: TenantSalts | None = None,
 ) -> Prewarmer:
     """The prewarm runner for this pod, talking to the configured model server."""
 
@@ -160,7 +162,9 @@ def build_prewarmer(
         )
 
     settings = PrewarmSettings.from_config(config.prewarm)
-    return Prewarmer(cache, keys, settings, model_server, hits, key_request_from_record, recorder)
+    return Prewarmer(
+        cache, keys, settings, model_server, hits, key_request_from_record, recorder, salts
+    )
 
 
 def build_kv(config: Config, stores: Stores, identity: IdentityCell) -> KvHotTier:
@@ -217,6 +221,8 @@ class App:
     prewarmer: Prewarmer
     reclaimer: Reclaimer
     started: float
+    salts: TenantSalts
+    """Each tenant's cache_salt in what the gateway and prewarm send the model server."""
     rpc_stats: RpcStats = field(default_factory=RpcStats)
 
     def background(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -309,6 +315,7 @@ async def build_app(
         keys_per_s=config.invalidation.reclaim_keys_per_s,
         rule_retention_s=retention_s,
     )
+    salts = tenant_salts()
     return App(
         config=config,
         identity=identity,
@@ -337,10 +344,16 @@ async def build_app(
                 config.invalidation.invalidate_wait_timeout_ms,
             ),
         ),
-        prewarmer=build_prewarmer(config, cache, keys, hits, recorder),
+        prewarmer=build_prewarmer(config, cache, keys, hits, recorder, salts),
         reclaimer=reclaimer,
         started=started,
+        salts=salts,
     )
+
+
+def tenant_salts() -> TenantSalts:
+    """The tenants' cache_salt key: this process's own until the fleet secret is wired."""
+    return TenantSalts(os.urandom(32))
 
 
 async def identify_pod(config: Config) -> PodIdentity:

@@ -57,7 +57,14 @@ class Gateway:
             max_payload_bytes=config.limits.max_payload_bytes,
         )
         self.flow = Flow(
-            app.cache, app.keys, self.api_keys, self.upstream, settings, self.stats, recording
+            app.cache,
+            app.keys,
+            self.api_keys,
+            self.upstream,
+            settings,
+            self.stats,
+            recording,
+            app.salts,
         )
         self.server = GatewayServer(
             GatewayApp(

@@ -38,6 +38,7 @@ from sidecar.results.pacing import Pacing
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 from sidecar.wire.errors import WireError
 from sidecar.wire.json_body import parse_body
+from sidecar.wire.openai.cache_salt import TenantSalts
 from sidecar.wire.openai.keys import KeyedRequest, for_adapter, keyed_request
 
 log = structlog.get_logger("infercache.gateway")
@@ -49,6 +50,15 @@ PATHS = {
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A request body as the client sent it (what is keyed and recorded for prewarm)
+    and as the model server gets it (with the tenant's cache_salt)."""
+
+    raw: bytes
+    sent: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +85,10 @@ class Flow:
         settings: FlowSettings,
         stats: GatewayStats,
         recording: Recording | None = None,
+        salts: TenantSalts | None = None,
     ) -> None:
         self.cache = cache
+        self.salts = salts
         self.keys = keys
         self.api_keys = api_keys
         self.upstream = upstream
@@ -127,6 +139,8 @@ class Flow:
             # Parsed, but too deep to re-serialise (the parser's limit is on its own stack).
             raise HttpError(400, "the body is nested too deeply", code="invalid_json") from None
         kr = for_adapter(kr, self.keys.pod.adapter_versions)
+        sent = raw if self.salts is None else self.salts.body_for(endpoint, tenant, doc, raw)
+        body = Body(raw, sent)
         # Read for every streamed request before anything is forwarded or looked up, so a
         # bad value is the same 400 on a miss as on a hit; not read when nothing streams.
         pace = pacing(headers, self.settings.replay_pace) if kr.stream else Pacing()
@@ -137,7 +151,7 @@ class Flow:
             info += unknown_fields_headers(kr.unknown)
         if kr.key is None or asked.off:
             reason = kr.uncacheable or asked.why
-            await self._bypass(endpoint, raw, kr, info, reason, reply)
+            await self._bypass(endpoint, body, kr, info, reason, reply)
             return
         try:
             key = self.keys.resolve(kr.key)
@@ -145,26 +159,26 @@ class Flow:
             # Valid, only too large to key here: the model server may answer it.
             where = body_param(exc.field, INPUT_FIELDS[endpoint])
             why = f"too large to key: {where} {exc.problem}"
-            await self._bypass(endpoint, raw, kr, info, why, reply)
+            await self._bypass(endpoint, body, kr, info, why, reply)
             return
         except InfercacheError as exc:
             raise for_domain(exc, INPUT_FIELDS[endpoint]) from exc
         info.append((b"x-infercache-key", key.digest.hex()[:16].encode()))
         if asked.read:
-            await self._lookup(endpoint, raw, kr, key, asked, pace, info, reply)
+            await self._lookup(endpoint, body, kr, key, asked, pace, info, reply)
             return
         decision = self.cache.tenant_policy(tenant).bypass_for(key, kr.traits)
         if decision is not None:
-            await self._bypass(endpoint, raw, kr, info, decision.reason.value, reply)
+            await self._bypass(endpoint, body, kr, info, decision.reason.value, reply)
             return
         self.stats.count("refresh")
         lease = self.cache.fresh_lease(key)
-        await self._forward(endpoint, raw, kr, key, lease, asked, info, b"refresh", reply)
+        await self._forward(endpoint, body, kr, key, lease, asked, info, b"refresh", reply)
 
     async def _lookup(
         self,
         endpoint: str,
-        raw: bytes,
+        body: Body,
         kr: KeyedRequest,
         key: CacheKey,
         asked: Controls,
@@ -180,13 +194,13 @@ class Flow:
             # together): this one is computed instead of refused with a 429.
             self.stats.count("wait_refused")
             lease = self.cache.fresh_lease(key)
-            await self._forward(endpoint, raw, kr, key, lease, asked, info, b"miss", reply)
+            await self._forward(endpoint, body, kr, key, lease, asked, info, b"miss", reply)
             return
         except InfercacheError as exc:
             raise for_domain(exc) from exc
         if result.outcome is Outcome.BYPASS:
             reason = result.bypass.reason.value if result.bypass else "policy"
-            await self._bypass(endpoint, raw, kr, info, reason, reply)
+            await self._bypass(endpoint, body, kr, info, reason, reply)
             return
         if result.outcome is Outcome.HIT and result.entry is not None:
             age = (str(result.age_ms // 1000)).encode()
@@ -208,12 +222,12 @@ class Flow:
             await asyncio.shield(self.cache.release_token(lease, key.digest))
             lease = b""
         self.stats.count("miss")
-        await self._forward(endpoint, raw, kr, key, lease, asked, info, b"miss", reply)
+        await self._forward(endpoint, body, kr, key, lease, asked, info, b"miss", reply)
 
     async def _bypass(
         self,
         endpoint: str,
-        raw: bytes,
+        body: Body,
         kr: KeyedRequest,
         info: Headers,
         reason: str,
@@ -221,7 +235,7 @@ class Flow:
     ) -> None:
         self.stats.count("bypass")
         marked = [*info, (CACHE_HEADER, b"bypass"), (b"x-infercache-bypass-reason", _ascii(reason))]
-        await self._relay(PATHS[endpoint], raw, kr.stream, marked, reply)
+        await self._relay(PATHS[endpoint], body.sent, kr.stream, marked, reply)
 
     async def _relay(
         self, path: str, raw: bytes, stream: bool, headers: Headers, reply: Reply
@@ -241,7 +255,7 @@ class Flow:
     async def _forward(
         self,
         endpoint: str,
-        raw: bytes,
+        body: Body,
         kr: KeyedRequest,
         key: CacheKey,
         lease: bytes,
@@ -258,7 +272,7 @@ class Flow:
             t0 = time.monotonic()
             async with (
                 asyncio.timeout(self.upstream.timeout_s),
-                self.upstream.call("POST", PATHS[endpoint], raw) as resp,
+                self.upstream.call("POST", PATHS[endpoint], body.sent) as resp,
             ):
                 kind = resp.content_type
                 marked = [*resp.passed_headers(), *info, (CACHE_HEADER, outcome)]
@@ -273,7 +287,7 @@ class Flow:
                     if answer is not None:
                         answer = whole_answer(answer, kr) if ok else None
             if answer is not None and asked.write:
-                stored = await self._store(endpoint, raw, kr, key, lease, answer, started_ms)
+                stored = await self._store(endpoint, body, kr, key, lease, answer, started_ms)
         finally:
             if not stored:
                 # Shielded: a cancelled request (client gone) must still free its waiters.
@@ -282,7 +296,7 @@ class Flow:
     async def _store(
         self,
         endpoint: str,
-        raw: bytes,
+        body: Body,
         kr: KeyedRequest,
         key: CacheKey,
         lease: bytes,
@@ -307,7 +321,7 @@ class Flow:
             return False
         self.stats.count(f"store_{result.status.value}")
         if result.status is StoreStatus.STORED and self.recording is not None:
-            self.recording.attach(key, kr, PATHS[endpoint], raw, result.ttl_s)
+            self.recording.attach(key, kr, PATHS[endpoint], body.raw, result.ttl_s)
         return result.status is not StoreStatus.WRITE_FAILED
 
 

@@ -29,6 +29,7 @@ from sidecar.wire.openai.answers import (
     gateway_answer,
     parse_answer,
 )
+from sidecar.wire.openai.cache_salt import TenantSalts
 from sidecar.wire.openai.keys import PATH_ENDPOINTS, for_adapter, keyed_request
 
 RECORD_MISMATCH = "record_mismatch"
@@ -62,9 +63,12 @@ class ItemWarmer:
         ttl_s: int,
         served: Set[str],
         recorder: HitRecorder | None = None,
+        salts: TenantSalts | None = None,
     ) -> None:
         """`model`: the served model name; `served`: every name the model server lists
-        (an adapter's name among them means it serves that adapter)."""
+        (an adapter's name among them means it serves that adapter); `salts`: the
+        tenants' cache_salt, sent with a gateway record's body as the gateway sends it."""
+        self._salts = salts
         self._cache = cache
         self._keys = keys
         self._model = model
@@ -89,6 +93,7 @@ class ItemWarmer:
             return prepared
         key, _, model = prepared
         digest = bytes(key.digest)
+        call = replay_call(record.replay)
         if record.form is not None:
             # A gateway record: its body must still produce its key (tenant and prompt
             # version from the record), or the model would answer another question,
@@ -96,6 +101,7 @@ class ItemWarmer:
             mismatch = self._mismatch(record, item.request, key)
             if mismatch:
                 return skipped(index, RECORD_MISMATCH, mismatch, digest)
+            call = self._salted(call, item.request.tenant)
         found = await self._lookup(key)
         if found.outcome is Outcome.HIT:
             return skipped(index, "already_cached", digest=digest)
@@ -109,7 +115,9 @@ class ItemWarmer:
         # equivalent, and a skipped key would stay cold if that caller never stores.
         spent = False
         try:
-            report, spent = await self._compute(server, index, key, model, record, found.lease)
+            report, spent = await self._compute(
+                server, index, key, model, record, call, found.lease
+            )
             return report
         finally:
             if not spent:
@@ -125,12 +133,12 @@ class ItemWarmer:
         key: CacheKey,
         model: str,
         record: HitRecord,
+        call: UpstreamCall,
         lease: bytes,
     ) -> tuple[ItemReport | None, bool]:
-        """Call the model server and store its answer with `lease`: the report and
-        whether the lease is spent (stored or refused by the store)."""
+        """Make `call` (the record's request) and store its answer with `lease`: the
+        report and whether the lease is spent (stored or refused by the store)."""
         digest = bytes(key.digest)
-        call = replay_call(record.replay)
         started = time.monotonic()
         # The lease must have been valid when the computation began, as for the gateway's
         # miss: a generation longer than INFERCACHE_LEASE_TTL_S is still stored.
@@ -200,6 +208,15 @@ class ItemWarmer:
                 return found
             await asyncio.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _salted(self, call: UpstreamCall, tenant: str) -> UpstreamCall:
+        """`call` with the tenant's cache_salt in its body, as the gateway sends it."""
+        endpoint = PATH_ENDPOINTS.get(call.path)
+        if self._salts is None or endpoint is None:
+            return call
+        doc = parse_body(call.body)  # parsed once already by _mismatch: it parses
+        body = self._salts.body_for(endpoint, tenant, doc, call.body)
+        return UpstreamCall(call.path, call.content_type, body)
 
     def _mismatch(self, record: HitRecord, req: KeyRequest, key: CacheKey) -> str:
         """Why a gateway record's body does not produce `key` ("" when it does): the

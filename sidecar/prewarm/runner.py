@@ -44,6 +44,7 @@ from sidecar.prewarm.progress import (
 from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
 from sidecar.results.cache import ResultCache
 from sidecar.wire.openai.answers import PayloadFormat
+from sidecar.wire.openai.cache_salt import TenantSalts
 
 log = structlog.get_logger("infercache.prewarm")
 
@@ -86,11 +87,14 @@ class Prewarmer:
         hits: HitStore | None = None,
         decode_key: Callable[[bytes], KeyRequest] | None = None,
         recorder: HitRecorder | None = None,
+        salts: TenantSalts | None = None,
     ) -> None:
         """`decode_key` turns a hit record's key bytes into a KeyRequest (InvalidArgument
         when it cannot); without it, hit records cannot be replayed. `recorder` keeps
-        the record of each answer stored (None: not kept)."""
+        the record of each answer stored (None: not kept). `salts`: the tenants'
+        cache_salt, added to a gateway record's body as the gateway adds it."""
         self.cache = cache
+        self.salts = salts
         self._decode_key = decode_key
         self.recorder = recorder
         self.keys = keys
@@ -291,6 +295,7 @@ class PrewarmRun:
             ttl_s=self._options.ttl_s,
             served=served,
             recorder=owner.recorder,
+            salts=owner.salts,
         )
         log.info(
             "prewarm_started",

@@ -21,7 +21,7 @@ from sidecar.api.cache_codec import key_request_from_record
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
 from sidecar.backends.stores import Stores, build_stores, probe_stores
-from sidecar.config import Config
+from sidecar.config import Config, ConfigError
 from sidecar.errors import TierUnavailable
 from sidecar.identity.cell import IdentityCell
 from sidecar.identity.measure import identify_pod as measure_pod
@@ -39,6 +39,7 @@ from sidecar.kv.generations import SharedGenerations
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.preload import TorchPreload
+from sidecar.macs import FleetKeys, read_secret_file
 from sidecar.observability.metrics import (
     register_event_metrics,
     register_kv_metrics,
@@ -66,10 +67,42 @@ log = structlog.get_logger("infercache.app")
 MESSAGE_HEADROOM = 1024 * 1024
 
 
-async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
-    """The configured secret, else the deployment's shared one, else (store down) a local one."""
+def fleet_keys(config: Config) -> FleetKeys:
+    """The fleet's MAC keys: from INFERCACHE_FLEET_SECRET_FILE (and the previous secret
+    while rotating), else a fixed public key on the development switch, else (the
+    embedded store: nothing is shared) a random key of this process. ConfigError when
+    a file cannot be read or holds too short a secret."""
+    f = config.fleet
+    if f.secret_file:
+        secrets = []
+        for name, path in (
+            ("INFERCACHE_FLEET_SECRET_FILE", f.secret_file),
+            ("INFERCACHE_FLEET_PREVIOUS_SECRET_FILE", f.previous_secret_file),
+        ):
+            if path:
+                try:
+                    secrets.append(read_secret_file(path))
+                except ValueError as exc:
+                    raise ConfigError(f"{name}: {exc}") from exc
+        return FleetKeys(secrets)
+    if f.insecure_dev_no_secret:
+        log.warning(
+            "insecure_dev_no_fleet_secret",
+            detail="INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET: values in Redis are signed with a "
+            "public key; anyone who can write to Redis can forge hits",
+        )
+        return FleetKeys.insecure_dev()
+    return FleetKeys.ephemeral()
+
+
+async def lease_signer(config: Config, control: ControlStore, keys: FleetKeys) -> LeaseSigner:
+    """The configured secret, else one derived from the fleet secret, else the
+    deployment's shared one, else (store down) a local one."""
     if config.lease.secret:
         return LeaseSigner(config.lease.secret.encode())
+    if config.fleet.secret_file or not control.shared:
+        # Never the copy in the store: whoever can read Redis could forge leases with it.
+        return LeaseSigner(keys.derived("lease"))
     for attempt in range(5):
         try:
             return LeaseSigner(await control.shared_secret(os.urandom(32)))
@@ -257,6 +290,7 @@ async def build_app(
 ) -> App:
     """Build every part from config. `rules`: a rule set to use (benches inject one)."""
     started = time.monotonic() if started is None else started
+    fleet = fleet_keys(config)  # before connecting: a bad secret file fails at once
     stores = build_stores(config)
     await probe_stores(stores, config)  # ConfigError when Redis refuses us for good
     identity = IdentityCell(pod)
@@ -268,6 +302,8 @@ async def build_app(
         rules,
         bound_s=config.invalidation.freshness_bound_ms / 1000,
         retention_ms=retention_s * 1000,
+        keys=fleet,
+        min_epoch=config.fleet.min_epoch,
     )
     try:
         await freshness.refresh()
@@ -280,8 +316,8 @@ async def build_app(
         recorder = HitRecorder(
             hits, policy.holder.retains_inputs, sketch_size=config.hits.sketch_size
         )
-    signer = await lease_signer(config, stores.control)
-    if not config.lease.secret:
+    signer = await lease_signer(config, stores.control, fleet)
+    if not config.lease.secret and not config.fleet.secret_file and stores.control.shared:
         freshness.on_data_set_lost.append(functools.partial(readopt_secret, signer, stores.control))
     cache = build_cache(
         config,

@@ -147,7 +147,7 @@ async def test_every_path_works_over_tls_under_the_documented_acl(
         audit, _ = await app.stores.control.audit_page(None, 10)
         assert [r.reason for r in audit] == ["acl test"]
         assert app.stores.redis is not None
-        kv = RedisKvWarmStore(app.stores.redis, key_prefix="ic:v1:", timeout_s=2)
+        kv = RedisKvWarmStore(app.stores.redis, key_prefix="ic:v2:", timeout_s=2)
         block = BlockKey(b"\x01" * 32)
         await kv.note_version("v1")
         await kv.put_many("v1", [(block, encode_block(block, b"kv" * 16))], ttl_ms=60_000)

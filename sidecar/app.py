@@ -157,7 +157,7 @@ def build_cache(
     )
 
 
-def build_hit_store(config: Config, stores: Stores) -> HitStore:
+def build_hit_store(config: Config, stores: Stores, fleet: FleetKeys) -> HitStore:
     """Hit rankings next to the entries: in the fleet's Redis, or in process memory."""
     if stores.redis is not None:
         return RedisHitStore(
@@ -166,6 +166,7 @@ def build_hit_store(config: Config, stores: Stores) -> HitStore:
             max_per_version=config.hits.record_max_per_version,
             ttl_ms=config.hits.record_ttl_s * 1000,
             timeout_s=config.redis.write_timeout_ms / 1000,
+            keys=fleet,
         )
     return EmbeddedHitStore(
         max_per_version=config.hits.record_max_per_version, ttl_ms=config.hits.record_ttl_s * 1000
@@ -196,7 +197,7 @@ def build_prewarmer(
     return Prewarmer(cache, keys, settings, model_server, hits, key_request_from_record, recorder)
 
 
-def build_kv(config: Config, stores: Stores, identity: IdentityCell) -> KvHotTier:
+def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: FleetKeys) -> KvHotTier:
     """The KV hot tier; torch starts loading now (see kv/preload.py), its pool comes
     with the first attachment. It accepts attachments of the pod's own model only (the
     fingerprint in force now), when the pod knows its fingerprint."""
@@ -212,6 +213,7 @@ def build_kv(config: Config, stores: Stores, identity: IdentityCell) -> KvHotTie
             stores.redis,
             key_prefix=config.redis.key_prefix,
             timeout_s=config.redis.write_timeout_ms / 1000,
+            keys=fleet,
         )
     return KvHotTier(
         config.kv.to_settings(),
@@ -310,7 +312,7 @@ async def build_app(
     except TierUnavailable as exc:
         # Serve anyway: lookups degrade to MISS until the store answers.
         log.warning("initial_refresh_failed", error=str(exc))
-    hits = build_hit_store(config, stores)
+    hits = build_hit_store(config, stores, fleet)
     recorder = None
     if config.hits.sketch_size > 0:
         recorder = HitRecorder(
@@ -333,7 +335,7 @@ async def build_app(
     register_event_metrics(telemetry.meter, "identity", identity.stats)
     limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
     keys = KeyResolver(identity, limits)
-    kv = build_kv(config, stores, identity) if config.kv.enabled else None
+    kv = build_kv(config, stores, identity, fleet) if config.kv.enabled else None
     if kv is not None:
         register_kv_metrics(telemetry.meter, kv.stats)
     reclaimer = Reclaimer(

@@ -11,7 +11,8 @@ altered or planted by anyone without the fleet secret, torn, or moved under
 another block's or version's Redis key is refused before a byte of it reaches a
 slot. (Format 2 carried an unkeyed XXH3 anyone could recompute: refused.) Keys
 are grouped per model version (`{prefix}kv:{version_tag}:{block key hex}`) so a
-whole version can be dropped with one SCAN; `{prefix}kv:versions` remembers which versions have values.
+whole version can be dropped with one SCAN; `{prefix}kv:versions` remembers which
+versions have values.
 """
 
 from __future__ import annotations

@@ -99,7 +99,8 @@ async def test_a_planted_or_moved_hit_record_reads_as_absent_and_is_counted(
     await store.merge("fp1-v1", [(mine, 3), (planted, 2), (moved, 1)])
     raw = redis.Redis.from_url(redis_server.url)
     [genuine_key] = raw.keys("ic:t:{hits:*}:q:" + mine.hex())
-    base = bytes(genuine_key).decode().rsplit("q:", 1)[0]
+    assert isinstance(genuine_key, bytes)
+    base = genuine_key.decode().rsplit("q:", 1)[0]
     raw.set(base + "q:" + planted.hex(), b"\x00" * 32 + b'{"path":"https://evil.example/"}')
     raw.set(base + "q:" + moved.hex(), raw.get(genuine_key) or b"")
     raw.close()

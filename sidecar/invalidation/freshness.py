@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from sidecar.config import DEFAULTS
-from sidecar.errors import TierUnavailable
+from sidecar.errors import StoreDistrusted, TierUnavailable
 from sidecar.invalidation.rules import Rule, RuleSet, Selector
 from sidecar.invalidation.store import ControlStore, StoreState
 from sidecar.macs import LOCAL, FleetKeys
@@ -110,7 +110,21 @@ class Freshness:
             self.rules.advance(epoch)
 
     async def refresh(self) -> None:
-        """Check the store is the one trusted, catch up, acknowledge, extend the confirmation."""
+        """Check the store is the one trusted, catch up, acknowledge, extend the confirmation.
+
+        A store whose control state no sidecar could have written (StoreDistrusted) is
+        distrusted until a refresh reads it valid again: no hits meanwhile."""
+        try:
+            await self._refresh()
+        except StoreDistrusted as exc:
+            if self.distrust is None:
+                log.error("store_distrusted", error=str(exc))
+            self.distrust = str(exc)
+            self.distrust_events += 1
+            raise
+        self.distrust = None
+
+    async def _refresh(self) -> None:
         started = self._clock()
         # Confirmed without a gap up to now: then this sidecar holds every rule the
         # fleet confirmed, and it can vouch for its entries across a store fault.

@@ -18,7 +18,7 @@ import structlog
 
 from sidecar import entries
 from sidecar.entries import Entry, EntryRejected
-from sidecar.errors import TierUnavailable
+from sidecar.errors import StoreDistrusted, TierUnavailable
 from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import KeyDigest
 from sidecar.observability.stats import CacheStats
@@ -132,6 +132,9 @@ class TierReader:
                 raise TierUnavailable("control store restarted; waiting for rules to settle")
         except TierUnavailable as exc:
             self.stats.warm_read_failures += 1
+            if isinstance(exc, StoreDistrusted) or self.freshness.distrust is not None:
+                # The alert: entries_rejected{reason="store_distrusted"}.
+                self.stats.count_rejected("", "store_distrusted")
             log.warning("warm_read_failed", tier=self.warm.name, error=str(exc))
             for i in pending:
                 results[i] = LookupResult(Outcome.MISS, queries[i].key.digest, degraded=True)

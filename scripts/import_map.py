@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("identity", "config", "tiers"),
     ("kv", "fingerprint", "keys", "key_input", "key_types", "key_surface", "key_records"),
     ("entries", "errors"),
+    ("macs",),
     ("__init__",),
 )
 RANK = {box: i for i, layer in enumerate(LAYERS) for box in layer}

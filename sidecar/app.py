@@ -21,11 +21,11 @@ from sidecar.api.cache_codec import key_request_from_record
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
 from sidecar.backends.stores import Stores, build_stores, probe_stores
-from sidecar.config import Config
+from sidecar.config import Config, ConfigError
 from sidecar.errors import TierUnavailable
 from sidecar.identity.cell import IdentityCell
 from sidecar.identity.measure import identify_pod as measure_pod
-from sidecar.identity.measure import watched_paths
+from sidecar.identity.measure import identity_watcher
 from sidecar.identity.pod import PodIdentity
 from sidecar.identity.resolver import KeyResolver
 from sidecar.identity.watch import IdentityWatcher
@@ -39,6 +39,7 @@ from sidecar.kv.generations import SharedGenerations
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.preload import TorchPreload
+from sidecar.macs import FleetKeys, read_secret_file
 from sidecar.observability.metrics import (
     register_event_metrics,
     register_kv_metrics,
@@ -67,10 +68,42 @@ log = structlog.get_logger("infercache.app")
 MESSAGE_HEADROOM = 1024 * 1024
 
 
-async def lease_signer(config: Config, control: ControlStore) -> LeaseSigner:
-    """The configured secret, else the deployment's shared one, else (store down) a local one."""
+def fleet_keys(config: Config) -> FleetKeys:
+    """The fleet's MAC keys: from INFERCACHE_FLEET_SECRET_FILE (and the previous secret
+    while rotating), else a fixed public key on the development switch, else (the
+    embedded store: nothing is shared) a random key of this process. ConfigError when
+    a file cannot be read or holds too short a secret."""
+    f = config.fleet
+    if f.secret_file:
+        secrets = []
+        for name, path in (
+            ("INFERCACHE_FLEET_SECRET_FILE", f.secret_file),
+            ("INFERCACHE_FLEET_PREVIOUS_SECRET_FILE", f.previous_secret_file),
+        ):
+            if path:
+                try:
+                    secrets.append(read_secret_file(path))
+                except ValueError as exc:
+                    raise ConfigError(f"{name}: {exc}") from exc
+        return FleetKeys(secrets)
+    if f.insecure_dev_no_secret:
+        log.warning(
+            "insecure_dev_no_fleet_secret",
+            detail="INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET: values in Redis are signed with a "
+            "public key; anyone who can write to Redis can forge hits",
+        )
+        return FleetKeys.insecure_dev()
+    return FleetKeys.ephemeral()
+
+
+async def lease_signer(config: Config, control: ControlStore, keys: FleetKeys) -> LeaseSigner:
+    """The configured secret, else one derived from the fleet secret, else the
+    deployment's shared one, else (store down) a local one."""
     if config.lease.secret:
         return LeaseSigner(config.lease.secret.encode())
+    if config.fleet.secret_file or not control.shared:
+        # Never the copy in the store: whoever can read Redis could forge leases with it.
+        return LeaseSigner(keys.derived("lease"))
     for attempt in range(5):
         try:
             return LeaseSigner(await control.shared_secret(os.urandom(32)))
@@ -125,7 +158,7 @@ def build_cache(
     )
 
 
-def build_hit_store(config: Config, stores: Stores) -> HitStore:
+def build_hit_store(config: Config, stores: Stores, fleet: FleetKeys) -> HitStore:
     """Hit rankings next to the entries: in the fleet's Redis, or in process memory."""
     if stores.redis is not None:
         return RedisHitStore(
@@ -134,6 +167,7 @@ def build_hit_store(config: Config, stores: Stores) -> HitStore:
             max_per_version=config.hits.record_max_per_version,
             ttl_ms=config.hits.record_ttl_s * 1000,
             timeout_s=config.redis.write_timeout_ms / 1000,
+            keys=fleet,
         )
     return EmbeddedHitStore(
         max_per_version=config.hits.record_max_per_version, ttl_ms=config.hits.record_ttl_s * 1000
@@ -167,7 +201,7 @@ def build_prewarmer(
     )
 
 
-def build_kv(config: Config, stores: Stores, identity: IdentityCell) -> KvHotTier:
+def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: FleetKeys) -> KvHotTier:
     """The KV hot tier; torch starts loading now (see kv/preload.py), its pool comes
     with the first attachment. It accepts attachments of the pod's own model only (the
     fingerprint in force now), when the pod knows its fingerprint."""
@@ -183,6 +217,7 @@ def build_kv(config: Config, stores: Stores, identity: IdentityCell) -> KvHotTie
             stores.redis,
             key_prefix=config.redis.key_prefix,
             timeout_s=config.redis.write_timeout_ms / 1000,
+            keys=fleet,
         )
     return KvHotTier(
         config.kv.to_settings(),
@@ -263,6 +298,7 @@ async def build_app(
 ) -> App:
     """Build every part from config. `rules`: a rule set to use (benches inject one)."""
     started = time.monotonic() if started is None else started
+    fleet = fleet_keys(config)  # before connecting: a bad secret file fails at once
     stores = build_stores(config)
     await probe_stores(stores, config)  # ConfigError when Redis refuses us for good
     identity = IdentityCell(pod)
@@ -274,20 +310,22 @@ async def build_app(
         rules,
         bound_s=config.invalidation.freshness_bound_ms / 1000,
         retention_ms=retention_s * 1000,
+        keys=fleet,
+        min_epoch=config.fleet.min_epoch,
     )
     try:
         await freshness.refresh()
     except TierUnavailable as exc:
         # Serve anyway: lookups degrade to MISS until the store answers.
         log.warning("initial_refresh_failed", error=str(exc))
-    hits = build_hit_store(config, stores)
+    hits = build_hit_store(config, stores, fleet)
     recorder = None
     if config.hits.sketch_size > 0:
         recorder = HitRecorder(
             hits, policy.holder.retains_inputs, sketch_size=config.hits.sketch_size
         )
-    signer = await lease_signer(config, stores.control)
-    if not config.lease.secret:
+    signer = await lease_signer(config, stores.control, fleet)
+    if not config.lease.secret and not config.fleet.secret_file and stores.control.shared:
         freshness.on_data_set_lost.append(functools.partial(readopt_secret, signer, stores.control))
     cache = build_cache(
         config,
@@ -303,7 +341,7 @@ async def build_app(
     register_event_metrics(telemetry.meter, "identity", identity.stats)
     limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
     keys = KeyResolver(identity, limits)
-    kv = build_kv(config, stores, identity) if config.kv.enabled else None
+    kv = build_kv(config, stores, identity, fleet) if config.kv.enabled else None
     if kv is not None:
         register_kv_metrics(telemetry.meter, kv.stats)
     reclaimer = Reclaimer(
@@ -315,11 +353,13 @@ async def build_app(
         keys_per_s=config.invalidation.reclaim_keys_per_s,
         rule_retention_s=retention_s,
     )
-    salts = tenant_salts()
+    # Derived from the fleet secret: every sidecar of a fleet salts a tenant alike, so
+    # the engine and the warm tier reuse a tenant's prefix blocks fleet-wide.
+    salts = TenantSalts(fleet.derived("tenant-salt"))
     return App(
         config=config,
         identity=identity,
-        watcher=identity_watcher(config, identity),
+        watcher=identity_watcher(config.identity, identity),
         telemetry=telemetry,
         policy=policy,
         stores=stores,
@@ -351,23 +391,6 @@ async def build_app(
     )
 
 
-def tenant_salts() -> TenantSalts:
-    """The tenants' cache_salt key: this process's own until the fleet secret is wired."""
-    return TenantSalts(os.urandom(32))
-
-
 async def identify_pod(config: Config) -> PodIdentity:
     """Fingerprint the configured model and adapters (on worker threads)."""
     return await measure_pod(config.identity)
-
-
-def identity_watcher(config: Config, cell: IdentityCell) -> IdentityWatcher:
-    """The watcher that re-measures the pod's identity when its files change: the
-    files of each fingerprint the pod was started with (none when it was given none)."""
-    known = {label: w for label, w in watched_paths(config.identity).items() if w.version(cell.pod)}
-    return IdentityWatcher(
-        cell,
-        known,
-        functools.partial(measure_pod, config.identity),
-        config.identity.model_recheck_interval_s,
-    )

@@ -1,42 +1,53 @@
-"""Stored entries: a versioned binary codec that verifies itself on every read.
+"""Stored entries: a versioned binary codec that authenticates itself on every read.
 
-Two layouts (big-endian), both followed by blake3(all before) 32 B:
+Two layouts (big-endian), both followed by a 32-byte tag, the keyed BLAKE3 of all
+before it under the fleet's entry key (sidecar/macs.py):
 
-    v1: magic "ICE" | 1 u8 | created_at_ms u64 | ttl_s u32 | epoch u64
+    v3: magic "ICE" | 3 u8 | created_at_ms u64 | ttl_s u32 | epoch u64
         | latency_ms u32 | prompt_tokens u32 | completion_tokens u32
         | material_len u32 | payload_len u32 | material | payload
-    v2: the v1 header with version 2, then chunk_count u32 | finish_len u8
+    v4: the v3 header with version 4, then chunk_count u32 | finish_len u8
         | material | finish_reason | chunk table | payload
 
 A chunk table row is (size_bytes u32, tokens u32, offset_ms u32); the sizes
 tile the payload. An entry with neither chunks nor a finish reason is written
-as v1, so sidecars that only know v1 keep reading plain Store results during
-a rolling upgrade; every version this module ever wrote still decodes. The
-key material comes right after the header in both layouts (peek relies on it).
+as v3. The key material comes right after the header in both layouts (peek
+relies on it). v1 and v2 (the same layouts under an unkeyed checksum anyone could
+recompute) are refused as "forged": nothing proves a sidecar wrote them.
 
 The entry carries its key's full material (dimensions plus input digest, never
-prompt text). A read checks the checksum (corruption, truncation) and that the
-material equals the material of the key being looked up (a foreign writer, a
-value copied under the wrong key, or a digest collision). Either failure raises
-EntryRejected: the caller counts it, answers MISS and deletes the value.
+prompt text), under the tag. A read checks the tag (corruption, truncation, a
+writer without the fleet secret) and that the material equals the material of the
+key being looked up (a genuine value copied under another key, a digest
+collision). Either failure raises EntryRejected: the caller counts it, answers
+MISS and deletes the value. `check_bounds` refuses a genuine-looking entry that
+names an epoch the store has not reached, a TTL above the fleet's maximum or a
+creation time in the future.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from blake3 import blake3
 
-CODEC_VERSION = 2
+from sidecar.macs import LOCAL, FleetKeys
+
+CODEC_VERSION = 4
 """The newest layout this module writes (when an entry needs it) and reads."""
 _MAGIC = b"ICE"
 _HEADER_V1 = struct.Struct(">3sBQIQIIIII")
 _HEADER_V2 = struct.Struct(">3sBQIQIIIIIIB")
 _CHUNK = struct.Struct(">III")
 _CHECKSUM_LEN = 32
+_PLAIN, _CHUNKED = 3, 4
+_UNKEYED = (1, 2)
+CLOCK_SKEW_MS = 5000
+"""How far in the future a creation time may lie (clocks of the fleet disagree a little)."""
 MAX_FINISH_REASON_BYTES = 255
 """A finish reason is stored behind a one-byte length."""
 
@@ -128,8 +139,8 @@ class EntryRejected(Exception):
         self.reason = reason
 
 
-def encode(entry: Entry) -> bytes:
-    """Serialise an entry with its trailing checksum (v1 unless it has chunks or a finish reason).
+def encode(entry: Entry, keys: FleetKeys = LOCAL) -> bytes:
+    """Serialise an entry with its trailing tag (v3 unless it has chunks or a finish reason).
 
     Raises ValueError for a chunk table that does not tile the payload or a
     finish reason over MAX_FINISH_REASON_BYTES (callers validate before this).
@@ -146,17 +157,17 @@ def encode(entry: Entry) -> bytes:
         len(entry.payload),
     )
     if entry._is_v1:
-        body = _HEADER_V1.pack(_MAGIC, 1, *fixed) + entry.material + entry.payload
-        return body + blake3(body).digest()
+        body = _HEADER_V1.pack(_MAGIC, _PLAIN, *fixed) + entry.material + entry.payload
+        return body + blake3(body, key=keys.signing_key("entry")).digest()
     finish = entry.finish_reason.encode()
     if len(finish) > MAX_FINISH_REASON_BYTES:
         raise ValueError(f"finish reason is {len(finish)} bytes; at most 255 fit")
     count = _check_table(entry.chunk_table, len(entry.payload))
     if count is None:
         raise ValueError("chunk table does not tile the payload")
-    header = _HEADER_V2.pack(_MAGIC, 2, *fixed, count, len(finish))
+    header = _HEADER_V2.pack(_MAGIC, _CHUNKED, *fixed, count, len(finish))
     body = header + entry.material + finish + entry.chunk_table + entry.payload
-    return body + blake3(body).digest()
+    return body + blake3(body, key=keys.signing_key("entry")).digest()
 
 
 def _check_table(table: bytes, payload_len: int) -> int | None:
@@ -176,40 +187,63 @@ def _check_table(table: bytes, payload_len: int) -> int | None:
     return len(table) // _CHUNK.size
 
 
-def decode(data: bytes, expected_material: bytes) -> Entry:
-    """Parse and verify a stored value against the key being looked up.
+def decode(data: bytes, expected_material: bytes, keys: FleetKeys = LOCAL) -> Entry:
+    """Parse and authenticate a stored value against the key being looked up.
 
-    Raises EntryRejected with reason "corrupt" (bad checksum, truncated, unknown
-    format) or "foreign" (valid entry for a different key).
+    Raises EntryRejected with reason "corrupt" (truncated, unknown format), "forged"
+    (the tag does not verify under any fleet secret, or an unkeyed old format) or
+    "foreign" (an authentic entry of a different key).
     """
-    entry = _decode(data)
+    entry = _decode(data, keys)
     if entry.material != expected_material:
         raise EntryRejected("foreign", "entry belongs to a different key")
     return entry
 
 
-def decode_by_digest(data: bytes, digest: bytes) -> Entry:
+def decode_by_digest(data: bytes, digest: bytes, keys: FleetKeys = LOCAL) -> Entry:
     """Parse and verify a value found under `digest` when the key itself is unknown.
 
     The digest is the SHA-256 of the key material, so material hashing to it
     proves the entry belongs there (the same guarantee `decode` gets by comparing
     material). Raises EntryRejected like decode.
     """
-    entry = _decode(data)
+    entry = _decode(data, keys)
     if hashlib.sha256(entry.material).digest() != digest:
         raise EntryRejected("foreign", "entry material does not hash to its digest")
     return entry
 
 
-def _decode(data: bytes) -> Entry:
+def check_bounds(entry: Entry, now_ms: int, store_epoch: int, max_ttl_s: int) -> None:
+    """EntryRejected unless the entry fits what the fleet can have written: an epoch the
+    store has reached ("future_epoch"), a TTL within the fleet maximum ("ttl") and a
+    creation time not ahead of now by more than CLOCK_SKEW_MS ("future")."""
+    if entry.epoch > store_epoch:
+        raise EntryRejected("future_epoch", f"epoch {entry.epoch} > store epoch {store_epoch}")
+    if entry.ttl_s > max_ttl_s:
+        raise EntryRejected("ttl", f"ttl {entry.ttl_s} s > the fleet maximum {max_ttl_s} s")
+    if entry.created_at_ms > now_ms + CLOCK_SKEW_MS:
+        raise EntryRejected("future", f"created {entry.created_at_ms - now_ms} ms from now")
+
+
+def _authentic(body: bytes, tag: bytes, keys: FleetKeys) -> bool:
+    # One keyed hash of the body per read (the signing key first: rotation is rare).
+    for key in keys.keys("entry"):
+        if hmac.compare_digest(blake3(body, key=key).digest(), tag):
+            return True
+    return False
+
+
+def _decode(data: bytes, keys: FleetKeys) -> Entry:
     if len(data) < _HEADER_V1.size + _CHECKSUM_LEN:
         raise EntryRejected("corrupt", f"value is {len(data)} bytes, shorter than any entry")
     body, checksum = data[:-_CHECKSUM_LEN], data[-_CHECKSUM_LEN:]
     magic, version = body[:3], body[3]
-    if magic != _MAGIC or version not in (1, 2):
+    if magic == _MAGIC and version in _UNKEYED:
+        raise EntryRejected("forged", f"format v{version} carries no fleet tag")
+    if magic != _MAGIC or version not in (_PLAIN, _CHUNKED):
         raise EntryRejected("corrupt", f"unknown format {magic!r} v{version}")
     count = finish_len = 0
-    if version == 1:
+    if version == _PLAIN:
         header = _HEADER_V1
         (_, _, created, ttl, epoch, lat, ptok, ctok, mlen, plen) = header.unpack_from(body)
     else:
@@ -222,8 +256,8 @@ def _decode(data: bytes) -> Entry:
     table_len = count * _CHUNK.size
     if header.size + mlen + finish_len + table_len + plen != len(body):
         raise EntryRejected("corrupt", "lengths do not match the value size")
-    if blake3(body).digest() != checksum:
-        raise EntryRejected("corrupt", "checksum mismatch")
+    if not _authentic(body, checksum, keys):
+        raise EntryRejected("forged", "tag does not verify under the fleet secret")
     pos = header.size
     material = body[pos : pos + mlen]
     pos += mlen
@@ -234,7 +268,7 @@ def _decode(data: bytes) -> Entry:
     pos += finish_len
     table = body[pos : pos + table_len]
     pos += table_len
-    if _check_table(table, plen) is None or (version == 2 and not table and not finish):
+    if _check_table(table, plen) is None or (version == _CHUNKED and not table and not finish):
         raise EntryRejected("corrupt", "chunk table does not tile the payload")
     return Entry(
         material=material,
@@ -248,12 +282,15 @@ def _decode(data: bytes) -> Entry:
     )
 
 
+_HEADERS = {1: _HEADER_V1, 2: _HEADER_V2, _PLAIN: _HEADER_V1, _CHUNKED: _HEADER_V2}
+
+
 def head_size(head: bytes) -> int | None:
     """How many leading bytes of this entry hold its header and whole key material
     (what peek needs), read from at least the fixed header; None if not an entry."""
     if len(head) < _HEADER_V1.size or head[:3] != _MAGIC:
         return None
-    header = {1: _HEADER_V1, 2: _HEADER_V2}.get(head[3])
+    header = _HEADERS.get(head[3])
     if header is None or len(head) < header.size:
         return None
     mlen: int = header.unpack_from(head)[8]
@@ -268,7 +305,7 @@ def peek(head: bytes) -> tuple[int, bytes] | None:
     """
     if len(head) < _HEADER_V1.size or head[:3] != _MAGIC:
         return None
-    header = {1: _HEADER_V1, 2: _HEADER_V2}.get(head[3])
+    header = _HEADERS.get(head[3])
     if header is None or len(head) < header.size:
         return None
     _, _, _, _, epoch, _, _, _, mlen, *_ = header.unpack_from(head)

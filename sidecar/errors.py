@@ -64,5 +64,10 @@ class TierUnavailable(InfercacheError):
     """A cache tier failed; lookups degrade to MISS, stores report failure."""
 
 
+class StoreDistrusted(TierUnavailable):
+    """A shared store holds control state no sidecar could have written (an epoch counter
+    that is not an integer or is out of range): nothing it says is believed; no hits."""
+
+
 class TierTimeout(TierUnavailable):
     """A cache tier did not answer within its deadline."""

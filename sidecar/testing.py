@@ -13,9 +13,12 @@ downstream projects as much as for this one's tests (it needs no test framework)
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import AsyncCacheClient
@@ -44,6 +47,22 @@ ISOLATED: dict[str, str] = {
 """What in_process_sidecar starts from: the data plane on a port the kernel picks, no
 admin plane and no /metrics (their default ports would collide between sidecars), and
 the test's own event loop."""
+
+
+TEST_FLEET_SECRET = b"fleet-secret-for-tests-0123456789abcdefghijklmnop"
+"""The fleet secret of every test sidecar on Redis (they are one fleet)."""
+
+
+def fleet_secret_file_for_tests() -> str:
+    """A file holding TEST_FLEET_SECRET (mode 0600, one per user in the temporary
+    directory), for INFERCACHE_FLEET_SECRET_FILE."""
+    path = Path(tempfile.gettempdir()) / f"infercache-test-fleet-secret-{os.getuid()}"
+    if not path.exists() or path.read_bytes() != TEST_FLEET_SECRET:
+        tmp = path.with_suffix(f".{os.getpid()}")
+        tmp.write_bytes(TEST_FLEET_SECRET)
+        tmp.chmod(0o600)
+        tmp.replace(path)
+    return str(path)
 
 
 class Clock:
@@ -174,9 +193,15 @@ async def in_process_sidecar(
     `hot_max_entries=0`), applied over ISOLATED; no environment variable is read.
     `fingerprint`: measure the configured model_path and adapters as `infercache serve`
     does (default: no model identity). `telemetry`: the caller's providers (default:
-    configured from the settings and shut down on exit).
+    configured from the settings and shut down on exit). On Redis, the sidecar signs
+    with TEST_FLEET_SECRET unless the settings name a fleet secret or the dev switch.
     """
-    config = load_config({}, ISOLATED | settings_text({**(settings or {}), **more}))
+    given = settings_text({**(settings or {}), **more})
+    if given.get("redis_url") and not any(
+        k in given for k in ("fleet_secret_file", "insecure_dev_no_fleet_secret")
+    ):
+        given["fleet_secret_file"] = fleet_secret_file_for_tests()
+    config = load_config({}, ISOLATED | given)
     pod = await identify_pod(config) if fingerprint else None
     running = await start_server(config, pod, telemetry)
     try:

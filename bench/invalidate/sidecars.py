@@ -10,7 +10,7 @@ import math
 from bench.harness.procs import ServerProc, SidecarPorts, SidecarSpec
 
 ADMIN_NAME = "bench"
-KEY_PREFIX = "ic:v1:"
+KEY_PREFIX = "ic:v2:"
 DIMENSIONS = ("tenant", "model_version", "adapter_version", "prompt_version")
 WITHOUT_FRESHNESS = "bench.invalidate.without_freshness"
 

@@ -66,6 +66,8 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
     _not_special(values["gateway"]["keys_file"], "INFERCACHE_GATEWAY_KEYS_FILE")
     for name in REDIS_FILES:
         _not_special(values["redis"][name], f"INFERCACHE_REDIS_{name.upper()}")
+    for name in ("secret_file", "previous_secret_file"):
+        _not_special(values["fleet"][name], f"INFERCACHE_FLEET_{name.upper()}")
     if admin["tokens_file"]:
         admin["tokens"] = _merge_token_file(admin["tokens"], admin["tokens_file"])
     if not identity["fingerprint_cache_file"]:
@@ -159,9 +161,35 @@ def _check_redis(r: RedisConfig) -> None:
             raise ConfigError(f"INFERCACHE_REDIS_{name.upper()}: {path} is not a file")
 
 
+def _check_fleet(c: Config) -> None:
+    """A shared Redis needs the fleet secret (or the explicit development switch)."""
+    f = c.fleet
+    if f.previous_secret_file and not f.secret_file:
+        raise ConfigError(
+            "INFERCACHE_FLEET_PREVIOUS_SECRET_FILE needs INFERCACHE_FLEET_SECRET_FILE"
+        )
+    if c.redis.url and not f.secret_file and not f.insecure_dev_no_secret:
+        raise ConfigError(
+            "INFERCACHE_REDIS_URL is set but INFERCACHE_FLEET_SECRET_FILE is not: every value "
+            "read from a shared Redis is authenticated with the fleet secret (create one with "
+            "`openssl rand -base64 48`, see docs/security.md); for a development store only, "
+            "INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET=true runs without one"
+        )
+    if f.secret_file and f.insecure_dev_no_secret:
+        raise ConfigError(
+            "INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET is set with INFERCACHE_FLEET_SECRET_FILE; "
+            "keep one of them"
+        )
+    for name in ("secret_file", "previous_secret_file"):
+        path = getattr(f, name)
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"INFERCACHE_FLEET_{name.upper()}: {path} is not a file")
+
+
 def check_consistency(c: Config) -> None:
     """Settings that are valid alone but not together: ConfigError naming both."""
     _check_redis(c.redis)
+    _check_fleet(c)
     ttl, limits = c.ttl, c.limits
     if ttl.default_ttl_s > ttl.max_ttl_s:
         raise ConfigError(

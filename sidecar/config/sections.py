@@ -60,7 +60,7 @@ class RedisConfig:
         "empty = embedded in-process warm tier",
         p.redis_url,
     )
-    key_prefix: str = setting("ic:v1:", "Prefix of every Redis key the sidecar writes")
+    key_prefix: str = setting("ic:v2:", "Prefix of every Redis key the sidecar writes")
     password_file: str | None = setting(
         None,
         "File holding the Redis password (one line), for a URL that names only the user "
@@ -264,6 +264,38 @@ class InvalidationConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """The fleet secret: what authenticates every value read back from a shared store."""
+
+    PREFIX: ClassVar[str] = "fleet_"
+    secret_file: str | None = setting(
+        None,
+        "File holding the fleet secret (>= 32 bytes, e.g. `openssl rand -base64 48`): it "
+        "signs and verifies every value in Redis; required with INFERCACHE_REDIS_URL",
+        p.optional_str,
+    )
+    previous_secret_file: str | None = setting(
+        None,
+        "File holding a second fleet secret that verifies but never signs: the one being "
+        "rotated out, or in (docs/security.md, rotation)",
+        p.optional_str,
+    )
+    insecure_dev_no_secret: bool = setting(
+        False,
+        "Development only: run on a shared Redis without a fleet secret (a fixed public key "
+        "signs; anyone who can write to Redis can forge hits)",
+        name="insecure_dev_no_fleet_secret",
+    )
+    min_epoch: int = setting(
+        0,
+        "Serve no hits until the store's signed rule set reaches this epoch (the receipt "
+        "epoch of the last Invalidate the release recorded; closes a store rollback)",
+        p.non_negative_int,
+        name="min_epoch",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """Validated sidecar configuration: one frozen section per concern."""
 
@@ -276,6 +308,7 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     invalidation: InvalidationConfig = field(default_factory=InvalidationConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     identity: IdentityConfig = field(default_factory=IdentityConfig)
     prewarm: PrewarmConfig = field(default_factory=PrewarmConfig)
     hits: HitsConfig = field(default_factory=HitsConfig)

@@ -1,14 +1,17 @@
 """Measure the pod's identity from its configuration: the model's and adapters'
-fingerprints (on worker threads), and the paths the watcher polls for changes."""
+fingerprints (on worker threads), and the watcher that polls their paths for changes."""
 
 from __future__ import annotations
+
+import functools
 
 import structlog
 
 from sidecar.config import IdentityConfig
 from sidecar.fingerprint import fingerprint_async, load_serving_config
+from sidecar.identity.cell import IdentityCell
 from sidecar.identity.pod import PodIdentity
-from sidecar.identity.watch import WatchedPath
+from sidecar.identity.watch import IdentityWatcher, WatchedPath
 
 log = structlog.get_logger("infercache.identity")
 
@@ -56,3 +59,15 @@ def watched_paths(config: IdentityConfig) -> dict[str, WatchedPath]:
     for name, path in config.adapters.items():
         paths[f"adapter {name} files"] = WatchedPath(path, adapter=name)
     return paths
+
+
+def identity_watcher(config: IdentityConfig, cell: IdentityCell) -> IdentityWatcher:
+    """The watcher that re-measures the pod's identity when its files change: the
+    files of each fingerprint the pod was started with (none when it was given none)."""
+    known = {label: w for label, w in watched_paths(config).items() if w.version(cell.pod)}
+    return IdentityWatcher(
+        cell,
+        known,
+        functools.partial(identify_pod, config),
+        config.model_recheck_interval_s,
+    )

@@ -29,9 +29,10 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from sidecar.config import DEFAULTS
-from sidecar.errors import TierUnavailable
+from sidecar.errors import StoreDistrusted, TierUnavailable
 from sidecar.invalidation.rules import Rule, RuleSet, Selector
 from sidecar.invalidation.store import ControlStore, StoreState
+from sidecar.macs import LOCAL, FleetKeys
 
 log = structlog.get_logger("infercache.freshness")
 
@@ -48,9 +49,13 @@ class Freshness:
         member_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         retention_ms: int = 0,
+        keys: FleetKeys = LOCAL,
+        min_epoch: int = 0,
     ) -> None:
         """`retention_ms`: how long rules must outlive their commit for the entries this
-        sidecar writes (published with every heartbeat; see ControlStore.prune_rules)."""
+        sidecar writes (published with every heartbeat; see ControlStore.prune_rules).
+        `keys`: the fleet's MAC keys, which authenticate entries, rules and the head.
+        `min_epoch`: no hits until the authenticated rule set reaches this epoch."""
         self.control = control
         self.rules = rules
         self.bound_s = bound_s
@@ -68,10 +73,32 @@ class Freshness:
         self.store_changes = 0
         self.on_data_set_lost: list[Callable[[], Awaitable[None]]] = []
         """Run (in order) when the store lost its data set, after the local rule."""
+        self.keys = keys
+        self.min_epoch = min_epoch
+        self.distrust: str | None = None
+        """Why the store's rule set is not believed (None while it verifies): then no
+        hits are served and Invalidate is UNAVAILABLE until a refresh verifies again."""
+        self.distrust_events = 0
+        """How many refreshes found the store's rules or epoch failing verification."""
+
+    def check_servable(self) -> None:
+        """TierUnavailable while the store's rule set failed verification, or has not
+        reached INFERCACHE_MIN_EPOCH: hits would be judged by rules that may be missing."""
+        if self.distrust is not None:
+            raise TierUnavailable(f"rule set refused ({self.distrust}); serving no hits")
+        if self.rules.epoch < self.min_epoch:
+            raise TierUnavailable(
+                f"rule set at epoch {self.rules.epoch} is below INFERCACHE_MIN_EPOCH "
+                f"{self.min_epoch}; serving no hits"
+            )
 
     def confirmed(self) -> bool:
-        """True while this sidecar is known to hold every committed rule."""
-        return self._clock() < self._confirmed_until
+        """True while this sidecar is known to hold every committed rule (and they verify)."""
+        return (
+            self._clock() < self._confirmed_until
+            and self.distrust is None
+            and self.rules.epoch >= self.min_epoch
+        )
 
     async def sync_to(self, epoch: int) -> None:
         """Fetch and apply every rule up to at least `epoch`."""
@@ -83,7 +110,21 @@ class Freshness:
             self.rules.advance(epoch)
 
     async def refresh(self) -> None:
-        """Check the store is the one trusted, catch up, acknowledge, extend the confirmation."""
+        """Check the store is the one trusted, catch up, acknowledge, extend the confirmation.
+
+        A store whose control state no sidecar could have written (StoreDistrusted) is
+        distrusted until a refresh reads it valid again: no hits meanwhile."""
+        try:
+            await self._refresh()
+        except StoreDistrusted as exc:
+            if self.distrust is None:
+                log.error("store_distrusted", error=str(exc))
+            self.distrust = str(exc)
+            self.distrust_events += 1
+            raise
+        self.distrust = None
+
+    async def _refresh(self) -> None:
         started = self._clock()
         # Confirmed without a gap up to now: then this sidecar holds every rule the
         # fleet confirmed, and it can vouch for its entries across a store fault.

@@ -20,6 +20,7 @@ from sidecar.kv.layout import BlockKey
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.slot_index import SlotIndex
 from sidecar.kv.warm import KvWarmStore, decode_block, encode_block
+from sidecar.macs import FleetKeys
 
 log = structlog.get_logger("infercache.kv")
 
@@ -78,10 +79,12 @@ class WarmMover:
         self._block_bytes = block_bytes
         self._promotions: dict[BlockKey, asyncio.Task[int]] = {}
 
-    def _encode(self, batch: Sequence[Demoted]) -> list[tuple[BlockKey, bytes]]:
-        """Copy slots out and encode them (on a worker thread: the slots are pinned)."""
-        read = self._pool.read_many
-        return [(b.key, encode_block(b.key, read([b.slot], b.nbytes)[0])) for b in batch]
+    def _encode(self, version: str, batch: Sequence[Demoted]) -> list[tuple[BlockKey, bytes]]:
+        """Copy slots out and seal them (on a worker thread: the slots are pinned)."""
+        read, keys = self._pool.read_many, self._warm.keys
+        return [
+            (b.key, encode_block(b.key, read([b.slot], b.nbytes)[0], keys, version)) for b in batch
+        ]
 
     async def demote(self, version: str, blocks: Sequence[Demoted]) -> None:
         """Copy pinned, unpublished blocks to the warm tier, then unpin them.
@@ -95,7 +98,7 @@ class WarmMover:
         try:
             await self._warm.note_version(version)
             for batch in batches:
-                items = await asyncio.to_thread(self._encode, batch)
+                items = await asyncio.to_thread(self._encode, version, batch)
                 if writing is not None:
                     await self._finish(version, writing, written)
                 writing = asyncio.create_task(self._warm.put_many(version, items, self._ttl_ms))
@@ -205,7 +208,9 @@ class WarmMover:
         self, version: str, keys: Sequence[BlockKey], values: Sequence[bytes | None], nbytes: int
     ) -> tuple[int, bool]:
         """Promote one fetched batch; (blocks promoted, whether the whole batch was usable)."""
-        payloads = await asyncio.to_thread(_verify_run, keys, values, nbytes)
+        payloads = await asyncio.to_thread(
+            _verify_run, keys, values, nbytes, self._warm.keys, version
+        )
         complete = len(payloads) == len(keys)
         if len(payloads) < len(keys) and values[len(payloads)] is not None:
             self._stats.corrupt_warm_values += 1
@@ -241,14 +246,18 @@ class WarmMover:
 
 
 def _verify_run(
-    keys: Sequence[BlockKey], values: Sequence[bytes | None], nbytes: int
+    keys: Sequence[BlockKey],
+    values: Sequence[bytes | None],
+    nbytes: int,
+    macs: FleetKeys,
+    version: str,
 ) -> list[memoryview]:
-    """Payloads of the leading run of present, intact values of the right size."""
+    """Payloads of the leading run of present, authentic values of the right size."""
     out: list[memoryview] = []
     for key, value in zip(keys, values, strict=True):
         if value is None:
             break
-        payload = decode_block(key, value)
+        payload = decode_block(key, value, macs, version)
         if payload is None or len(payload) != nbytes:
             break
         out.append(payload)

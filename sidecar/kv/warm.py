@@ -2,60 +2,74 @@
 
 Value layout (all integers big-endian):
 
-    b"ICKV" | version u8 | key length u16 | key | payload length u32
-    | XXH3-128(key || payload) 16 bytes | payload
+    b"ICKV" | version u8 (3) | key length u16 | key | payload length u32
+    | tag 32 bytes | payload
 
-The key material lets a reader prove the value is the block it asked for (a
-value under the wrong Redis key, or from another scope, is refused), and the
-checksum catches torn or corrupted values. Keys are grouped per model version
-(`{prefix}kv:{version_tag}:{block key hex}`) so a whole version can be dropped
-with one SCAN; `{prefix}kv:versions` remembers which versions have values.
+The tag is the keyed BLAKE3 of (model version tag, block key, payload), each
+length-prefixed, under the fleet's "kv-block" key (sidecar/macs.py): a value
+altered or planted by anyone without the fleet secret, torn, or moved under
+another block's or version's Redis key is refused before a byte of it reaches a
+slot. (Format 2 carried an unkeyed XXH3 anyone could recompute: refused.) Keys
+are grouped per model version (`{prefix}kv:{version_tag}:{block key hex}`) so a
+whole version can be dropped with one SCAN; `{prefix}kv:versions` remembers which
+versions have values.
 """
 
 from __future__ import annotations
 
+import hmac
 import struct
 from collections.abc import Sequence
 from typing import Protocol
 
-import xxhash
+from blake3 import blake3
 
 from sidecar.kv.layout import BlockKey
+from sidecar.macs import LOCAL, FleetKeys
 
 MAGIC = b"ICKV"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _HEAD = struct.Struct(">4sBH")
 _LEN = struct.Struct(">I")
-_SUM_BYTES = 16
+_PART = struct.Struct(">Q")
+_SUM_BYTES = 32
 
 
-def _checksum(key: bytes, payload: bytes | memoryview) -> bytes:
-    # XXH3-128 runs at memory speed (~10x BLAKE3 here): it guards against torn or
-    # corrupted values; a value under the wrong key is caught by the key material.
-    h = xxhash.xxh3_128(key)
-    h.update(payload)
+def _tag(mac_key: bytes, version: str, key: bytes, payload: bytes | memoryview) -> bytes:
+    # Blocks are large (tens of KiB to MiBs) and hashed on a worker thread: let BLAKE3
+    # use more than one core for the big ones.
+    h = blake3(key=mac_key, max_threads=blake3.AUTO if len(payload) >= 1 << 20 else 1)
+    tag_v = version.encode()
+    for part in (tag_v, key, payload):
+        h.update(_PART.pack(len(part)))
+        h.update(part)
     return h.digest()
 
 
-def encode_block(key: BlockKey, payload: bytes | memoryview) -> bytes:
-    """The stored value for one block."""
+def encode_block(
+    key: BlockKey, payload: bytes | memoryview, keys: FleetKeys = LOCAL, version: str = ""
+) -> bytes:
+    """The stored value for one block of `version` (the warm tier's version tag)."""
     return b"".join(
         (
             _HEAD.pack(MAGIC, FORMAT_VERSION, len(key)),
             key,
             _LEN.pack(len(payload)),
-            _checksum(key, payload),
+            _tag(keys.signing_key("kv-block"), version, key, payload),
             payload,
         )
     )
 
 
-def decode_block(key: BlockKey, value: bytes) -> memoryview | None:
-    """The payload (a view into value) if value is an intact block stored under key, else None."""
+def decode_block(
+    key: BlockKey, value: bytes, keys: FleetKeys = LOCAL, version: str = ""
+) -> memoryview | None:
+    """The payload (a view into value) if value is an authentic block stored under key
+    and version, else None."""
     try:
-        magic, version, key_len = _HEAD.unpack_from(value, 0)
+        magic, layout, key_len = _HEAD.unpack_from(value, 0)
         at = _HEAD.size
-        if magic != MAGIC or version != FORMAT_VERSION or value[at : at + key_len] != key:
+        if magic != MAGIC or layout != FORMAT_VERSION or value[at : at + key_len] != key:
             return None
         at += key_len
         (length,) = _LEN.unpack_from(value, at)
@@ -65,13 +79,19 @@ def decode_block(key: BlockKey, value: bytes) -> memoryview | None:
     except struct.error:
         return None
     payload = memoryview(value)[at:]
-    if len(payload) != length or _checksum(key, payload) != digest:
+    if len(payload) != length:
         return None
-    return payload
+    for mac_key in keys.keys("kv-block"):
+        if hmac.compare_digest(_tag(mac_key, version, key, payload), digest):
+            return payload
+    return None
 
 
 class KvWarmStore(Protocol):
     """Where demoted blocks live. Methods raise TierUnavailable when the backend fails."""
+
+    keys: FleetKeys
+    """The MAC keys blocks stored here are sealed and verified with."""
 
     async def put_many(
         self, version: str, items: Sequence[tuple[BlockKey, bytes]], ttl_ms: int
@@ -103,7 +123,8 @@ class KvWarmStore(Protocol):
 class MemoryKvWarmStore:
     """KvWarmStore in a dict (no TTL): the fake for unit tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: FleetKeys = LOCAL) -> None:
+        self.keys = keys
         self.values: dict[tuple[str, BlockKey], bytes] = {}
         self.known: set[str] = set()
 

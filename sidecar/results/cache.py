@@ -102,7 +102,9 @@ class ResultCache:
         self._clock_ms = clock_ms
         self.holding = holding
         self._background: set[asyncio.Task[None]] = set()
-        self._reader = TierReader(hot, warm, freshness, self.stats, clock_ms, self._spawn, holding)
+        self._reader = TierReader(
+            hot, warm, freshness, self.stats, clock_ms, self._spawn, holding, ttl.max_s
+        )
         self._flight = SingleFlight(
             freshness.control,
             freshness.rules,
@@ -253,7 +255,7 @@ class ResultCache:
             chunk_table=table,
             finish_reason=finish_reason,
         )
-        item = WarmItem(key.digest, entries.encode(entry), effective * 1000)
+        item = WarmItem(key.digest, entries.encode(entry, self.freshness.keys), effective * 1000)
         released = lease is not None and self.holding is not None
         try:
             if lease is not None and self.holding is not None:

@@ -119,7 +119,7 @@ class DownstreamFeedback:
             if value is None:
                 return None
             try:
-                entry = entries.decode_by_digest(value, digest)
+                entry = entries.decode_by_digest(value, digest, cache.freshness.keys)
             except EntryRejected as exc:
                 cache.stats.count_rejected("", exc.reason)
                 return None

@@ -18,10 +18,11 @@ import structlog
 
 from sidecar import entries
 from sidecar.entries import Entry, EntryRejected
-from sidecar.errors import TierUnavailable
+from sidecar.errors import StoreDistrusted, TierUnavailable
 from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import KeyDigest
 from sidecar.observability.stats import CacheStats
+from sidecar.observability.throttle import LogThrottle
 from sidecar.results.lease_tokens import Lease
 from sidecar.results.single_flight import HoldTry, SingleFlight
 from sidecar.results.types import LookupQuery, LookupResult, Outcome, TierName
@@ -45,8 +46,11 @@ class TierReader:
         clock_ms: Callable[[], int],
         spawn: Spawn,
         holding: HoldingStore | None = None,
+        max_ttl_s: int = 2**32 - 1,
     ) -> None:
-        """`spawn` runs background work the cache drains at shutdown."""
+        """`spawn` runs background work the cache drains at shutdown; `max_ttl_s`: the
+        fleet's longest TTL (an entry claiming more is refused). Entries are
+        authenticated with `freshness.keys`."""
         self.hot = hot
         self.warm = warm
         self.freshness = freshness
@@ -55,6 +59,9 @@ class TierReader:
         self.holding = holding
         self._clock_ms = clock_ms
         self._spawn = spawn
+        self._keys = freshness.keys
+        self._max_ttl_s = max_ttl_s
+        self._log_throttle = LogThrottle()
 
     async def find(
         self,
@@ -116,6 +123,7 @@ class TierReader:
                 )
             if store_epoch > self.rules.epoch:
                 await self.freshness.sync_to(store_epoch)
+            self.freshness.check_servable()
             if self.freshness.settling or store_epoch < self.rules.epoch:
                 # A restarted store may lack rules until the fleet re-publishes them
                 # (an epoch below the one applied here: it lost writes). The refresh
@@ -124,6 +132,9 @@ class TierReader:
                 raise TierUnavailable("control store restarted; waiting for rules to settle")
         except TierUnavailable as exc:
             self.stats.warm_read_failures += 1
+            if isinstance(exc, StoreDistrusted) or self.freshness.distrust is not None:
+                # The alert: entries_rejected{reason="store_distrusted"}.
+                self.stats.count_rejected("", "store_distrusted")
             log.warning("warm_read_failed", tier=self.warm.name, error=str(exc))
             for i in pending:
                 results[i] = LookupResult(Outcome.MISS, queries[i].key.digest, degraded=True)
@@ -134,6 +145,7 @@ class TierReader:
                 self._spawn(_release_all(flight, taken))
             return
         unwanted: list[KeyDigest] = []
+        keys, max_ttl_s = self._keys, self._max_ttl_s
         for j, (i, value) in enumerate(zip(pending, values, strict=True)):
             q = queries[i]
             results[i] = LookupResult(Outcome.MISS, q.key.digest)
@@ -143,10 +155,19 @@ class TierReader:
                     tried[i] = HoldTry(lease, token, read.held[j])
                 continue
             try:
-                entry = entries.decode(value, q.key.material)
+                entry = entries.decode(value, q.key.material, keys)
+                entries.check_bounds(entry, now, store_epoch, max_ttl_s)
             except EntryRejected as exc:
                 self.stats.count_rejected(q.key.model_version, exc.reason)
-                log.warning("entry_rejected", reason=exc.reason, digest=q.key.digest.hex())
+                count = self._log_throttle.hit(exc.reason)
+                if count is not None:
+                    log.warning(
+                        "entry_rejected",
+                        reason=exc.reason,
+                        detail=str(exc),
+                        digest=q.key.digest.hex(),
+                        occurrences=count,
+                    )
                 unwanted.append(q.key.digest)
                 continue
             if self.rules.is_dead(q.key.dims, entry.epoch):

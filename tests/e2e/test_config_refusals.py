@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import free_port
+from tests.support.processes import RedisServer, free_port
 from tests.support.sidecars import INFERCACHE, SidecarProcess, clean_env
 
 pytestmark = pytest.mark.e2e
@@ -183,3 +183,30 @@ def test_a_gateway_keys_file_that_does_not_parse_is_refused_with_the_listeners_u
     last = [line for line in result.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("infercache: configuration error: INFERCACHE_GATEWAY_KEYS_FILE: "), last
     assert problem in last
+
+
+def test_a_shared_redis_without_a_fleet_secret_is_refused_with_exit_2() -> None:
+    """Issue 25: INFERCACHE_REDIS_URL without INFERCACHE_FLEET_SECRET_FILE exits 2 at once,
+    naming the variable (no connection is tried: the port is closed)."""
+    result = _refused(INFERCACHE_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    assert result.returncode == 2
+    assert "INFERCACHE_FLEET_SECRET_FILE is not" in result.stderr
+    assert "INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET" in result.stderr
+
+
+def test_the_dev_switch_starts_on_redis_without_a_secret_and_embedded_needs_none(
+    redis_server: RedisServer,
+) -> None:
+    """With INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET=true a sidecar starts on Redis without
+    a secret (and warns); the embedded store (`make run`) starts with no secret at all."""
+    dev = SidecarProcess(
+        redis_server.url, operator=True, env={"INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET": "true"}
+    )
+    embedded = SidecarProcess(operator=True)
+    try:
+        dev.wait_ready()
+        embedded.wait_ready()
+        assert "insecure_dev_no_fleet_secret" in dev.stderr()
+    finally:
+        dev.stop()
+        embedded.stop()

@@ -162,7 +162,7 @@ def kv_sidecar(redis_server: RedisServer, request: pytest.FixtureRequest) -> Ite
 def warm_keys(server: RedisServer, fingerprint: str) -> list[bytes]:
     client = redis.Redis.from_url(server.url)
     try:
-        return list(client.scan_iter(match=f"ic:v1:kv:{version_tag(fingerprint)}:*"))
+        return list(client.scan_iter(match=f"ic:v2:kv:{version_tag(fingerprint)}:*"))
     finally:
         client.close()
 

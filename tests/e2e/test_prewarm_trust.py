@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import redis
 
+from sidecar.macs import TAG_LEN, FleetKeys
+from sidecar.testing import TEST_FLEET_SECRET
 from tests.support.gateway import MODEL, GatewayPod, gateway_pod_retaining
 from tests.support.model_server import answer_for, chat_prompt
 from tests.support.processes import ModelServerProcess, RedisServer
@@ -43,16 +45,29 @@ def pod(redis_server: RedisServer, tmp_path: Path) -> Iterator[GatewayPod]:
         pod.stop()
 
 
-def _rewrite_record(redis_url: str, change: Callable[[dict[str, Any]], None]) -> None:
-    """Rewrite the one hit record in Redis (its JSON) with `change`."""
+def _rewrite_record(
+    redis_url: str, model_version: str, change: Callable[[dict[str, Any]], None]
+) -> None:
+    """Rewrite the one hit record in Redis (its JSON) with `change`, and seal it again
+    with the fleet's secret: the record is authentic as far as the store can tell (a
+    holder of the secret, or a sidecar of the fleet with other rules, wrote it), so what
+    refuses it is prewarm's own checks, not the record's tag."""
     client = redis.Redis.from_url(redis_url)
     try:
         keys = [k for k in client.scan_iter(match="*:q:*") if b"hits" in k]
         assert len(keys) == 1, keys
-        doc = json.loads(client.get(keys[0]) or b"{}")
+        value = client.get(keys[0]) or b""
+        doc = json.loads(value[TAG_LEN:])
         change(doc)
+        record = json.dumps(doc).encode()
+        digest = bytes.fromhex(keys[0].rsplit(b":q:", 1)[1].decode())
+        keys_ = FleetKeys([TEST_FLEET_SECRET])
+        assert keys_.verify(
+            "hit-record", value[:TAG_LEN], model_version.encode(), digest, value[TAG_LEN:]
+        )
+        tag = keys_.sign("hit-record", model_version.encode(), digest, record)
         ttl = client.pttl(keys[0])
-        client.set(keys[0], json.dumps(doc).encode(), px=ttl if ttl > 0 else None)
+        client.set(keys[0], tag + record, px=ttl if ttl > 0 else None)
     finally:
         client.close()
 
@@ -63,14 +78,15 @@ def _v1_traffic_then_v2(pod: GatewayPod, change: Callable[[dict[str, Any]], None
     status, headers, _ = pod.post(CHAT, VICTIM)
     assert (status, headers["x-infercache-cache"]) == (200, "miss")
     assert pod.post(CHAT, VICTIM)[1]["x-infercache-cache"] == "hit"
+    v1 = headers["x-infercache-model-version"]
     assert pod.sidecar is not None
     pod.sidecar.stop()  # the hit counts are merged into Redis
     assert pod.redis_url is not None
-    _rewrite_record(pod.redis_url, change)
+    _rewrite_record(pod.redis_url, v1, change)
     pod.upstream.start("v2")
     pod.settings["model_path"] = str(pod.swap_weights())
     pod.start()
-    return headers["x-infercache-model-version"]
+    return v1
 
 
 def _prewarm(pod: GatewayPod, v1: str) -> str:

@@ -79,7 +79,7 @@ def test_rule_survives_a_crash_and_restore_from_a_snapshot_without_it(
     with CacheClient(s.target) as cs:
         _fill(cs, k, b"30 days (old policy)")
     r = redis.Redis(port=own_redis.port)
-    [entry] = r.keys("ic:v1:r:*")
+    [entry] = r.keys("ic:v2:r:*")
     r.save()
     _invalidate(s, tenant="acme")
     # Reclaim (by the sidecar that holds the rule) removes the entry from the running
@@ -98,7 +98,7 @@ def test_rule_survives_a_crash_and_restore_from_a_snapshot_without_it(
         for c in (cn, cs):
             assert c.lookup(k).outcome == pb.LOOKUP_OUTCOME_MISS
     with redis.Redis(port=own_redis.port) as r:
-        assert r.zcard("ic:v1:{meta}:rules") == 1, "re-published by the sidecar holding it"
+        assert r.zcard("ic:v2:{meta}:rules") == 1, "re-published by the sidecar holding it"
 
 
 def test_frozen_sidecars_serve_no_stale_hit_after_a_redis_reset(

@@ -24,7 +24,7 @@ from tests.support.sidecars import SidecarProcess, bearer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(240)]
 
-RULES = "ic:v1:{meta}:rules"
+RULES = "ic:v2:{meta}:rules"
 
 
 def _libfaketime() -> Path:

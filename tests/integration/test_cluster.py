@@ -90,7 +90,7 @@ async def test_invalidate_waits_for_a_replica_of_the_control_slot(
     ) as sc:
         resp = await sc.invalidate(tenant="acme")
     assert resp.record.epoch == 1
-    owner = redis_cluster.master_of_key("ic:v1:{meta}:rules")
+    owner = redis_cluster.master_of_key("ic:v2:{meta}:rules")
     replicas = [n for n in redis_cluster.nodes() if not n.master and not n.failed]
     held = []
     for n in replicas:
@@ -98,7 +98,7 @@ async def test_invalidate_waits_for_a_replica_of_the_control_slot(
             role = r.info("replication")
             if int(role["master_port"]) == owner.port:
                 r.execute_command("READONLY")
-                held.append(r.zcard("ic:v1:{meta}:rules"))
+                held.append(r.zcard("ic:v2:{meta}:rules"))
     assert held == [1]
     async with sidecar(
         redis_cluster.url, invalidate_wait_replicas=2, invalidate_wait_timeout_ms=300

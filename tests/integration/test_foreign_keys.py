@@ -17,7 +17,7 @@ from tests.support.sidecars import Sidecar, sidecar
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 
-PREFIX = "ic:v1:"
+PREFIX = "ic:v2:"
 
 
 async def _entry_keys(r: aioredis.Redis) -> set[bytes]:
@@ -41,7 +41,7 @@ def _warm(sc: Sidecar) -> RedisWarmTier:
 async def test_foreign_keys_in_the_namespace_are_skipped_and_counted(
     redis_server: RedisServer,
 ) -> None:
-    """`SET ic:v1:r:debug-test 1` (and a hash under a digest-shaped name) made every
+    """`SET ic:v2:r:debug-test 1` (and a hash under a digest-shaped name) made every
     Invalidate fail with UNKNOWN and killed the reclaimer; now Invalidate is OK, the
     foreign keys are counted and left alone, and reclaim still removes dead entries."""
     r = aioredis.Redis.from_url(redis_server.url)

@@ -60,7 +60,7 @@ async def test_invalidate_is_ok_once_a_replica_holds_the_rule(
     ) as sc:
         resp = await sc.invalidate(tenant="acme")
     with redis.Redis(port=replica) as r:
-        assert r.zcard("ic:v1:{meta}:rules") == 1
+        assert r.zcard("ic:v2:{meta}:rules") == 1
     assert resp.record.epoch == 1
 
 

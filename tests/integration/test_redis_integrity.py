@@ -88,14 +88,15 @@ async def test_hit_before_tampering(sidecar: InProcessSidecar, raw: redis.Redis)
 async def test_flipped_byte_is_a_counted_miss_and_deleted(
     sidecar: InProcessSidecar, raw: redis.Redis, where: str
 ) -> None:
-    """A value with one flipped byte is a MISS, counted as corrupt, never returned, deleted."""
+    """A value with one flipped byte is a MISS, counted as forged (its tag no longer
+    verifies), never returned, deleted."""
     payload = b"the real answer, long enough to damage in the middle"
     rkey = await stored(sidecar, raw, "q", payload)
     value = bytearray(value_of(raw, rkey))
     index = {"payload": len(value) - 32 - len(payload) // 2, "header": 5, "checksum": -1}[where]
     value[index] ^= 0x04
     raw.set(rkey, bytes(value), keepttl=True)
-    await assert_rejected_miss(sidecar, "q", "corrupt", b"long enough to damage")
+    await assert_rejected_miss(sidecar, "q", "forged", b"long enough to damage")
     await wait_deleted(raw, rkey)
 
 
@@ -149,4 +150,4 @@ async def test_a_fresh_sidecar_of_the_fleet_rejects_tampered_values(
     value = bytearray(value_of(raw, rkey))
     value[len(value) // 2] ^= 0x01
     raw.set(rkey, bytes(value), keepttl=True)
-    await assert_rejected_miss(reader, "q", "corrupt", b"the real answer")
+    await assert_rejected_miss(reader, "q", "forged", b"the real answer")

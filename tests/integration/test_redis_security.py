@@ -23,7 +23,7 @@ from sidecar.testing import InProcessSidecar, in_process_sidecar
 from tests.support.keys import key
 from tests.support.processes import REPO
 from tests.support.secure_redis import Pki, SecureRedis, make_pki
-from tests.support.sidecars import clean_env
+from tests.support.sidecars import FLEET_SECRET_FILE, clean_env
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -147,10 +147,12 @@ async def test_every_path_works_over_tls_under_the_documented_acl(
         audit, _ = await app.stores.control.audit_page(None, 10)
         assert [r.reason for r in audit] == ["acl test"]
         assert app.stores.redis is not None
-        kv = RedisKvWarmStore(app.stores.redis, key_prefix="ic:v1:", timeout_s=2)
+        kv = RedisKvWarmStore(app.stores.redis, key_prefix="ic:v2:", timeout_s=2)
         block = BlockKey(b"\x01" * 32)
         await kv.note_version("v1")
-        await kv.put_many("v1", [(block, encode_block(block, b"kv" * 16))], ttl_ms=60_000)
+        await kv.put_many(
+            "v1", [(block, encode_block(block, b"kv" * 16, kv.keys, "v1"))], ttl_ms=60_000
+        )
         assert (await kv.get_many("v1", [block]))[0] is not None
         assert "v1" in await kv.versions()
         assert await kv.drop_version("v1") == 1
@@ -165,6 +167,7 @@ def serve(settings: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run `python -m sidecar serve` with these settings until it exits (it must)."""
     argv = [sys.executable, "-m", "sidecar", "serve", "--listen", "127.0.0.1:0"]
     argv += ["--admin-listen", "", "--metrics-listen", ""]
+    argv += ["--fleet-secret-file", FLEET_SECRET_FILE]
     for name, value in settings.items():
         argv += [f"--{name.replace('_', '-')}", value]
     return subprocess.run(

@@ -27,8 +27,8 @@ from infercache_client import CacheClient, make_key
 from tests.support.cluster import RedisClusterProcesses
 from tests.support.sidecars import SidecarProcess, bearer, health_status
 
-CONTROL_KEY = "ic:v1:{meta}:epoch"
-ENTRY_PREFIX = b"ic:v1:r:"
+CONTROL_KEY = "ic:v2:{meta}:epoch"
+ENTRY_PREFIX = b"ic:v2:r:"
 KEEP = "keep"
 KEYS_PER_TENANT = 24
 DOOMED_BEFORE = 2

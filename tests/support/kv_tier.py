@@ -11,7 +11,7 @@ from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.layout import BlockKey, KvLayout, make_layout
 from sidecar.kv.pins import LeaseTable
 from sidecar.kv.pool import MemorySlotPool
-from sidecar.kv.warm import MemoryKvWarmStore
+from sidecar.kv.warm import KvWarmStore, MemoryKvWarmStore
 
 LAYOUT = make_layout(num_layers=2, num_kv_heads=1, head_dim=4, tokens_per_block=2, dtype="float32")
 BLOCK = LAYOUT.block_bytes  # 2*2*2*1*4*4 = 128
@@ -33,7 +33,7 @@ class Setup:
     def __init__(
         self,
         slots: int = 4,
-        warm: bool | MemoryKvWarmStore = True,
+        warm: bool | KvWarmStore = True,
         *,
         pod_fingerprint: str = "",
         allow_foreign: bool = False,
@@ -43,12 +43,16 @@ class Setup:
         self.pools: list[MemorySlotPool] = []
         if isinstance(warm, MemoryKvWarmStore):
             self.warm: MemoryKvWarmStore | None = warm
+            self.store: KvWarmStore | None = warm
+        elif not isinstance(warm, bool):
+            self.warm, self.store = None, warm
         else:
             self.warm = MemoryKvWarmStore() if warm else None
+            self.store = self.warm
         self.tier = KvHotTier(
             KvConfig(pool_bytes=slots * BLOCK, **settings).to_settings(),
             self._pool,
-            self.warm,
+            self.store,
             leases=LeaseTable(1000, clock=self.clock),
             clock=self.clock,
             pod_fingerprint=pod_fingerprint,

@@ -26,7 +26,13 @@ from infercache.v1 import admin_pb2 as admin_pb
 from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 
-from sidecar.testing import InProcessSidecar, Setting, in_process_sidecar, settings_text
+from sidecar.testing import (
+    InProcessSidecar,
+    Setting,
+    fleet_secret_file_for_tests,
+    in_process_sidecar,
+    settings_text,
+)
 from tests.support.processes import REPO, free_port, listening_ports, stop_process
 
 INFERCACHE = Path(sys.executable).with_name("infercache")
@@ -37,6 +43,7 @@ TOKENS_SETTING = ",".join(f"{name}={token}" for name, token in TOKENS.items())
 # Fixed so that every sidecar of a test verifies every other one's leases even when
 # the store is down at start (then the shared secret cannot be agreed on).
 LEASE_SECRET = "lease-secret-for-tests-0123456789"
+FLEET_SECRET_FILE = fleet_secret_file_for_tests()
 # On a store that just came up (every test flushes Redis), Invalidate waits out one
 # freshness bound for members that might predate it; a short bound keeps tests quick.
 IN_PROCESS_BOUND_MS = 500
@@ -90,6 +97,8 @@ def config_overrides(redis_url: str | None, **settings: Setting) -> dict[str, st
     }
     if redis_url:
         base["redis_url"] = redis_url
+        if "insecure_dev_no_fleet_secret" not in settings:
+            base["fleet_secret_file"] = FLEET_SECRET_FILE
     return settings_text(base | settings)
 
 
@@ -210,6 +219,9 @@ class SidecarProcess:
         if self._operator:
             if self._redis_url:
                 settings = settings | {"redis_url": self._redis_url}
+                named = [*settings, *(k.lower().removeprefix("infercache_") for k in self._env)]
+                if not any(k.startswith(("fleet_", "insecure_dev")) for k in named):
+                    settings = settings | {"fleet_secret_file": FLEET_SECRET_FILE}
             flags, argv = settings_text(settings | ports), [str(INFERCACHE), "serve"]
             assert INFERCACHE.exists(), f"{INFERCACHE} missing: install the project"
         else:

@@ -19,6 +19,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support.processes import REPO, free_port, stop_process
+from tests.support.sidecars import FLEET_SECRET_FILE
 
 INFERCACHE = Path(os.environ.get("INFERCACHE_BIN", str(REPO / ".venv" / "bin" / "infercache")))
 """The project venv's console script (make test-vllm sets INFERCACHE_BIN)."""
@@ -45,7 +46,7 @@ class SidecarServer:
         if self._model_path is not None:
             argv += ["--model-path", str(self._model_path)]
         if self._redis_url is not None:
-            argv += ["--redis-url", self._redis_url]
+            argv += ["--redis-url", self._redis_url, "--fleet-secret-file", FLEET_SECRET_FILE]
         env = {k: v for k, v in os.environ.items() if not k.startswith("INFERCACHE_")}
         self.proc = subprocess.Popen(
             argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log

@@ -285,14 +285,14 @@ def _valid_value(k: CacheKey, payload: bytes = b"planted", created: int = T0_MS)
 async def test_corrupted_warm_value_is_a_counted_miss_and_deleted(
     cache: ResultCache, flaky_warm: FlakyWarmTier
 ) -> None:
-    """A warm value failing its checksum is a MISS, counted as corrupt, never served, deleted."""
+    """A warm value failing its tag is a MISS, counted as forged, never served, deleted."""
     k = cache_key()
     damaged = bytearray(_valid_value(k))
     damaged[-40] ^= 0x01  # inside the payload
     await _plant(flaky_warm, k, bytes(damaged))
     result = await lookup(cache, k)
     assert (result.outcome, result.entry, result.degraded) == (Outcome.MISS, None, False)
-    assert cache.stats.total("rejected", reason="corrupt") == 1
+    assert cache.stats.total("rejected", reason="forged") == 1
     assert len(cache.hot) == 0
     await cache.drain()
     assert await flaky_warm.inner.get_many([k.digest]) == [None]

@@ -88,7 +88,7 @@ def test_defaults() -> None:
     )
     assert config.server.listen == ("127.0.0.1:50051",)
     assert config.redis.url is None
-    assert config.redis.key_prefix == "ic:v1:"
+    assert config.redis.key_prefix == "ic:v2:"
     assert config.redis.lookup_timeout_ms == 50
     assert config.redis.write_timeout_ms == 500
     assert config.tiers.hot_max_bytes == 256 * 1024**2
@@ -120,6 +120,7 @@ def test_environment_is_parsed() -> None:
             "INFERCACHE_LISTEN": "127.0.0.1:7000, unix:/tmp/ic.sock,[::1]:7001",
             "INFERCACHE_REDIS_URL": "redis://10.0.0.5:6380/2",
             "INFERCACHE_REDIS_KEY_PREFIX": "blue:",
+            "INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET": "true",
             "INFERCACHE_LOOKUP_TIMEOUT_MS": "20",
             "INFERCACHE_HOT_MAX_BYTES": "64MiB",
             "INFERCACHE_HOT_MAX_ENTRIES": "0",
@@ -230,7 +231,9 @@ FREE_TEXT_SETTINGS = {
     "serving_config",  # a path; its content is validated when the pod is fingerprinted
     "gateway_keys_file",  # a path; its content is validated when the gateway starts
     "gateway_upstream_api_key",  # a bearer token, passed on as it is
-    # Paths, checked against the Redis URL (and read when the client is made).
+    # Paths, read when the sidecar is built (fleet secrets) or the client is made.
+    "fleet_secret_file",
+    "fleet_previous_secret_file",
     "redis_password_file",
     "redis_tls_ca_file",
     "redis_tls_cert_file",
@@ -473,6 +476,11 @@ HISTORICAL_VARIABLES = [
     "REDIS_TLS_CERT_FILE",
     "REDIS_TLS_KEY_FILE",
     "REDIS_TLS_VERIFY_HOSTNAME",
+    # Issue 25 item 2: the fleet secret that authenticates the shared store (new).
+    "FLEET_SECRET_FILE",
+    "FLEET_PREVIOUS_SECRET_FILE",
+    "INSECURE_DEV_NO_FLEET_SECRET",
+    "MIN_EPOCH",
 ]
 
 

@@ -32,5 +32,6 @@ def test_embedded_budget_smaller_than_one_payload_is_a_config_error() -> None:
             "INFERCACHE_EMBEDDED_MAX_BYTES": "1MiB",
             "INFERCACHE_MAX_PAYLOAD_BYTES": "1MiB",
             "INFERCACHE_REDIS_URL": "redis://127.0.0.1:1/0",
+            "INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET": "true",
         }
     )

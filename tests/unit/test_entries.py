@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from blake3 import blake3
@@ -10,6 +11,7 @@ from hypothesis import given
 
 from sidecar import entries
 from sidecar.entries import CODEC_VERSION, ChunkMeta, ComputeCost, Entry, EntryRejected, pack_chunks
+from sidecar.macs import LOCAL, FleetKeys
 from tests.support.strategies.entries import stored_entries, streamed_entries
 
 MATERIAL = b"ICK\x01" + b"\x00\x00\x00\x04acme" + b"key material"
@@ -60,12 +62,13 @@ def test_any_entry_round_trips(entry: Entry) -> None:
 
 
 @pytest.mark.parametrize("mask", [0x01, 0x80, 0xFF])
-def test_every_single_byte_flip_is_rejected_as_corrupt(mask: int) -> None:
-    """Flipping bits of any one byte, header, material, payload or checksum, is 'corrupt'."""
+def test_every_single_byte_flip_is_rejected(mask: int) -> None:
+    """Flipping bits of any one byte, header, material, payload or tag, is refused: as
+    'corrupt' where the layout breaks, else as 'forged' (the tag no longer verifies)."""
     for i in range(len(ENCODED)):
         damaged = bytearray(ENCODED)
         damaged[i] ^= mask
-        assert reason(bytes(damaged)) == "corrupt", f"flip at byte {i}"
+        assert reason(bytes(damaged)) in ("corrupt", "forged"), f"flip at byte {i}"
 
 
 def test_every_truncation_is_rejected_as_corrupt() -> None:
@@ -88,24 +91,24 @@ def test_entry_of_another_key_is_rejected_as_foreign() -> None:
 
 
 def _reseal(body: bytes) -> bytes:
-    """A body with a *valid* checksum, so only the format check can reject it."""
-    return body + blake3(body).digest()
+    """A body with a *valid* tag, so only the format check can reject it."""
+    return body + blake3(body, key=LOCAL.signing_key("entry")).digest()
 
 
-def test_unknown_codec_version_is_rejected_even_with_a_valid_checksum() -> None:
+def test_unknown_codec_version_is_rejected_even_with_a_valid_tag() -> None:
     """A value written by a future codec version is 'corrupt', not misread."""
     body = bytearray(ENCODED[:-32])
-    assert body[3] == 1  # an entry without chunks is written in the oldest layout
+    assert body[3] == 3  # an entry without chunks is written in the plain layout
     body[3] = CODEC_VERSION + 1
     assert reason(_reseal(bytes(body))) == "corrupt"
 
 
-def test_unknown_magic_is_rejected_even_with_a_valid_checksum() -> None:
+def test_unknown_magic_is_rejected_even_with_a_valid_tag() -> None:
     """A value that is not an infercache entry is 'corrupt'."""
     assert reason(_reseal(b"XYZ" + ENCODED[3:-32])) == "corrupt"
 
 
-def test_inconsistent_lengths_are_rejected_even_with_a_valid_checksum() -> None:
+def test_inconsistent_lengths_are_rejected_even_with_a_valid_tag() -> None:
     """Material/payload lengths that do not tile the value are 'corrupt'."""
     body = bytearray(ENCODED[:-32])
     # material_len is the u32 after magic(3) version(1) created(8) ttl(4) epoch(8) 3*u32.
@@ -135,27 +138,80 @@ CHUNKED = Entry(
 )
 CHUNKED_ENCODED = entries.encode(CHUNKED)
 
-# A v1 value exactly as main's codec wrote it before chunk boundaries existed
-# (the same bytes ENCODED has; built by hand so a codec change cannot move it).
+# A v1 value exactly as main's codec wrote it at 88bc6e9: an unkeyed BLAKE3 checksum
+# that anyone can recompute (issue 25: a forged entry was served as a hit).
 _V1_BODY = (
     struct.pack(
-        ">3sBQIQIIIII", b"ICE", 1, 1_700_000_000_123, 600, 7, 850, 120, 33, len(MATERIAL), 17
+        ">3sBQIQIIIII", b"ICE", 1, 1_700_000_000_123, 600, 2**62, 850, 120, 33, len(MATERIAL), 6
     )
     + MATERIAL
-    + b"The answer is 42."
+    + b"forged"
 )
 V1_BYTES = _V1_BODY + blake3(_V1_BODY).digest()
 
 
-def test_values_written_by_the_v1_codec_still_decode() -> None:
-    """An entry stored before chunk boundaries existed decodes to the same entry."""
-    assert entries.decode(V1_BYTES, MATERIAL) == ENTRY
-    assert ENCODED == V1_BYTES, "entries without chunks keep the v1 layout (rolling upgrades)"
+def test_an_unkeyed_v1_entry_with_a_recomputed_checksum_is_forged() -> None:
+    """The 88bc6e9 format (public checksum) proves nothing: refused as 'forged'."""
+    assert reason(V1_BYTES) == "forged"
 
 
-def test_chunked_entry_round_trips_as_v2() -> None:
+def test_a_plain_entry_is_written_as_v3_with_a_keyed_tag() -> None:
+    """Entries without chunks use the v3 layout; the tag is keyed BLAKE3 of the body."""
+    assert ENCODED[3] == 3
+    assert ENCODED[-32:] == blake3(ENCODED[:-32], key=LOCAL.signing_key("entry")).digest()
+    assert ENCODED[-32:] != blake3(ENCODED[:-32]).digest()
+
+
+def test_an_entry_resealed_with_an_unkeyed_checksum_is_forged() -> None:
+    """Rewriting payload and epoch and recomputing an unkeyed checksum does not verify."""
+    body = bytearray(ENCODED[:-32])
+    struct.pack_into(">Q", body, 3 + 1 + 8 + 4, 2**62)
+    assert reason(bytes(body) + blake3(bytes(body)).digest()) == "forged"
+
+
+def test_an_entry_of_another_fleet_is_forged() -> None:
+    """A value signed under a different fleet secret is 'forged'."""
+    other = FleetKeys([b"another fleet's secret, 32 bytes or more"])
+    assert reason(entries.encode(ENTRY, other)) == "forged"
+
+
+def test_rotation_new_key_signs_both_keys_verify_old_alone_refuses() -> None:
+    """[new, old] verifies values of either and signs with new; [new] alone refuses old."""
+    old, new = b"the old fleet secret, 32 bytes or more", b"the new fleet secret, 32 bytes or more"
+    by_old = entries.encode(ENTRY, FleetKeys([old]))
+    rotating = FleetKeys([new, old])
+    assert entries.decode(by_old, MATERIAL, rotating) == ENTRY
+    by_rotating = entries.encode(ENTRY, rotating)
+    assert entries.decode(by_rotating, MATERIAL, FleetKeys([new])) == ENTRY
+    with pytest.raises(EntryRejected) as err:
+        entries.decode(by_old, MATERIAL, FleetKeys([new]))
+    assert err.value.reason == "forged"
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"epoch": 8}, "future_epoch"),
+        ({"ttl_s": 601}, "ttl"),
+        ({"created_at_ms": 1_700_000_000_123 + entries.CLOCK_SKEW_MS + 1}, "future"),
+    ],
+)
+def test_check_bounds_refuses_epoch_ttl_and_creation_beyond_the_fleet(
+    change: dict[str, Any], why: str
+) -> None:
+    """An epoch above the store's, a TTL above the maximum or a creation time in the
+    future (beyond the skew allowance) is refused with its reason."""
+    import dataclasses
+
+    entries.check_bounds(ENTRY, 1_700_000_000_123, 7, 600)
+    with pytest.raises(EntryRejected) as err:
+        entries.check_bounds(dataclasses.replace(ENTRY, **change), 1_700_000_000_123, 7, 600)
+    assert err.value.reason == why
+
+
+def test_chunked_entry_round_trips_as_v4() -> None:
     """Chunk boundaries, token counts, offsets and the finish reason survive encoding."""
-    assert CHUNKED_ENCODED[3] == 2
+    assert CHUNKED_ENCODED[3] == 4
     decoded = entries.decode(CHUNKED_ENCODED, MATERIAL)
     assert decoded == CHUNKED
     assert [(m.size_bytes, m.tokens, m.offset_ms, d) for m, d in decoded.chunks()] == [
@@ -174,12 +230,12 @@ def test_unchunked_entry_replays_as_one_chunk() -> None:
     assert ENTRY.chunk_count == 1
 
 
-def test_v2_damage_and_truncation_are_rejected_as_corrupt() -> None:
-    """Any flipped byte or prefix of a chunked entry is 'corrupt'."""
+def test_v2_damage_and_truncation_are_rejected() -> None:
+    """Any flipped byte of a chunked entry is refused, any prefix is 'corrupt'."""
     for i in range(len(CHUNKED_ENCODED)):
         damaged = bytearray(CHUNKED_ENCODED)
         damaged[i] ^= 0x01
-        assert reason(bytes(damaged)) == "corrupt", f"flip at byte {i}"
+        assert reason(bytes(damaged)) in ("corrupt", "forged"), f"flip at byte {i}"
     for n in range(len(CHUNKED_ENCODED)):
         assert reason(CHUNKED_ENCODED[:n]) == "corrupt", f"truncated to {n} bytes"
 

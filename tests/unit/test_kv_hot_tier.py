@@ -106,7 +106,7 @@ async def test_new_fingerprint_demotes_previous_blocks_to_warm() -> None:
     v1 = version_tag("fp-v1")
     for key, h in zip(scope_keys, CHAIN, strict=True):
         assert key is not None
-        assert s.warm.values[(v1, key)] == encode_block(key, pattern(h))
+        assert s.warm.values[(v1, key)] == encode_block(key, pattern(h), s.warm.keys, v1)
     assert s.tier.stats.demoted_blocks == 3
 
 

@@ -16,7 +16,7 @@ from types import TracebackType
 from redis.exceptions import RedisClusterException, RedisError
 
 from sidecar.config import DEFAULTS
-from sidecar.errors import TierTimeout, TierUnavailable
+from sidecar.errors import StoreDistrusted, TierTimeout, TierUnavailable
 from sidecar.keys import KeyDigest
 
 _MIN_PAUSE_S = 0.05
@@ -134,3 +134,22 @@ class _Guarded:
             raise TierUnavailable(f"{guard._what}: {type(exc).__name__}: {exc}") from exc
         if exc is None:
             guard._passed()
+
+
+MAX_EPOCH = 2**53
+"""The largest epoch counter believed (an INCR-ed counter never gets near it)."""
+
+
+def parse_epoch(raw: object) -> int:
+    """The epoch counter as Redis returned it (None: 0). StoreDistrusted for a value no
+    sidecar writes: not a decimal integer, negative, or above MAX_EPOCH."""
+    if raw is None:
+        return 0
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+    if not text.isdigit() or len(text) > 16 or int(text) > MAX_EPOCH:
+        shown = text[:24] + ("..." if len(text) > 24 else "")
+        raise StoreDistrusted(
+            f"the store's epoch counter is {shown!r}, not an integer in [0, 2^53]: "
+            "someone else wrote it; serving no hits (docs/security.md)"
+        )
+    return int(text)

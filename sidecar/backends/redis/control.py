@@ -27,7 +27,7 @@ import structlog
 
 from sidecar.backends.redis import control_scripts as scripts
 from sidecar.backends.redis.backend import RedisBackend, connect
-from sidecar.backends.redis.client import RedisGuard, RedisKeys
+from sidecar.backends.redis.client import RedisGuard, RedisKeys, parse_epoch
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.rules import Rule, Selector
@@ -108,7 +108,7 @@ class RedisControlStore:
         """GET epoch."""
         async with self._guard(self._timeout):
             value = await self.client.redis.get(self._k("epoch"))
-        return int(value or 0)
+        return parse_epoch(value)
 
     async def commit_invalidation(
         self, selector: Selector, reason: str, caller: str, estimated_entries: int
@@ -144,7 +144,9 @@ class RedisControlStore:
                 keys=[self._k("dataset"), self._k("store"), self._k("epoch")],
                 args=[proposed_dataset],
             )
-        return StoreState(dataset.decode(), run.decode(), int(epoch), int(settling), int(now))
+        return StoreState(
+            dataset.decode(), run.decode(), parse_epoch(epoch), int(settling), int(now)
+        )
 
     async def republish(self, rules: Sequence[Rule], epoch: int) -> int:
         """ZADD NX each rule as committed (same member string), raise the epoch."""

@@ -106,7 +106,8 @@ if restarted > 0 then
   local ttl = tonumber(redis.call('HGET', KEYS[2], 'max_ttl') or '0')
   settling = math.max(0, restarted + ttl - now)
 end
-return {dataset, run, tonumber(redis.call('GET', KEYS[3]) or '0'), settling, now}
+-- The epoch as stored (validated by the sidecar: a counter it did not write is refused).
+return {dataset, run, redis.call('GET', KEYS[3]) or '0', settling, now}
 """
 
 REPUBLISH = """

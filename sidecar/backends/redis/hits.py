@@ -3,9 +3,14 @@
 Layout per model version V (h = first 16 hex digits of SHA-256(V), in a hash tag
 so that one version's keys share a Cluster slot):
     {prefix}{hits:h}:rank        sorted set, member = key digest hex, score = counted hits
-    {prefix}{hits:h}:q:<digest>  the hit record (JSON: key + model-server request), written
-                                 by attach (SET PX), its expiry refreshed by each merge that
-                                 counts a hit of it
+    {prefix}{hits:h}:q:<digest>  tag 32 B | the hit record (JSON: key + model-server
+                                 request), written by attach (SET PX), its expiry refreshed
+                                 by each merge that counts a hit of it
+The tag is the keyed BLAKE3 of (model version, digest, record) under the fleet's
+"hit-record" key: a record planted or altered without the fleet secret, or moved under
+another digest or version, reads as absent (prewarm skips it as not replayable) and is
+counted in `rejected_records`. The ranking's counts are not authenticated: a writer can
+reorder which authentic records are replayed first, not what is replayed.
 One Lua script adds a merge batch's counts, refreshes and trims (one call per batch of at
 most hits.MERGE_BATCH digests: bounded work per call). A record lives as long as its stored
 result until a counted hit extends it to the record TTL; records outlive a trim of their
@@ -18,10 +23,15 @@ import hashlib
 from collections.abc import Sequence
 from typing import cast
 
+import structlog
+
 from sidecar.backends.redis.backend import RedisBackend
 from sidecar.backends.redis.client import RedisGuard
 from sidecar.keys import KeyDigest
+from sidecar.macs import LOCAL, TAG_LEN, FleetKeys
 from sidecar.prewarm.hits import HotRequest
+
+log = structlog.get_logger("infercache.prewarm.hits")
 
 # KEYS[1] = ranking, KEYS[2..] = records; ARGV = ttl_ms, keep, then digest, count pairs.
 _MERGE = """
@@ -51,7 +61,12 @@ class RedisHitStore:
         max_per_version: int,
         ttl_ms: int,
         timeout_s: float,
+        keys: FleetKeys = LOCAL,
     ) -> None:
+        """`keys`: the fleet's MAC keys, which seal and verify every record."""
+        self._keys = keys
+        self.rejected_records = 0
+        """Records read back that failed their tag (treated as absent)."""
         self._client = client.redis
         self._prefix = key_prefix
         self._max = max_per_version
@@ -82,8 +97,9 @@ class RedisHitStore:
     ) -> None:
         """SET PX of the record, for min(ttl_ms, the record TTL)."""
         key = self._base(model_version) + "q:" + digest.hex()
+        tag = self._keys.sign("hit-record", model_version.encode(), digest, request)
         async with self._guard(self._timeout_s):
-            await self._client.set(key, request, px=max(1, min(ttl_ms, self._ttl_ms)))
+            await self._client.set(key, tag + request, px=max(1, min(ttl_ms, self._ttl_ms)))
 
     async def top(self, model_version: str, k: int) -> list[HotRequest]:
         """ZREVRANGE WITHSCORES, then MGET of the requests."""
@@ -101,7 +117,21 @@ class RedisHitStore:
                 list[bytes | None],
                 await self._client.mget([base + "q:" + m.decode() for m, _ in ranked]),
             )
-        return [
-            HotRequest(KeyDigest(bytes.fromhex(m.decode())), int(score), req)
-            for (m, score), req in zip(ranked, requests, strict=True)
-        ]
+        out = []
+        for (m, score), value in zip(ranked, requests, strict=True):
+            digest = KeyDigest(bytes.fromhex(m.decode()))
+            out.append(HotRequest(digest, int(score), self._open(model_version, digest, value)))
+        return out
+
+    def _open(self, model_version: str, digest: KeyDigest, value: bytes | None) -> bytes | None:
+        """The record a stored value holds if its tag verifies for this version and digest."""
+        if value is None:
+            return None
+        tag, record = value[:TAG_LEN], value[TAG_LEN:]
+        if len(value) > TAG_LEN and self._keys.verify(
+            "hit-record", tag, model_version.encode(), digest, record
+        ):
+            return record
+        self.rejected_records += 1
+        log.warning("hit_record_rejected", digest=digest.hex(), reason="forged")
+        return None

@@ -17,7 +17,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from sidecar.backends.redis import warm_scripts as scripts
-from sidecar.backends.redis.client import RedisGuard, RedisKeys
+from sidecar.backends.redis.client import RedisGuard, RedisKeys, parse_epoch
 from sidecar.backends.redis.single import ConnectionReader, SingleRedis, pack_args
 from sidecar.errors import TierUnavailable
 from sidecar.tiers.base import HeldRead, HoldAsk, WarmItem
@@ -90,7 +90,7 @@ class RedisHolding:
             reply = await self._run(self._reader, scripts.GET_OR_HOLD, keys, args)
         if not isinstance(reply, list) or len(reply) != 2 * len(asks) + 1:
             raise TierUnavailable("redis warm tier: read-and-hold answered an unexpected reply")
-        epoch = int(reply[0] or 0)
+        epoch = parse_epoch(reply[0])
         return [(reply[i], reply[i + 1] == 1) for i in range(1, len(reply), 2)], epoch
 
     async def _put_and_release(

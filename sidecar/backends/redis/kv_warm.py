@@ -12,12 +12,22 @@ from collections.abc import Sequence
 from sidecar.backends.redis.backend import RedisBackend
 from sidecar.backends.redis.client import RedisGuard
 from sidecar.kv.layout import BlockKey
+from sidecar.macs import LOCAL, FleetKeys
 
 
 class RedisKvWarmStore:
     """KvWarmStore on Redis (the sidecar's own client, shared with the result warm tier)."""
 
-    def __init__(self, client: RedisBackend, *, key_prefix: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: RedisBackend,
+        *,
+        key_prefix: str,
+        timeout_s: float,
+        keys: FleetKeys = LOCAL,
+    ) -> None:
+        """`keys`: the fleet's MAC keys (blocks are sealed with them, see kv/warm.py)."""
+        self.keys = keys
         self._client = client
         self._prefix = f"{key_prefix}kv:"
         self._versions_key = f"{self._prefix}versions"

@@ -18,7 +18,7 @@ import structlog
 
 from sidecar import entries
 from sidecar.backends.redis.backend import RedisBackend, connect
-from sidecar.backends.redis.client import RedisGuard, RedisKeys
+from sidecar.backends.redis.client import RedisGuard, RedisKeys, parse_epoch
 from sidecar.backends.redis.holding import RedisHolding
 from sidecar.backends.redis.single import SingleRedis
 from sidecar.config import DEFAULTS
@@ -123,7 +123,7 @@ class RedisWarmTier:
             replies = await self._reader.get([self._epoch_key, *keys])
         if not isinstance(replies, list) or len(replies) != len(keys) + 1:
             raise TierUnavailable("redis warm tier: MGET answered an unexpected reply")
-        epoch = int(replies[0] or 0)
+        epoch = parse_epoch(replies[0])
         del replies[0]
         return replies, epoch
 

@@ -56,7 +56,8 @@ def _rewrite_record(
     try:
         keys = [k for k in client.scan_iter(match="*:q:*") if b"hits" in k]
         assert len(keys) == 1, keys
-        value = client.get(keys[0]) or b""
+        value = client.get(keys[0])
+        assert isinstance(value, bytes)
         doc = json.loads(value[TAG_LEN:])
         change(doc)
         record = json.dumps(doc).encode()

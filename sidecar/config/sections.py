@@ -59,6 +59,7 @@ class RedisConfig:
         "redis+cluster://host:port,host:port,... for a Redis Cluster, docs/deploy.md); "
         "empty = embedded in-process warm tier",
         p.redis_url,
+        secret=True,  # it may carry a password: the section's repr leaves it out
     )
     key_prefix: str = setting("ic:v1:", "Prefix of every Redis key the sidecar writes")
     password_file: str | None = setting(

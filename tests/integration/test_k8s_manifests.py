@@ -6,6 +6,7 @@ validator into .venv-k8s; CI runs that target unconditionally).
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
@@ -239,3 +240,51 @@ def test_redis_overlays_set_the_warm_tier() -> None:
     assert url == f"redis://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/0"
     external = env_of(sidecar_of(objects(render(K8S / "overlays" / "external-redis"))))
     assert external["INFERCACHE_REDIS_URL"]["secretKeyRef"]["key"] == "redis-url"
+
+
+def _containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every container of the inference pod (init containers included), by name."""
+    spec = one(docs, "Deployment", "inference")["spec"]["template"]["spec"]
+    return {c["name"]: c for c in [*spec.get("initContainers", []), *spec["containers"]]}
+
+
+def _secret_value(docs: list[dict[str, Any]], ref: dict[str, Any]) -> bytes:
+    """The decoded value a secretKeyRef names, from the Secret in the rendering."""
+    ref = ref["secretKeyRef"]
+    secret = one(docs, "Secret", ref["name"])
+    return base64.b64decode(secret["data"][ref["key"]])
+
+
+def test_gateway_component_locks_vllm_behind_the_upstream_key() -> None:
+    """With components/gateway, vLLM requires an API key (VLLM_API_KEY, its --api-key)
+    from a Secret and the gateway sends the same one (INFERCACHE_GATEWAY_UPSTREAM_API_KEY),
+    so nobody who reaches pod-IP:8000 skips the tenants' keys; vLLM's probes stay on
+    /health, which vLLM serves without a key (it checks /v1/* only); the NetworkPolicy
+    admits no other pod to vLLM's port; the overlays without the gateway are unchanged."""
+    docs = objects(render(K8S / "overlays" / "gateway"))
+    containers = _containers(docs)
+    vllm, sidecar = containers["vllm"], containers["infercache"]
+    vllm_key, gateway_key = (
+        env_of(vllm)["VLLM_API_KEY"],
+        env_of(sidecar)["INFERCACHE_GATEWAY_UPSTREAM_API_KEY"],
+    )
+    assert "secretKeyRef" in vllm_key, "a Secret, never an inline value"
+    assert vllm_key == gateway_key
+    assert len(_secret_value(docs, vllm_key)) >= 32
+    assert not any("--api-key" in a for a in vllm.get("args", [])), "not on the command line"
+    # The gateway calls this very vLLM: the sidecar's upstream is vLLM's port on loopback.
+    [http] = [p for p in vllm["ports"] if p["name"] == "http"]
+    upstream = env_of(sidecar)["INFERCACHE_MODEL_SERVER_URL"]
+    assert upstream == f"http://127.0.0.1:{http['containerPort']}"
+    for probe in ("readinessProbe", "startupProbe"):
+        get = vllm[probe]["httpGet"]
+        assert get["port"] in ("http", http["containerPort"]), probe
+        assert not get["path"].startswith("/v1"), f"{probe}: vLLM asks a key on /v1/* only"
+    policy = one(docs, "NetworkPolicy", "inference")["spec"]
+    opened = {p["port"] for r in policy["ingress"] for p in r.get("ports", [])}
+    assert not opened & {"http", http["containerPort"]}, opened
+    service = one(docs, "Service", "inference")["spec"]["ports"]
+    assert [p["targetPort"] for p in service] == ["gateway"]
+    for name in ("dev-redis", "external-redis"):
+        plain = _containers(objects(render(K8S / "overlays" / name)))
+        assert "VLLM_API_KEY" not in env_of(plain["vllm"]), name

@@ -17,12 +17,14 @@ import pytest
 import yaml
 
 from sidecar.config import SETTINGS
+from tests.support.kubelet import File, Process, mounted_files, permits, process_of
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())
 K8S_VERSION = "1.33.0"
 GIB = 1 << 30
+DOCKERFILE_USER = (10001, 10001)  # the image's USER 10001:10001
 
 
 def _validator() -> str | None:
@@ -288,3 +290,45 @@ def test_gateway_component_locks_vllm_behind_the_upstream_key() -> None:
     for name in ("dev-redis", "external-redis"):
         plain = _containers(objects(render(K8S / "overlays" / name)))
         assert "VLLM_API_KEY" not in env_of(plain["vllm"]), name
+
+
+def test_the_kubelet_mount_model_itself() -> None:
+    """The model refuses what the kernel refuses: a root-owned 0440 file for another
+    user without the group, and root once ALL capabilities are dropped."""
+    secret = File(0, 0, 0o440)
+    user = Process(10001, 10001, frozenset(), dac_override=False)
+    assert not permits(user, secret, "r")
+    assert permits(Process(10001, 10001, frozenset({0}), False), secret, "r")
+    assert permits(Process(0, 0, frozenset(), dac_override=True), File(10001, 10001, 0o600), "rw")
+    assert not permits(Process(0, 0, frozenset(), dac_override=False), File(10001, 1, 0o600), "r")
+    pod = {
+        "securityContext": {"fsGroup": 2000},
+        "volumes": [
+            {"name": "s", "secret": {"defaultMode": 0o400, "items": [{"key": "k", "path": "f"}]}}
+        ],
+    }
+    container = {"volumeMounts": [{"name": "s", "mountPath": "/etc/s"}]}
+    assert mounted_files(pod, container) == {"/etc/s/f": File(0, 2000, 0o440)}
+    assert process_of(pod, {}, (10001, 10001)).groups == {2000}
+
+
+def test_every_container_can_read_the_secret_files_mounted_into_it(
+    rendering: tuple[str, str],
+) -> None:
+    """As the kubelet mounts them (defaultMode 0440, root-owned, the pod's fsGroup as
+    group), each Secret file a container mounts is readable by the user it runs as:
+    without an fsGroup the non-root sidecar (uid 10001) could not read its admin tokens
+    and `infercache serve` exited 2."""
+    name, text = rendering
+    docs = objects(text)
+    pod = one(docs, "Deployment", "inference")["spec"]["template"]["spec"]
+    checked = 0
+    for container in _containers(docs).values():
+        process = process_of(pod, container, DOCKERFILE_USER)
+        for path, file in mounted_files(pod, container).items():
+            assert file.mode & 0o007 == 0, f"{name}: {path} readable by any user"
+            assert permits(process, file, "r"), f"{name}: {container['name']} cannot read {path}"
+            checked += 1
+    assert checked >= 1
+    # The ownership change skips a volume whose root already has the group (the weights).
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"

@@ -153,23 +153,62 @@ def _bytes(quantity: str) -> int:
     return int(quantity)
 
 
-def test_shm_is_memory_backed_shared_and_fits_the_kv_pool(rendering: tuple[str, str]) -> None:
-    """Both containers mount one memory-backed emptyDir at /dev/shm, larger than the KV
-    pool, and the sidecar's memory limit covers the pool it touches."""
+def test_only_the_kv_pool_volume_is_shared_and_it_fits_the_pool(
+    rendering: tuple[str, str],
+) -> None:
+    """Both containers mount one memory-backed emptyDir at INFERCACHE_KV_SHM_DIR, larger
+    than the KV pool; it is the only volume they share writable, vLLM's /dev/shm is its
+    own; the sidecar's memory limit covers the pool it touches."""
     _, text = rendering
     docs = objects(text)
     spec = one(docs, "Deployment", "inference")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
-    sidecar = sidecar_of(docs)
+    sidecar, vllm = sidecar_of(docs), _containers(docs)["vllm"]
     env = env_of(sidecar)
-    assert env["INFERCACHE_KV_SHM_DIR"] == "/dev/shm"
+    pool_dir = env["INFERCACHE_KV_SHM_DIR"]
     pool = _bytes(env["INFERCACHE_KV_POOL_BYTES"])
-    for container in [sidecar, *spec["containers"]]:
-        [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    names = set()
+    for container in (sidecar, vllm):
+        [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == pool_dir]
         shm = volumes[mount["name"]]["emptyDir"]
         assert shm["medium"] == "Memory"
         assert _bytes(shm["sizeLimit"]) > pool
+        names.add(mount["name"])
+    assert len(names) == 1, "one volume, at the same path in both"
+
+    def writable(c: dict[str, Any]) -> set[str]:
+        return {m["name"] for m in c["volumeMounts"] if not m.get("readOnly")}
+
+    assert writable(sidecar) & writable(vllm) == names
+    [vllm_shm] = [m for m in vllm["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    assert volumes[vllm_shm["name"]]["emptyDir"]["medium"] == "Memory"
+    assert "/dev/shm" not in [m["mountPath"] for m in sidecar["volumeMounts"]]
     assert _bytes(sidecar["resources"]["limits"]["memory"]) > pool
+
+
+def test_vllm_runs_confined_and_can_still_map_the_kv_pool(rendering: tuple[str, str]) -> None:
+    """vLLM's container runs as a non-root user without privilege escalation or
+    capabilities, on a read-only root filesystem, under RuntimeDefault seccomp, with a
+    writable HOME; and that user may read and write the KV pool file the sidecar
+    creates (mode 0600, owned by the sidecar's user)."""
+    _, text = rendering
+    docs = objects(text)
+    pod = one(docs, "Deployment", "inference")["spec"]["template"]["spec"]
+    vllm = _containers(docs)["vllm"]
+    ctx = vllm["securityContext"]
+    assert ctx["runAsNonRoot"] is True
+    assert ctx["runAsUser"] != 0
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in ctx["capabilities"]
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["seccompProfile"]["type"] == "RuntimeDefault"
+    home = env_of(vllm)["HOME"]
+    writable = [m["mountPath"] for m in vllm["volumeMounts"] if not m.get("readOnly")]
+    assert any(home == w or home.startswith(w + "/") for w in writable), home
+    sidecar_user = process_of(pod, sidecar_of(docs), DOCKERFILE_USER)
+    pool_file = File(sidecar_user.uid, sidecar_user.gid, 0o600)  # torch_pool.py's chmod
+    assert permits(process_of(pod, vllm, (0, 0)), pool_file, "rw")
 
 
 def test_admin_tokens_come_from_a_secret_file(rendering: tuple[str, str]) -> None:

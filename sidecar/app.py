@@ -38,6 +38,7 @@ from sidecar.keys import KeyLimits
 from sidecar.kv.generations import SharedGenerations
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
+from sidecar.kv.pool_files import remove_stale
 from sidecar.kv.preload import TorchPreload
 from sidecar.observability.metrics import (
     register_event_metrics,
@@ -168,6 +169,10 @@ def build_kv(config: Config, stores: Stores, identity: IdentityCell) -> KvHotTie
     with the first attachment. It accepts attachments of the pod's own model only (the
     fingerprint in force now), when the pod knows its fingerprint."""
     device, shm_dir = config.kv.device, config.kv.shm_dir
+    if device == "cpu":
+        # A killed predecessor's pool (1 GiB by default) would otherwise stay in the volume.
+        for path, size in remove_stale(shm_dir):
+            log.warning("kv_stale_pool_file_removed", path=path, bytes=size)
     torch = TorchPreload()
 
     def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:

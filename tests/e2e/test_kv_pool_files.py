@@ -31,6 +31,11 @@ def _attach(target: str) -> pb.AttachHotTierResponse:
     return resp
 
 
+def _start(shm: Path) -> SidecarProcess:
+    """A sidecar with the KV tier and an 8 MiB pool in `shm`."""
+    return SidecarProcess(None, kv_enabled=True, kv_shm_dir=str(shm), kv_pool_bytes="8MiB")
+
+
 def _ours(directory: Path) -> set[str]:
     """Names of the regular files (not links) in `directory` that have our pattern."""
     return {
@@ -47,8 +52,7 @@ def test_a_killed_sidecars_pool_files_are_removed_by_the_next_start(tmp_path: Pa
     pytest.importorskip("torch")
     shm = tmp_path / "shm"
     shm.mkdir()
-    settings = {"kv_enabled": True, "kv_shm_dir": str(shm), "kv_pool_bytes": "8MiB"}
-    first = SidecarProcess(None, **settings)
+    first = _start(shm)
     try:
         first.wait_ready()
         _attach(first.target)
@@ -66,7 +70,7 @@ def test_a_killed_sidecars_pool_files_are_removed_by_the_next_start(tmp_path: Pa
     (shm / "unrelated").write_bytes(b"x")
     os.symlink(shm / "unrelated", shm / "infercache-kv-2-0123456789abcdef")
     (shm / "infercache-kvgen-3-0123456789abcdef").mkdir()
-    second = SidecarProcess(None, **settings)
+    second = _start(shm)
     try:
         second.wait_ready()
         left = set(os.listdir(shm))

@@ -371,3 +371,24 @@ def test_every_container_can_read_the_secret_files_mounted_into_it(
     assert checked >= 1
     # The ownership change skips a volume whose root already has the group (the weights).
     assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+
+
+def test_production_overlay_serves_the_admin_plane_over_mtls() -> None:
+    """external-redis (production) adds components/admin-tls: the admin listener's
+    certificate, key and client CA are files of a mounted Secret (readable by the
+    sidecar: see the Secret-files test), so tokens never cross the network in clear;
+    the development overlays stay plaintext (no CA can ship in this repository)."""
+    docs = objects(render(K8S / "overlays" / "external-redis"))
+    pod = one(docs, "Deployment", "inference")["spec"]["template"]["spec"]
+    sidecar = sidecar_of(docs)
+    env = env_of(sidecar)
+    files = mounted_files(pod, sidecar)
+    for name in ("CERT", "KEY", "CLIENT_CA"):
+        assert env[f"INFERCACHE_ADMIN_TLS_{name}_FILE"] in files, name
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    [mount] = [m for m in sidecar["volumeMounts"] if m["mountPath"] == "/etc/infercache/admin-tls"]
+    assert volumes[mount["name"]]["secret"]["secretName"] == "infercache-admin-tls"
+    for name in ("dev-redis", "gateway"):
+        assert "INFERCACHE_ADMIN_TLS_CERT_FILE" not in env_of(
+            sidecar_of(objects(render(K8S / "overlays" / name)))
+        )

@@ -235,6 +235,10 @@ FREE_TEXT_SETTINGS = {
     "redis_tls_ca_file",
     "redis_tls_cert_file",
     "redis_tls_key_file",
+    # Paths, checked against each other (and read when the admin listener starts).
+    "admin_tls_cert_file",
+    "admin_tls_key_file",
+    "admin_tls_client_ca_file",
 }
 
 
@@ -473,6 +477,10 @@ HISTORICAL_VARIABLES = [
     "REDIS_TLS_CERT_FILE",
     "REDIS_TLS_KEY_FILE",
     "REDIS_TLS_VERIFY_HOSTNAME",
+    # Added with the admin plane's TLS (issue 25).
+    "ADMIN_TLS_CERT_FILE",
+    "ADMIN_TLS_KEY_FILE",
+    "ADMIN_TLS_CLIENT_CA_FILE",
 ]
 
 

@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("host",),
     ("server", "gateway"),
     ("app",),
-    ("api", "backends"),
+    ("api", "backends", "fleet"),
     ("prewarm",),
     ("wire",),
     ("results",),

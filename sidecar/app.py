@@ -7,9 +7,7 @@ backends/stores.py's build_stores.
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -21,8 +19,9 @@ from sidecar.api.cache_codec import key_request_from_record
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
 from sidecar.backends.stores import Stores, build_stores, probe_stores
-from sidecar.config import Config, ConfigError
+from sidecar.config import Config
 from sidecar.errors import TierUnavailable
+from sidecar.fleet import fleet_keys, lease_signer, readopt_secret
 from sidecar.identity.cell import IdentityCell
 from sidecar.identity.measure import identify_pod as measure_pod
 from sidecar.identity.measure import identity_watcher
@@ -33,13 +32,13 @@ from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.invalidator import Durability, Invalidator
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
-from sidecar.invalidation.store import ControlStore
 from sidecar.keys import KeyLimits
 from sidecar.kv.generations import SharedGenerations
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.kv.pool import SlotPool
+from sidecar.kv.pool_files import remove_stale
 from sidecar.kv.preload import TorchPreload
-from sidecar.macs import FleetKeys, read_secret_file
+from sidecar.macs import FleetKeys
 from sidecar.observability.metrics import (
     register_event_metrics,
     register_kv_metrics,
@@ -66,62 +65,6 @@ log = structlog.get_logger("infercache.app")
 
 # gRPC framing and the other fields of a Store need room beyond the payload itself.
 MESSAGE_HEADROOM = 1024 * 1024
-
-
-def fleet_keys(config: Config) -> FleetKeys:
-    """The fleet's MAC keys: from INFERCACHE_FLEET_SECRET_FILE (and the previous secret
-    while rotating), else a fixed public key on the development switch, else (the
-    embedded store: nothing is shared) a random key of this process. ConfigError when
-    a file cannot be read or holds too short a secret."""
-    f = config.fleet
-    if f.secret_file:
-        secrets = []
-        for name, path in (
-            ("INFERCACHE_FLEET_SECRET_FILE", f.secret_file),
-            ("INFERCACHE_FLEET_PREVIOUS_SECRET_FILE", f.previous_secret_file),
-        ):
-            if path:
-                try:
-                    secrets.append(read_secret_file(path))
-                except ValueError as exc:
-                    raise ConfigError(f"{name}: {exc}") from exc
-        return FleetKeys(secrets)
-    if f.insecure_dev_no_secret:
-        log.warning(
-            "insecure_dev_no_fleet_secret",
-            detail="INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET: values in Redis are signed with a "
-            "public key; anyone who can write to Redis can forge hits",
-        )
-        return FleetKeys.insecure_dev()
-    return FleetKeys.ephemeral()
-
-
-async def lease_signer(config: Config, control: ControlStore, keys: FleetKeys) -> LeaseSigner:
-    """The configured secret, else one derived from the fleet secret, else the
-    deployment's shared one, else (store down) a local one."""
-    if config.lease.secret:
-        return LeaseSigner(config.lease.secret.encode())
-    if config.fleet.secret_file or not control.shared:
-        # Never the copy in the store: whoever can read Redis could forge leases with it.
-        return LeaseSigner(keys.derived("lease"))
-    for attempt in range(5):
-        try:
-            return LeaseSigner(await control.shared_secret(os.urandom(32)))
-        except TierUnavailable as exc:
-            log.warning("lease_secret_unavailable", attempt=attempt, error=str(exc))
-            await asyncio.sleep(0.3)
-    log.warning(
-        "lease_secret_local",
-        detail="store unreachable at start: leases verify only on this sidecar until restart; "
-        "set INFERCACHE_LEASE_SECRET to avoid this",
-    )
-    return LeaseSigner(os.urandom(32))
-
-
-async def readopt_secret(signer: LeaseSigner, control: ControlStore) -> None:
-    """After the store lost its data (and the shared secret with it): offer ours again
-    and sign with whichever the store now holds, so every sidecar agrees once more."""
-    signer.rekey(await control.shared_secret(signer.secret))
 
 
 def policy_watcher(config: Config) -> PolicyWatcher:
@@ -206,6 +149,10 @@ def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: Flee
     with the first attachment. It accepts attachments of the pod's own model only (the
     fingerprint in force now), when the pod knows its fingerprint."""
     device, shm_dir = config.kv.device, config.kv.shm_dir
+    if device == "cpu":
+        # A killed predecessor's pool (1 GiB by default) would otherwise stay in the volume.
+        for path, size in remove_stale(shm_dir):
+            log.warning("kv_stale_pool_file_removed", path=path, bytes=size)
     torch = TorchPreload()
 
     def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:

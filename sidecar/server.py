@@ -22,7 +22,7 @@ from sidecar.api.auth import AdminAuth
 from sidecar.api.cache_servicer import CacheServicer, server_info_pb
 from sidecar.api.decode import add_decoded
 from sidecar.api.kv_servicer import KvServicer
-from sidecar.api.listeners import listen
+from sidecar.api.listeners import admin_credentials, listen
 from sidecar.api.observe import RpcObserver
 from sidecar.api.streams import StreamSettings
 from sidecar.app import MESSAGE_HEADROOM, App
@@ -165,7 +165,8 @@ async def start_grpc(app: App) -> GrpcPlanes:
         )
         add_decoded(admin_pb2_grpc.add_AdminServiceServicer_to_server, admin_servicer, admin_server)
         _add_health_and_reflection(admin_server, health_servicer, [ADMIN_SERVICE])
-        admin_ports = listen(admin_server, config.admin.listen, "INFERCACHE_ADMIN_LISTEN")
+        tls = admin_credentials(config.admin)
+        admin_ports = listen(admin_server, config.admin.listen, "INFERCACHE_ADMIN_LISTEN", tls)
         await admin_server.start()
     health_server: grpc.aio.Server | None = None
     health_ports: list[int] = []

@@ -1,5 +1,6 @@
 """Binding the gRPC servers' addresses, with errors that name the setting (before gRPC's
-C core prints its own line)."""
+C core prints its own line), plaintext or TLS (the admin plane's certificate, and
+optionally the CA its clients' certificates must chain to)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import os
 import socket
 
 import grpc
+
+from sidecar.config import AdminConfig
+
+MAX_PEM_BYTES = 1024 * 1024
 
 
 def check_bindable(addr: str) -> None:
@@ -54,15 +59,51 @@ def _check_socket_dir(addr: str) -> None:
         raise OSError(f"cannot listen on {addr}: cannot create a socket in {parent}")
 
 
-def listen(server: grpc.aio.Server, addresses: tuple[str, ...], variable: str) -> list[int]:
-    """Bind each address; OSError naming `variable` (the setting) when one cannot be."""
+def listen(
+    server: grpc.aio.Server,
+    addresses: tuple[str, ...],
+    variable: str,
+    credentials: grpc.ServerCredentials | None = None,
+) -> list[int]:
+    """Bind each address, with TLS when `credentials` are given; OSError naming
+    `variable` (the setting) when one cannot be."""
     ports = []
     for addr in addresses:
         try:
             check_bindable(addr)
-            ports.append(server.add_insecure_port(addr))
+            if credentials is None:
+                ports.append(server.add_insecure_port(addr))
+            else:
+                ports.append(server.add_secure_port(addr, credentials))
         except RuntimeError as exc:
             raise OSError(f"{variable}: cannot listen on {addr}: {exc}") from exc
         except OSError as exc:
             raise OSError(f"{variable}: {exc}") from exc
     return ports
+
+
+def admin_credentials(admin: AdminConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials of the admin listener (None: plaintext): its certificate and key,
+    and, with INFERCACHE_ADMIN_TLS_CLIENT_CA_FILE, a client certificate that CA signed
+    required on every connection. OSError naming the setting of an unreadable file."""
+    if not admin.tls_cert_file or not admin.tls_key_file:
+        return None
+    chain = _pem(admin.tls_cert_file, "INFERCACHE_ADMIN_TLS_CERT_FILE")
+    key = _pem(admin.tls_key_file, "INFERCACHE_ADMIN_TLS_KEY_FILE")
+    client_ca = admin.tls_client_ca_file
+    roots = _pem(client_ca, "INFERCACHE_ADMIN_TLS_CLIENT_CA_FILE") if client_ca else None
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=roots, require_client_auth=roots is not None
+    )
+
+
+def _pem(path: str, variable: str) -> bytes:
+    """A PEM file's bytes; OSError naming `variable` (never quoting the content)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PEM_BYTES + 1)
+    except OSError as exc:
+        raise OSError(f"{variable}: cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_PEM_BYTES or b"-----BEGIN " not in data:
+        raise OSError(f"{variable}: {path} is not a PEM file")
+    return data

@@ -61,7 +61,7 @@ def admin_target(text: str) -> str:
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    """--admin, --token-env and --timeout, shared by every admin subcommand."""
+    """--admin, --token-env, --timeout and the TLS files, shared by every admin subcommand."""
     p.add_argument(
         "--admin",
         required=True,
@@ -77,6 +77,22 @@ def add_common(p: argparse.ArgumentParser) -> None:
         "server's NAME=TOKEN pair (default INFERCACHE_ADMIN_TOKEN)",
     )
     p.add_argument("--timeout", type=float, default=30.0, help="overall deadline in seconds")
+    tls = p.add_argument_group("TLS (an admin listener with INFERCACHE_ADMIN_TLS_CERT_FILE)")
+    tls.add_argument(
+        "--tls-ca-file",
+        metavar="PEM",
+        help="connect with TLS, verifying the listener's certificate against this CA",
+    )
+    tls.add_argument(
+        "--tls-cert-file", metavar="PEM", help="client certificate (a listener with a client CA)"
+    )
+    tls.add_argument("--tls-key-file", metavar="PEM", help="the client certificate's key")
+    tls.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="name the listener's certificate must carry when --admin is an address it "
+        "does not name (a pod IP)",
+    )
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -141,7 +157,21 @@ def connect_admin(args: argparse.Namespace) -> AdminClient | None:
     if not token:
         print(f"infercache: set {args.token_env} to an admin token", file=sys.stderr)
         return None
-    return AdminClient(args.admin, token)
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        print("infercache: --tls-cert-file and --tls-key-file go together", file=sys.stderr)
+        return None
+    try:
+        return AdminClient(
+            args.admin,
+            token,
+            tls_ca_file=args.tls_ca_file,
+            tls_cert_file=args.tls_cert_file,
+            tls_key_file=args.tls_key_file,
+            tls_server_name=args.tls_server_name,
+        )
+    except OSError as exc:
+        print(f"infercache: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return None
 
 
 def fail(what: str, exc: grpc.RpcError, args: argparse.Namespace | None = None) -> int:

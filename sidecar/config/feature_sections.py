@@ -236,8 +236,9 @@ class GatewayConfig:
     )
     tenant_header: str = setting(
         "",
-        "Trusted request header naming the tenant (only behind a proxy that sets it); "
-        "empty = API keys only",
+        "Request header naming the tenant: with a keys file it must match the key's "
+        "tenant; without one it alone names the tenant (only behind an authenticating "
+        "proxy that strips it from clients); empty = API keys only",
         p.header_name,
     )
     default_prompt_version: str = setting(

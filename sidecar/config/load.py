@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from sidecar.config.fields import ENV_PREFIX, Setting, section_settings
 from sidecar.config.parsers import token_map
-from sidecar.config.sections import Config, RedisConfig
+from sidecar.config.sections import AdminConfig, Config, RedisConfig
 
 
 class ConfigError(ValueError):
@@ -63,6 +63,8 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
     # Checked here, before the start's slow imports: opening a FIFO would block forever.
     _not_special(values["policy"]["file"], "INFERCACHE_POLICY_FILE")
     _not_special(admin["tokens_file"], "INFERCACHE_ADMIN_TOKENS_FILE")
+    for name in ADMIN_TLS_FILES:
+        _not_special(admin[name], f"INFERCACHE_ADMIN_{name.upper()}")
     _not_special(values["gateway"]["keys_file"], "INFERCACHE_GATEWAY_KEYS_FILE")
     for name in REDIS_FILES:
         _not_special(values["redis"][name], f"INFERCACHE_REDIS_{name.upper()}")
@@ -186,10 +188,32 @@ def _check_fleet(c: Config) -> None:
             raise ConfigError(f"INFERCACHE_FLEET_{name.upper()}: {path} is not a file")
 
 
+ADMIN_TLS_FILES = ("tls_cert_file", "tls_key_file", "tls_client_ca_file")
+"""AdminConfig's TLS file settings (INFERCACHE_ADMIN_<NAME>)."""
+
+
+def _check_admin_tls(a: AdminConfig) -> None:
+    """The admin plane's TLS files go together and exist (read when the listener starts)."""
+    if bool(a.tls_cert_file) != bool(a.tls_key_file):
+        raise ConfigError(
+            "INFERCACHE_ADMIN_TLS_CERT_FILE and INFERCACHE_ADMIN_TLS_KEY_FILE go together"
+        )
+    if a.tls_client_ca_file and not a.tls_cert_file:
+        raise ConfigError(
+            "INFERCACHE_ADMIN_TLS_CLIENT_CA_FILE needs INFERCACHE_ADMIN_TLS_CERT_FILE and "
+            "_KEY_FILE (client certificates are asked for over TLS only)"
+        )
+    for name in ADMIN_TLS_FILES:
+        path = getattr(a, name)
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"INFERCACHE_ADMIN_{name.upper()}: {path} is not a file")
+
+
 def check_consistency(c: Config) -> None:
     """Settings that are valid alone but not together: ConfigError naming both."""
     _check_redis(c.redis)
     _check_fleet(c)
+    _check_admin_tls(c.admin)
     ttl, limits = c.ttl, c.limits
     if ttl.default_ttl_s > ttl.max_ttl_s:
         raise ConfigError(

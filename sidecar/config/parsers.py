@@ -10,7 +10,7 @@ import re
 from typing import Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
-from sidecar.config.redis_urls import is_cluster_url, parse_cluster_url
+from sidecar.config.redis_urls import check_query, is_cluster_url, parse_cluster_url, redacted
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9}
 _SIZE_UNITS |= {"kib": 1024, "mib": 1024**2, "gib": 1024**3}
@@ -207,7 +207,8 @@ def optional_str(text: str) -> str | None:
 
 def redis_url(text: str) -> str | None:
     """A redis://, rediss:// or unix:// URL, or a cluster's redis+cluster://HOST:PORT,...
-    (rediss+cluster:// with TLS); empty means None (the embedded tier)."""
+    (rediss+cluster:// with TLS); empty means None (the embedded tier). Its query may
+    hold only db=N. No message echoes the URL but `redacted()`: it may hold a password."""
     url = text.strip()
     if not url:
         return None
@@ -217,14 +218,14 @@ def redis_url(text: str) -> str | None:
     if not re.match(r"^(redis|rediss|unix)://", url):
         raise ValueError(
             f"expected redis://, rediss:// or unix:// (or redis+cluster://HOST:PORT,...), "
-            f"got {url!r}"
+            f"got {redacted(url)!r}"
         )
+    check_query(url)
     parts = urlsplit(url)
     try:
         port = parts.port  # ValueError when not a number in 0..65535
     except ValueError:
         port = 0
-    # Neither message echoes the URL: it may hold a password.
     if port == 0:
         raise ValueError(f"the URL's port is not a number in 1 to {_MAX_PORT}")
     # The database is the path (redis://) or ?db= (unix://, redis:// too): an integer.

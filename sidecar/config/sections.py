@@ -59,6 +59,7 @@ class RedisConfig:
         "redis+cluster://host:port,host:port,... for a Redis Cluster, docs/deploy.md); "
         "empty = embedded in-process warm tier",
         p.redis_url,
+        secret=True,  # it may carry a password: the section's repr leaves it out
     )
     key_prefix: str = setting("ic:v2:", "Prefix of every Redis key the sidecar writes")
     password_file: str | None = setting(
@@ -178,7 +179,7 @@ class TtlConfig:
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
-    """The admin plane: listener and bearer tokens."""
+    """The admin plane: listener, bearer tokens and TLS."""
 
     PREFIX: ClassVar[str] = "admin_"
     listen: tuple[str, ...] = setting(
@@ -195,6 +196,20 @@ class AdminConfig:
     tokens_file: str | None = setting(
         None,
         "File with one NAME=TOKEN per line, merged with INFERCACHE_ADMIN_TOKENS",
+        p.optional_str,
+    )
+    tls_cert_file: str | None = setting(
+        None,
+        "PEM certificate (chain) the admin listener serves TLS with; empty = plaintext",
+        p.optional_str,
+    )
+    tls_key_file: str | None = setting(
+        None, "PEM private key of INFERCACHE_ADMIN_TLS_CERT_FILE", p.optional_str
+    )
+    tls_client_ca_file: str | None = setting(
+        None,
+        "PEM CA(s): admin clients must present a certificate they signed (mTLS), on top "
+        "of the bearer token; empty = no client certificate asked",
         p.optional_str,
     )
 

@@ -5,9 +5,16 @@
     globex=sk-globex-0123456789abcdef
 
 The tenant comes from authentication only, never from the body: `Authorization:
-Bearer KEY` (or `api-key: KEY`, as Azure-style clients send it). A trusted header
-names the tenant only when the operator configured one (a proxy in front that sets
-it). The file is re-read when its size or mtime changes; a file that no longer
+Bearer KEY` (or `api-key: KEY`, as Azure-style clients send it). A trusted tenant
+header (INFERCACHE_GATEWAY_TENANT_HEADER) is read only when the operator configured one:
+
+- with a keys file too, the key still decides: no key or an unknown key is 401 whatever
+  the header says, and a header naming another tenant than the key's is 403;
+- without a keys file, the header alone names the tenant: the front proxy that sets it
+  has authenticated the caller (and must strip the header from what clients send);
+  a request without it is 401.
+
+The file is re-read when its size or mtime changes; a file that no longer
 parses keeps the keys in force and is logged. A file with no keys is a valid file
 that revokes every key (logged as a warning, at start and on reload): replace the file
 atomically (a Kubernetes Secret volume does), or a reader may see it truncated.
@@ -81,6 +88,8 @@ class ApiKeys:
     ) -> None:
         self._keys = dict(keys)
         self._path = path
+        # Keys configured (a file, even one emptied to revoke them all): a key is required.
+        self._keyed = path is not None or bool(keys)
         self._stamp = _stamp(path) if path else None
         self.tenant_header = tenant_header.encode("latin-1")
         self.reloads = 0
@@ -89,25 +98,25 @@ class ApiKeys:
     @classmethod
     def load(cls, path: str | None, tenant_header: str = "") -> ApiKeys:
         """From the file at `path` (None: no keys; every request is 401 unless a trusted
-        header is configured). Raises OSError / ValueError when the file is unusable."""
+        header is configured, which then names the tenant alone). Raises OSError /
+        ValueError when the file is unusable."""
         keys = read_keys(path) if path else {}
-        if not keys and not tenant_header:
+        if not keys and (path or not tenant_header):
             log.warning("gateway_no_keys", path=path, effect="every request is 401")
         return cls(keys, path, tenant_header)
 
     def tenant(self, headers: Mapping[bytes, bytes]) -> str:
-        """The authenticated tenant of a request's (lower-cased) headers."""
-        if self.tenant_header:
-            named = headers.get(self.tenant_header)
-            if named:
-                tenant = _tenant_named(named, self.tenant_header.decode("latin-1"))
-                if tenant:
-                    return tenant
+        """The authenticated tenant of a request's (lower-cased) headers: 401 without
+        valid credentials, 403 when a trusted header names another tenant than the key."""
+        named = self._named(headers)
+        if named is not None and not self._keyed:
+            return named  # header mode: the front proxy authenticated the caller
         key = _presented_key(headers)
         if key is None:
+            wanted = "Authorization: Bearer <key>" if self._keyed else self._header_name
             raise HttpError(
                 401,
-                "missing API key: send Authorization: Bearer <key>",
+                f"missing API key: send {wanted}",
                 kind="authentication_error",
                 code="invalid_api_key",
             )
@@ -116,7 +125,27 @@ class ApiKeys:
             raise HttpError(
                 401, "unknown API key", kind="authentication_error", code="invalid_api_key"
             )
+        if named is not None and named != found:
+            # The header may only confirm the key's tenant, never widen a key to another.
+            raise HttpError(
+                403,
+                f"{self._header_name} names another tenant than the API key's",
+                kind="permission_error",
+                param=self._header_name,
+                code="tenant_mismatch",
+            )
         return found
+
+    @property
+    def _header_name(self) -> str:
+        return self.tenant_header.decode("latin-1")
+
+    def _named(self, headers: Mapping[bytes, bytes]) -> str | None:
+        """The tenant the trusted header names (None: none configured, or not sent)."""
+        if not self.tenant_header:
+            return None
+        raw = headers.get(self.tenant_header)
+        return (_tenant_named(raw, self._header_name) or None) if raw else None
 
     def _lookup(self, key: str) -> str | None:
         tenant = self._keys.get(key)

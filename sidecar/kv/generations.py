@@ -16,13 +16,12 @@ of the new contents sees the new generation when it reads it after its copy.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
-import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
+
+from sidecar.kv.pool_files import GENERATIONS_PREFIX, create_locked
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +80,15 @@ class SharedGenerations:
 
     def __init__(self, num_slots: int, directory: str) -> None:
         self.size_bytes = 8 * num_slots
-        self.path = str(Path(directory) / f"infercache-kvgen-{os.getpid()}-{secrets.token_hex(8)}")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        # Locked for the sidecar's life: the next start removes it only if we are gone.
+        self._file = create_locked(directory, GENERATIONS_PREFIX)
+        self.path = self._file.path
         try:
-            os.ftruncate(fd, self.size_bytes)
-            self._map = mmap.mmap(fd, self.size_bytes)
-        finally:
-            os.close(fd)
+            os.ftruncate(self._file.fd, self.size_bytes)
+            self._map = mmap.mmap(self._file.fd, self.size_bytes)
+        except BaseException:
+            self._file.release()
+            raise
         # An aligned 8-byte item per slot: each store is one machine word.
         self._view = memoryview(self._map).cast("Q")
 
@@ -110,5 +111,4 @@ class SharedGenerations:
         """Unmap and unlink (mappers keep their mapping)."""
         self._view.release()
         self._map.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        self._file.release()

@@ -18,17 +18,16 @@ One uint8 tensor of shape [num_slots, slot_bytes]:
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import secrets
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
 from sidecar.errors import FailedPrecondition
 from sidecar.kv.pool import CudaIpcExport, PoolLocation, SharedMemoryExport
+from sidecar.kv.pool_files import POOL_PREFIX, create_locked
 
 
 def _normalise_uuid(uuid: str) -> str:
@@ -46,8 +45,11 @@ class SharedMemorySlotPool:
         self.num_slots = num_slots
         self.slot_bytes = slot_bytes
         self.size_bytes = num_slots * slot_bytes
-        self.path = str(Path(directory) / f"infercache-kv-{os.getpid()}-{self.pool_id}")
-        # Creates (and sizes) the file; the model process maps it the same way.
+        # Locked for the sidecar's life: the next start removes it only if we are gone.
+        self._file = create_locked(directory, POOL_PREFIX, self.pool_id)
+        self.path = self._file.path
+        os.ftruncate(self._file.fd, self.size_bytes)
+        # Maps the file; the model process maps it the same way.
         self.tensor = torch.from_file(
             self.path, shared=True, size=self.size_bytes, dtype=torch.uint8
         ).view(num_slots, slot_bytes)
@@ -75,8 +77,7 @@ class SharedMemorySlotPool:
         self._view.release()
         self._map.close()
         del self.tensor
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        self._file.release()
 
 
 class CudaSlotPool:

@@ -201,10 +201,10 @@ def test_single_flight_one_upstream_call(tmp_path: Path) -> None:
         pod.stop()
 
 
-def test_trusted_tenant_header_only_when_configured() -> None:
-    """With INFERCACHE_GATEWAY_TENANT_HEADER set, that header names the tenant (without
-    it the same header is ignored: see test_gateway's 401 test)."""
-    pod = GatewayPod(gateway_tenant_header="x-tenant")
+def test_trusted_tenant_header_alone_names_the_tenant_without_a_keys_file() -> None:
+    """With INFERCACHE_GATEWAY_TENANT_HEADER set and no keys file, the front proxy
+    authenticates: that header names the tenant, and a request without it is 401."""
+    pod = GatewayPod(gateway_tenant_header="x-tenant", gateway_keys_file="")
     try:
         doc = body(unique())
         a = pod.post("/v1/chat/completions", doc, {"x-tenant": "team-a"}, tenant="")
@@ -212,7 +212,41 @@ def test_trusted_tenant_header_only_when_configured() -> None:
         a2 = pod.post("/v1/chat/completions", doc, {"x-tenant": "team-a"}, tenant="")
         assert [r[0] for r in (a, b, a2)] == [200, 200, 200]
         assert [r[1]["x-infercache-cache"] for r in (a, b, a2)] == ["miss", "miss", "hit"]
-        assert pod.post("/v1/chat/completions", doc, tenant="")[0] == 401
+        status, headers, raw = pod.post("/v1/chat/completions", doc, tenant="")
+        assert status == 401, raw
+        assert headers["www-authenticate"] == "Bearer"
+        assert "x-tenant" in json.loads(raw)["error"]["message"]
+    finally:
+        pod.stop()
+
+
+def test_with_a_keys_file_the_tenant_header_cannot_replace_the_key() -> None:
+    """With a keys file and a trusted tenant header, a request without a key or with an
+    unknown key is 401 whatever the header names (it was served on the header alone),
+    a header naming another tenant than the key's is 403, and a matching one is served."""
+    pod = GatewayPod(gateway_tenant_header="x-tenant")
+    try:
+        doc = body(unique())
+        unknown = {"authorization": "Bearer sk-nobody-0123456789abcdef"}
+        for headers in ({"x-tenant": "acme"}, unknown | {"x-tenant": "acme"}):
+            status, answer, raw = pod.post("/v1/chat/completions", doc, headers, tenant="")
+            assert status == 401, raw
+            assert answer["www-authenticate"] == "Bearer"
+            assert json.loads(raw)["error"]["code"] == "invalid_api_key"
+        status, _, raw = pod.post("/v1/chat/completions", doc, {"x-tenant": "globex"})
+        assert status == 403, raw
+        assert json.loads(raw)["error"] | {"message": ""} == {
+            "message": "",
+            "type": "permission_error",
+            "param": "x-tenant",
+            "code": "tenant_mismatch",
+        }
+        assert pod.upstream_calls() == 0
+        served = [
+            pod.post("/v1/chat/completions", doc, {"x-tenant": "acme"}),
+            pod.post("/v1/chat/completions", doc),
+        ]
+        assert [(r[0], r[1]["x-infercache-cache"]) for r in served] == [(200, "miss"), (200, "hit")]
     finally:
         pod.stop()
 

@@ -238,6 +238,10 @@ FREE_TEXT_SETTINGS = {
     "redis_tls_ca_file",
     "redis_tls_cert_file",
     "redis_tls_key_file",
+    # Paths, checked against each other (and read when the admin listener starts).
+    "admin_tls_cert_file",
+    "admin_tls_key_file",
+    "admin_tls_client_ca_file",
 }
 
 
@@ -481,6 +485,10 @@ HISTORICAL_VARIABLES = [
     "FLEET_PREVIOUS_SECRET_FILE",
     "INSECURE_DEV_NO_FLEET_SECRET",
     "MIN_EPOCH",
+    # Added with the admin plane's TLS (issue 25).
+    "ADMIN_TLS_CERT_FILE",
+    "ADMIN_TLS_KEY_FILE",
+    "ADMIN_TLS_CLIENT_CA_FILE",
 ]
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.app import fleet_keys
 from sidecar.config import ConfigError, load_config
+from sidecar.fleet import fleet_keys
 
 REDIS = {"INFERCACHE_REDIS_URL": "redis://10.0.0.5:6380/0"}
 

@@ -3,8 +3,11 @@
     with AdminClient("127.0.0.1:50052", token) as admin:
         record = admin.invalidate(model_version="fp1-...", reason="rollback")
 
-Every call carries the bearer token; UNAVAILABLE is retried with exponential
-backoff by gRPC's own retry policy (5 attempts, 0.2 s to 5 s). Errors are
+Over TLS (`tls_ca_file=...`, plus `tls_cert_file`/`tls_key_file` for a listener that
+asks for client certificates) the token and the answers are encrypted and the
+listener's certificate is verified. Every call carries the bearer token;
+UNAVAILABLE is retried with exponential backoff by gRPC's own retry policy (5
+attempts, 0.2 s to 5 s). Errors are
 grpc.RpcError with the sidecar's status (UNAUTHENTICATED for a bad token).
 """
 
@@ -96,14 +99,47 @@ def prewarm_request(
     )
 
 
+def _read(path: str | None) -> bytes | None:
+    """A PEM file's bytes (None for no file)."""
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class AdminClient:
     """Blocking AdminService client. `target` is "host:port" or "unix:/path/to.sock";
     `token` is the bearer token alone (not the server's NAME=TOKEN pair)."""
 
-    def __init__(self, target: str, token: str) -> None:
-        self._channel = grpc.insecure_channel(
-            target, options=[("grpc.enable_retries", 1), ("grpc.service_config", _SERVICE_CONFIG)]
-        )
+    def __init__(
+        self,
+        target: str,
+        token: str,
+        *,
+        tls_ca_file: str | None = None,
+        tls_cert_file: str | None = None,
+        tls_key_file: str | None = None,
+        tls_server_name: str | None = None,
+    ) -> None:
+        """Plaintext, or TLS when any `tls_*` is given: `tls_ca_file` the CA(s) that
+        signed the listener's certificate (None: the system's), `tls_cert_file` and
+        `tls_key_file` a client certificate for a listener that asks for one (mTLS),
+        `tls_server_name` the name to check the certificate against when `target` is an
+        address it does not name (a pod IP)."""
+        options = [("grpc.enable_retries", 1), ("grpc.service_config", _SERVICE_CONFIG)]
+        if bool(tls_cert_file) != bool(tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        if tls_ca_file or tls_cert_file or tls_server_name:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca_file),
+                private_key=_read(tls_key_file),
+                certificate_chain=_read(tls_cert_file),
+            )
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
         self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
         self._metadata = [("authorization", f"Bearer {token}")]
 

@@ -23,7 +23,7 @@ import asyncio
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -32,6 +32,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
 from sidecar.config import ConfigError, RedisConfig
+from sidecar.config.redis_urls import redacted as redacted  # what may be shown of a URL
 
 MAX_PASSWORD_FILE_BYTES = 4096
 
@@ -141,17 +142,6 @@ def connect(
         options, connect_timeout_s=connect_timeout_s, socket_timeout_s=socket_timeout_s
     )
     return aioredis.Redis.from_url(options.url, **kwargs)
-
-
-def redacted(url: str) -> str:
-    """`url` with its password (and user name) replaced by `***`: what logs may show."""
-    parts = urlsplit(url)
-    # The user info ends at the last "@"; what follows may be several host:port seeds
-    # (a cluster URL), which urlsplit's own hostname/port cannot parse.
-    _, at, hosts = parts.netloc.rpartition("@")
-    if not at:
-        return url
-    return urlunsplit((parts.scheme, f"***@{hosts}", parts.path, parts.query, parts.fragment))
 
 
 async def probe(

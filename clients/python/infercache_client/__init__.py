@@ -1,6 +1,7 @@
 """Light client for the infercache sidecar (grpcio + protobuf only)."""
 
 from infercache_client.admin import AdminClient
+from infercache_client.builders import replay_request
 from infercache_client.client import AsyncCacheClient, CacheClient
 from infercache_client.keys import make_key, make_traits
 from infercache_client.streams import (
@@ -26,4 +27,5 @@ __all__ = [
     "make_key",
     "make_pacing",
     "make_traits",
+    "replay_request",
 ]

@@ -138,3 +138,17 @@ def test_admin_builders() -> None:
         prewarm_request(keys=[KEY], from_version="fp1-a", top_k=1)
     with pytest.raises(ValueError, match="not both"):
         prewarm_request()
+
+
+def test_replay_request_is_importable_as_the_readme_shows() -> None:
+    """`from infercache_client import replay_request` (README, Prewarm) is the builder."""
+    from infercache_client import replay_request
+
+    assert replay_request is build.replay_request
+    body = b'{"model":"m","prompt":"x"}'
+    replay = replay_request("/v1/completions", body)
+    assert (replay.path, replay.content_type, replay.body) == (
+        "/v1/completions",
+        "application/json",
+        body,
+    )

@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.harness.procs import REPO, ServerProc, redis_server
+from bench.harness.procs import REPO, ServerProc, fleet_secret_file, redis_server
 from bench.harness.usage import cpu_seconds
 from tests.support.processes import free_port
 
@@ -144,6 +144,7 @@ def gateway(infercache: Path, workdir: Path, upstream_port: int, redis_port: int
         "admin-listen": "",
         "metrics-listen": "",
         "redis-url": f"redis://127.0.0.1:{redis_port}/0",
+        "fleet-secret-file": fleet_secret_file(),
         "model-path": str(model),
         "model-server-url": f"http://127.0.0.1:{upstream_port}",
         "gateway-listen": f"127.0.0.1:{port}",

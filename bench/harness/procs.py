@@ -9,9 +9,12 @@ health).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
+import functools
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -51,6 +54,17 @@ def sidecar_env() -> dict[str, str]:
     """The bench's environment without INFERCACHE_* and OTEL_* variables: only flags (and
     what a bench adds on purpose) configure a sidecar."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("INFERCACHE_", "OTEL_"))}
+
+
+@functools.cache
+def fleet_secret_file() -> str:
+    """A fleet secret file shared by this run's sidecars (every sidecar on Redis needs
+    one since issue 25; the sidecars of one run share their stores, so they share it)."""
+    fd, path = tempfile.mkstemp(prefix="infercache-bench-fleet-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(secrets.token_urlsafe(48).encode())
+    atexit.register(os.unlink, path)
+    return path
 
 
 def python(profile_dir: Path | None, name: str) -> list[str]:
@@ -230,5 +244,6 @@ class SidecarSpec:
             argv.append("serve")
         argv += self.ports.flags()
         argv += ["--log-level", "warning", "--grace-period-s", "1"]
+        argv += ["--fleet-secret-file", fleet_secret_file()]
         argv += ["--uvloop", "true" if self.uvloop else "false", *self.flags]
         return ServerProc(self.name, argv, self.ports.all(), env=sidecar_env() | self.env)

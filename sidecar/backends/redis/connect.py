@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
 from sidecar.config import ConfigError, RedisConfig
@@ -157,9 +157,39 @@ async def probe(
         return f"no answer within {timeout_s * 1000:.0f} ms"
     except (RedisError, OSError) as exc:
         misconfigured = _misconfiguration(exc, options)
+        if misconfigured is None and options.tls:
+            misconfigured = await _tls_refusal(options, timeout_s)
         if misconfigured is not None:
             raise ConfigError(misconfigured) from None
         return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+async def _tls_refusal(options: RedisOptions, timeout_s: float) -> str | None:
+    """A TLS refusal the client's own retry hid, found by asking again without retries.
+
+    A server that wants a client certificate says so with an alert after the handshake;
+    when the client's first command is already on its way, that attempt may see only a
+    closed or reset connection, and the client's one retry then fails the same way with
+    the alert lost. A few one-shot connections read the alert itself."""
+    if urlsplit(options.url).scheme != "rediss":
+        return None  # a cluster's seeds: the probe's own error stands
+    kwargs = client_kwargs(options, connect_timeout_s=timeout_s, socket_timeout_s=timeout_s)
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    for _ in range(3):
+        client = aioredis.Redis.from_url(options.url, **kwargs)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await client.ping()
+            return None
+        except TimeoutError:
+            return None
+        except (RedisError, OSError) as exc:
+            found = _misconfiguration(exc, options)
+            if found is not None:
+                return found
+        finally:
+            await client.aclose()
     return None
 
 

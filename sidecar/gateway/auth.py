@@ -5,7 +5,8 @@
     globex=sk-globex-0123456789abcdef
 
 The tenant comes from authentication only, never from the body: `Authorization:
-Bearer KEY` (or `api-key: KEY`, as Azure-style clients send it). A trusted tenant
+Bearer KEY` (or `api-key: KEY`, as Azure-style clients send it, or `x-api-key: KEY`, as
+Anthropic's SDKs do; two of them naming different keys is 400). A trusted tenant
 header (INFERCACHE_GATEWAY_TENANT_HEADER) is read only when the operator configured one:
 
 - with a keys file too, the key still decides: no key or an unknown key is 401 whatever
@@ -35,6 +36,8 @@ from sidecar.gateway.errors import HttpError, bad_header
 log = structlog.get_logger("infercache.gateway")
 
 MIN_KEY_CHARS = 16
+KEY_HEADERS = (b"api-key", b"x-api-key")
+"""Headers that carry a bare key (no scheme), besides `Authorization: Bearer KEY`."""
 MAX_KEYS_FILE_BYTES = 1024 * 1024
 
 
@@ -113,7 +116,9 @@ class ApiKeys:
             return named  # header mode: the front proxy authenticated the caller
         key = _presented_key(headers)
         if key is None:
-            wanted = "Authorization: Bearer <key>" if self._keyed else self._header_name
+            wanted = (
+                "Authorization: Bearer <key> (or x-api-key)" if self._keyed else self._header_name
+            )
             raise HttpError(
                 401,
                 f"missing API key: send {wanted}",
@@ -201,18 +206,22 @@ def _tenant_named(raw: bytes, header: str) -> str:
 
 def _presented_key(headers: Mapping[bytes, bytes]) -> str | None:
     auth = headers.get(b"authorization")
-    api_key = headers.get(b"api-key")
-    other = api_key.decode("latin-1").strip() if api_key else ""
+    # api-key (Azure-style clients) and x-api-key (Anthropic's SDKs) carry a bare key.
+    bare = {
+        raw.decode("latin-1").strip()
+        for name in KEY_HEADERS
+        if (raw := headers.get(name)) is not None and raw.strip()
+    }
     if auth:
         scheme, _, value = auth.decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
             return None
-        if other and other != value.strip():
-            # Two different credentials: a proxy in front may have checked the other one.
-            raise HttpError(
-                400,
-                "Authorization and api-key name different keys: send one",
-                code="conflicting_credentials",
-            )
-        return value.strip()
-    return other or None
+        bare.add(value.strip())
+    if len(bare) > 1:
+        # Two different credentials: a proxy in front may have checked the other one.
+        raise HttpError(
+            400,
+            "Authorization, api-key and x-api-key name different keys: send one",
+            code="conflicting_credentials",
+        )
+    return bare.pop() if bare else None

@@ -134,7 +134,7 @@ class GatewayApp:
             await reply.whole(200, [(b"content-type", JSON)], b'{"status":"ok"}')
             return
         headers = request_headers(scope["headers"], self.single_headers)
-        tenant = self.flow.tenant(headers)
+        tenant = self.flow.tenant(headers, endpoint)
         if endpoint is None:
             await _until_disconnect(self.flow.models(reply), receive, reply)
             return

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import structlog
 
 from sidecar.errors import InfercacheError, OverLimit, ResourceExhausted
-from sidecar.gateway.auth import ApiKeys
+from sidecar.gateway.auth import ANTHROPIC_KEY_HEADERS, ApiKeys
 from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
 from sidecar.gateway.errors import HttpError, body_param, for_domain, for_wire
 from sidecar.gateway.hit import ReplayLimits, answer_hit
@@ -104,8 +104,11 @@ class Flow:
         self.stats = stats
         self.recording = recording
 
-    def tenant(self, headers: Mapping[bytes, bytes]) -> str:
-        """The request's tenant from its credentials (401 HttpError otherwise)."""
+    def tenant(self, headers: Mapping[bytes, bytes], endpoint: str | None = None) -> str:
+        """The request's tenant from its credentials (401 HttpError otherwise); the
+        Messages API also reads `x-api-key`, as Anthropic's SDKs send the key."""
+        if endpoint == MESSAGES:
+            return self.api_keys.tenant(headers, ANTHROPIC_KEY_HEADERS)
         return self.api_keys.tenant(headers)
 
     def default_mode(self, tenant: str) -> CacheMode:

@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.gateway import API_KEYS, MODEL, GatewayPod, unsalted
 from tests.support.messages import events_of, messages_body, post_messages
+from tests.support.readme import GATEWAY_ADDRESS, readme_gateway_example, run_example
 
 pytestmark = pytest.mark.e2e
 
@@ -247,3 +248,14 @@ def test_messages_tool_use_answer_is_not_converted(pod: GatewayPod) -> None:
     assert outcomes == ["miss", "miss", "hit"]
     assert json.loads(again)["content"] == json.loads(whole)["content"]
     assert json.loads(again)["stop_reason"] == "tool_use"
+
+
+def test_readme_anthropic_example(pod: GatewayPod, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's Anthropic example, pointed at this pod: a miss, then the same answer hit."""
+    code = readme_gateway_example("anthropic").replace(GATEWAY_ADDRESS, f"127.0.0.1:{pod.port}")
+    code = code.replace('"Hello"', f'"Hello {uuid.uuid4().hex}"')
+    namespace = run_example(code)
+    namespace["client"].close()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["miss", "hit"]
+    assert lines[0].split(" ", 1)[1] == lines[1].split(" ", 1)[1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import urllib.request
@@ -138,12 +139,16 @@ def gateway(infercache: Path, workdir: Path, upstream_port: int, redis_port: int
     model = write_model(workdir / "model", llama_tensors(layers=1, seed=1))
     keys = workdir / "gateway-keys"
     keys.write_text("".join(f"{t}={k}\n" for t, k in KEYS.items()))
+    # A shared Redis is read only with a fleet secret (docs/security.md).
+    secret = workdir / "fleet-secret"
+    secret.write_text(secrets.token_urlsafe(48))
     port = free_port()
     flags = {
         "listen": f"127.0.0.1:{free_port()}",
         "admin-listen": "",
         "metrics-listen": "",
         "redis-url": f"redis://127.0.0.1:{redis_port}/0",
+        "fleet-secret-file": str(secret),
         "model-path": str(model),
         "model-server-url": f"http://127.0.0.1:{upstream_port}",
         "gateway-listen": f"127.0.0.1:{port}",

@@ -48,7 +48,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.anthropic_server import message_body, message_events, messages_prompt
+if __package__:
+    from tests.support.anthropic_server import message_body, message_events, messages_prompt
+else:  # run as a script (bench/gateway/servers.py): this directory is first on sys.path
+    from anthropic_server import (  # type: ignore[import-not-found,no-redef]
+        message_body,
+        message_events,
+        messages_prompt,
+    )
 
 _FINISH = re.compile(r"\[\[finish=([a-z_]+)\]\]")
 

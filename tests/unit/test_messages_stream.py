@@ -11,6 +11,7 @@ import pytest
 
 from sidecar.wire.anthropic import answers
 from sidecar.wire.anthropic.sse import MessageCollector, event_doc
+from sidecar.wire.anthropic.usage import hit_usage
 from tests.support.anthropic_server import message_body, message_events
 
 MODEL = "tiny"
@@ -119,3 +120,19 @@ def test_anything_else_is_not_converted() -> None:
     assert answers.body_from_events(message_events(MODEL, "q", []), "m") is None
     assert answers.events_from_body(message_body(MODEL, "q [[tool]]", "t"), "m") is None
     assert answers.events_from_body(message_body(MODEL, "q", ""), "m") is None
+
+
+def test_a_hits_usage_is_the_whole_prompt_read_from_cache() -> None:
+    """input + cache creation + cache reads of the stored answer, all read; none computed."""
+    stored = {
+        "input_tokens": 6,
+        "output_tokens": 12,
+        "cache_creation_input_tokens": 32,
+        "cache_read_input_tokens": 16,
+    }
+    assert hit_usage(stored) == {
+        "input_tokens": 0,
+        "output_tokens": 12,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 54,
+    }

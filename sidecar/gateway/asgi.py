@@ -1,6 +1,7 @@
 """The gateway's HTTP surface as an ASGI application (served by uvicorn, see service.py).
 
-Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models
+Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/messages
+(Anthropic's Messages API: its refusals in Anthropic's error form); GET /v1/models
 (proxied); GET /health. A request head over its limit is 431; credentials are checked
 before the body is read; a body over the limit is 413 without being read whole, and
 one that does not arrive whole within its deadline is 408 (both close the connection:
@@ -18,11 +19,13 @@ from typing import Any
 
 import structlog
 
+from sidecar.gateway.anthropic_errors import anthropic_error
 from sidecar.gateway.body import check_framing
 from sidecar.gateway.errors import HttpError
 from sidecar.gateway.flow import Flow
 from sidecar.gateway.headers import SINGLE_HEADERS, request_headers
 from sidecar.gateway.reply import JSON, Headers, Reply
+from sidecar.wire.anthropic.keys import MESSAGES, MESSAGES_PATH
 
 log = structlog.get_logger("infercache.gateway")
 
@@ -35,6 +38,7 @@ ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
+    MESSAGES_PATH: MESSAGES,
 }
 MODELS_PATH = "/v1/models"
 _ALLOW_POST = b"POST, OPTIONS"
@@ -70,10 +74,11 @@ class GatewayApp:
         if scope["type"] != "http":
             return  # lifespan is off; websockets are not served
         reply = _reply(send)
+        anthropic = scope.get("path", "").startswith(MESSAGES_PATH)
         try:
             await self._route(scope, receive, reply)
         except HttpError as exc:
-            await _error(reply, exc)
+            await _error(reply, exc, anthropic)
         except _ClientGone:
             return
         except asyncio.CancelledError:
@@ -89,6 +94,7 @@ class GatewayApp:
                     kind="timeout_error",
                     code="upstream_timeout",
                 ),
+                anthropic,
             )
         except Exception as exc:
             log.exception("gateway_internal_error", path=scope.get("path"))
@@ -97,6 +103,7 @@ class GatewayApp:
                 HttpError(
                     500, f"internal error: {type(exc).__name__}", kind="server_error", code=None
                 ),
+                anthropic,
             )
 
     async def _route(self, scope: Scope, receive: Receive, reply: Reply) -> None:
@@ -127,7 +134,7 @@ class GatewayApp:
             await reply.whole(200, [(b"content-type", JSON)], b'{"status":"ok"}')
             return
         headers = request_headers(scope["headers"], self.single_headers)
-        tenant = self.flow.tenant(headers)
+        tenant = self.flow.tenant(headers, endpoint)
         if endpoint is None:
             await _until_disconnect(self.flow.models(reply), receive, reply)
             return
@@ -147,7 +154,7 @@ def _reply(send: Send) -> Reply:
     return Reply(start, body)
 
 
-async def _error(reply: Reply, exc: HttpError) -> None:
+async def _error(reply: Reply, exc: HttpError, anthropic: bool = False) -> None:
     if reply.started:
         # Too late for a status. The response is left unfinished, so uvicorn closes the
         # connection without the final chunk: a client sees a broken response (the SDKs
@@ -157,7 +164,8 @@ async def _error(reply: Reply, exc: HttpError) -> None:
     headers: Headers = [(b"content-type", JSON), *exc.headers]
     if exc.status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
-    await reply.whole(exc.status, headers, exc.body())
+    status, body = anthropic_error(exc) if anthropic else (exc.status, exc.body())
+    await reply.whole(status, headers, body)
 
 
 class _ClientGone(Exception):

@@ -5,8 +5,10 @@
     globex=sk-globex-0123456789abcdef
 
 The tenant comes from authentication only, never from the body: `Authorization:
-Bearer KEY` (or `api-key: KEY`, as Azure-style clients send it). A trusted tenant
-header (INFERCACHE_GATEWAY_TENANT_HEADER) is read only when the operator configured one:
+Bearer KEY` (or `api-key: KEY`, as Azure-style clients send it; on the Messages API
+also `x-api-key: KEY`, as Anthropic's SDKs send it; two of them naming different keys
+is 400). A trusted tenant header (INFERCACHE_GATEWAY_TENANT_HEADER) is read only when
+the operator configured one:
 
 - with a keys file too, the key still decides: no key or an unknown key is 401 whatever
   the header says, and a header naming another tenant than the key's is 403;
@@ -35,6 +37,10 @@ from sidecar.gateway.errors import HttpError, bad_header
 log = structlog.get_logger("infercache.gateway")
 
 MIN_KEY_CHARS = 16
+KEY_HEADERS = (b"api-key",)
+"""Headers that carry a bare key (no scheme), besides `Authorization: Bearer KEY`."""
+ANTHROPIC_KEY_HEADERS = (b"api-key", b"x-api-key")
+"""The same on the Messages API, whose SDKs send `x-api-key` (not read elsewhere)."""
 MAX_KEYS_FILE_BYTES = 1024 * 1024
 
 
@@ -105,15 +111,21 @@ class ApiKeys:
             log.warning("gateway_no_keys", path=path, effect="every request is 401")
         return cls(keys, path, tenant_header)
 
-    def tenant(self, headers: Mapping[bytes, bytes]) -> str:
+    def tenant(
+        self, headers: Mapping[bytes, bytes], key_headers: tuple[bytes, ...] = KEY_HEADERS
+    ) -> str:
         """The authenticated tenant of a request's (lower-cased) headers: 401 without
-        valid credentials, 403 when a trusted header names another tenant than the key."""
+        valid credentials, 403 when a trusted header names another tenant than the key.
+        `key_headers`: the headers besides Authorization that may carry a bare key."""
         named = self._named(headers)
         if named is not None and not self._keyed:
             return named  # header mode: the front proxy authenticated the caller
-        key = _presented_key(headers)
+        key = _presented_key(headers, key_headers)
         if key is None:
-            wanted = "Authorization: Bearer <key>" if self._keyed else self._header_name
+            bearer = "Authorization: Bearer <key>"
+            if b"x-api-key" in key_headers:
+                bearer += " or x-api-key: <key>"
+            wanted = bearer if self._keyed else self._header_name
             raise HttpError(
                 401,
                 f"missing API key: send {wanted}",
@@ -199,20 +211,25 @@ def _tenant_named(raw: bytes, header: str) -> str:
     return tenant
 
 
-def _presented_key(headers: Mapping[bytes, bytes]) -> str | None:
+def _presented_key(headers: Mapping[bytes, bytes], key_headers: tuple[bytes, ...]) -> str | None:
     auth = headers.get(b"authorization")
-    api_key = headers.get(b"api-key")
-    other = api_key.decode("latin-1").strip() if api_key else ""
+    bare = {
+        raw.decode("latin-1").strip()
+        for name in key_headers
+        if (raw := headers.get(name)) is not None and raw.strip()
+    }
     if auth:
         scheme, _, value = auth.decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
             return None
-        if other and other != value.strip():
-            # Two different credentials: a proxy in front may have checked the other one.
-            raise HttpError(
-                400,
-                "Authorization and api-key name different keys: send one",
-                code="conflicting_credentials",
-            )
-        return value.strip()
-    return other or None
+        bare.add(value.strip())
+    if len(bare) > 1:
+        # Two different credentials: a proxy in front may have checked the other one.
+        raise HttpError(
+            400,
+            "Authorization and "
+            + " and ".join(n.decode() for n in key_headers)
+            + " name different keys: send one",
+            code="conflicting_credentials",
+        )
+    return bare.pop() if bare else None

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 import structlog
 
 from sidecar.errors import InfercacheError, OverLimit, ResourceExhausted
-from sidecar.gateway.auth import ApiKeys
+from sidecar.gateway.auth import ANTHROPIC_KEY_HEADERS, ApiKeys
 from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
 from sidecar.gateway.errors import HttpError, body_param, for_domain, for_wire
 from sidecar.gateway.hit import ReplayLimits, answer_hit
+from sidecar.gateway.messages import answer_message_hit, tee_message_stream, whole_message
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
 from sidecar.gateway.stats import GatewayStats
@@ -36,6 +37,7 @@ from sidecar.keys import CacheKey
 from sidecar.results.cache import ResultCache
 from sidecar.results.pacing import Pacing
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
+from sidecar.wire.anthropic.keys import MESSAGES, MESSAGES_PATH, keyed_message_request
 from sidecar.wire.errors import WireError
 from sidecar.wire.json_body import parse_body
 from sidecar.wire.openai.cache_salt import TenantSalts
@@ -43,12 +45,18 @@ from sidecar.wire.openai.keys import KeyedRequest, for_adapter, keyed_request
 
 log = structlog.get_logger("infercache.gateway")
 
-INPUT_FIELDS = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
+INPUT_FIELDS = {
+    "chat.completions": "messages",
+    "completions": "prompt",
+    "embeddings": "input",
+    MESSAGES: "messages",
+}
 """The body field holding each endpoint's input (named by a 400 about the input)."""
 PATHS = {
     "chat.completions": "/v1/chat/completions",
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
+    MESSAGES: MESSAGES_PATH,
 }
 
 
@@ -96,8 +104,11 @@ class Flow:
         self.stats = stats
         self.recording = recording
 
-    def tenant(self, headers: Mapping[bytes, bytes]) -> str:
-        """The request's tenant from its credentials (401 HttpError otherwise)."""
+    def tenant(self, headers: Mapping[bytes, bytes], endpoint: str | None = None) -> str:
+        """The request's tenant from its credentials (401 HttpError otherwise); the
+        Messages API also reads `x-api-key`, as Anthropic's SDKs send the key."""
+        if endpoint == MESSAGES:
+            return self.api_keys.tenant(headers, ANTHROPIC_KEY_HEADERS)
         return self.api_keys.tenant(headers)
 
     def default_mode(self, tenant: str) -> CacheMode:
@@ -132,7 +143,10 @@ class Flow:
         asked = controls(headers, self.default_mode(tenant))
         version = prompt_version(headers, self.settings.default_prompt_version)
         try:
-            kr = keyed_request(endpoint, doc, tenant, version)
+            if endpoint == MESSAGES:
+                kr = keyed_message_request(doc, tenant, version)
+            else:
+                kr = keyed_request(endpoint, doc, tenant, version)
         except WireError as exc:
             raise for_wire(exc) from None
         except RecursionError:
@@ -208,7 +222,11 @@ class Flow:
             replay = ReplayLimits(
                 self.settings.replay_max_gap_ms, self.settings.replay_max_duration_ms
             )
-            if await answer_hit(endpoint, kr, result.entry, pace, replay, hit, reply):
+            if endpoint == MESSAGES:
+                served = await answer_message_hit(kr, result.entry, pace, replay, hit, reply)
+            else:
+                served = await answer_hit(endpoint, kr, result.entry, pace, replay, hit, reply)
+            if served:
                 self.stats.count("hit")
                 return
             # Stored in a form this request cannot be answered from: recompute it.
@@ -278,14 +296,16 @@ class Flow:
                 marked = [*resp.passed_headers(), *info, (CACHE_HEADER, outcome)]
                 await reply.start(resp.status, [(b"content-type", _latin1(kind)), *marked])
                 ok = resp.status == 200
+                tee = tee_message_stream if endpoint == MESSAGES else tee_stream
                 if kr.stream and ok and kind.startswith("text/event-stream"):
-                    answer = await tee_stream(resp.pieces(), t0, reply, limit, kr.model, resp.ended)
+                    answer = await tee(resp.pieces(), t0, reply, limit, kr.model, resp.ended)
                     if answer is None:
                         self.stats.count("stream_not_stored")
                 else:
                     answer = await tee_body(resp.pieces(), reply, limit, resp.ended)
                     if answer is not None:
-                        answer = whole_answer(answer, kr) if ok else None
+                        whole = whole_message if endpoint == MESSAGES else whole_answer
+                        answer = whole(answer, kr) if ok else None
             if answer is not None and asked.write:
                 stored = await self._store(endpoint, body, kr, key, lease, answer, started_ms)
         finally:

@@ -16,6 +16,7 @@ SINGLE_HEADERS = frozenset(
     {
         b"authorization",
         b"api-key",
+        b"x-api-key",
         b"content-type",
         b"x-infercache-cache-mode",
         b"x-infercache-prompt-version",

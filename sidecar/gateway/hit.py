@@ -77,9 +77,10 @@ async def _paced(
     pace: Pacing,
     limits: ReplayLimits,
     reply: Reply,
+    end: bytes = DONE,
 ) -> None:
-    """Send the events on the schedule `pace` gives, then [DONE]; an event due past the
-    cap raises HttpError instead (the response left unfinished).
+    """Send the events on the schedule `pace` gives, then `end` ([DONE]); an event due
+    past the cap raises HttpError instead (the response left unfinished).
 
     Each event waits for its absolute time (no drift from sleeping in steps); a client
     that goes away cancels this at its next await.
@@ -106,4 +107,4 @@ async def _paced(
         if delay > 0:
             await asyncio.sleep(delay)
         await reply.send(event)
-    await reply.send(DONE, False)
+    await reply.send(end, False)

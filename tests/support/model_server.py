@@ -23,7 +23,8 @@ A prompt containing one of these markers changes the answer:
                      content_filter) instead of stop; body and stream otherwise as usual
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
 when stream_options.include_usage); `n` asks for n choices (choice i > 0 says " #i"
-after the text); POST /v1/embeddings answers a vector derived from (weights, input).
+after the text); POST /v1/embeddings answers a vector derived from (weights, input);
+POST /v1/messages answers as vLLM's Messages API does (tests/support/anthropic_server.py).
 --stream-fault breaks every stream (a server whose bodies were recorded elsewhere):
     cut        like [[cut]]
     no-done    like [[no-done]]
@@ -46,6 +47,15 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+if __package__:
+    from tests.support.anthropic_server import message_body, message_events, messages_prompt
+else:  # run as a script (bench/gateway/servers.py): this directory is first on sys.path
+    from anthropic_server import (  # type: ignore[import-not-found,no-redef]
+        message_body,
+        message_events,
+        messages_prompt,
+    )
 
 _FINISH = re.compile(r"\[\[finish=([a-z_]+)\]\]")
 
@@ -145,6 +155,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 prompt = p if isinstance(p, str) else token_prompt(p)
             elif self.path == "/v1/embeddings":
                 prompt = _text(req["input"])
+            elif self.path == "/v1/messages":
+                prompt = messages_prompt(req)
             else:
                 self._send(404, {"error": "not found"})
                 return
@@ -176,6 +188,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 self._send(200, doc | {"id": "embd-test", "created": 0})
                 return
             text = answer_for(args.weights, prompt)
+            if self.path == "/v1/messages":
+                self._messages(req, model, prompt, text)
+                return
             if req.get("stream"):
                 self._stream(req, model, prompt, text)
                 return
@@ -203,6 +218,19 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     "usage": usage,
                 },
             )
+
+        def _messages(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:
+            if not req.get("stream"):
+                self._send(200, message_body(model, prompt, text))
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for event in message_events(model, prompt, stream_pieces(text)):
+                self.wfile.write(event)
+                self.wfile.flush()
+            self.close_connection = True
 
         def _stream(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:
             chat = self.path == "/v1/chat/completions"

@@ -29,9 +29,13 @@ def readme_examples() -> list[str]:
     return [str(b) for b in blocks]
 
 
-def readme_gateway_example() -> str:
-    """The README's OpenAI SDK example (the one that talks to the gateway)."""
-    [block] = [b for b in _python_blocks() if GATEWAY_ADDRESS in b]
+def readme_gateway_example(sdk: str = "openai") -> str:
+    """The README's example of `sdk` (openai, anthropic) talking to the gateway."""
+    [block] = [
+        b
+        for b in _python_blocks()
+        if GATEWAY_ADDRESS in b and (f"from {sdk} import" in b or f"import {sdk}\n" in b)
+    ]
     return str(block)
 
 

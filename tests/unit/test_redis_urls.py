@@ -7,6 +7,9 @@ import pytest
 from sidecar.config import ConfigError, load_config
 from sidecar.config.redis_urls import ClusterUrl, is_cluster_url, parse_cluster_url, redacted
 
+NO_SECRET = {"INFERCACHE_INSECURE_DEV_NO_FLEET_SECRET": "true"}
+"""A valid URL needs a fleet secret to load (issue 25): these tests are about the URL."""
+
 
 def test_cluster_url_lists_every_seed_with_credentials() -> None:
     """Every HOST:PORT is a seed; user and (percent-encoded) password come from the URL."""
@@ -28,7 +31,7 @@ def test_cluster_schemes_are_recognised_and_plain_ones_are_not() -> None:
 def test_a_cluster_url_is_accepted_as_the_redis_url() -> None:
     """load_config keeps a valid cluster URL as given."""
     url = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
-    assert load_config({"INFERCACHE_REDIS_URL": url}).redis.url == url
+    assert load_config({"INFERCACHE_REDIS_URL": url} | NO_SECRET).redis.url == url
 
 
 @pytest.mark.parametrize(
@@ -123,10 +126,10 @@ def test_query_parameters_other_than_db_are_refused(url: str) -> None:
 def test_db_in_the_query_is_still_accepted() -> None:
     """db=N is the database of a unix:// URL (and may be given for redis:// too)."""
     for url in ("unix:///run/redis.sock?db=2", "redis://h:6379?db=1", "rediss://h:6380/0"):
-        assert load_config({"INFERCACHE_REDIS_URL": url}).redis.url == url
+        assert load_config({"INFERCACHE_REDIS_URL": url} | NO_SECRET).redis.url == url
 
 
 def test_the_redis_section_repr_leaves_the_url_out() -> None:
     """A logged Config shows no Redis URL (it may carry a password)."""
-    config = load_config({"INFERCACHE_REDIS_URL": "redis://u:hunter2-pass@h:6379/0"})
+    config = load_config({"INFERCACHE_REDIS_URL": "redis://u:hunter2-pass@h:6379/0"} | NO_SECRET)
     assert "hunter2" not in repr(config)

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -173,3 +174,73 @@ def test_tenants_share_no_prefix_cache_in_vllm(gateway: str) -> None:
         outcome, again = _cached_tokens(globex, prefix + "Fourth question?")
         assert outcome == "miss"
         assert again >= BLOCK_SIZE  # globex's own prefix is cached for globex
+
+
+def test_messages_api_through_the_gateway_on_vllm(gateway: str, vllm_url: str) -> None:
+    """Anthropic's SDK against vLLM's own /v1/messages through the gateway: miss then hit
+    with vLLM's answer (whole and streamed), the hit's usage the whole prompt read from
+    cache; cache_control hints, which vLLM accepts and ignores, share the answer."""
+    import anthropic
+
+    base = gateway.removesuffix("/v1")
+    turn: Any = {"role": "user", "content": "Tell me about messages."}
+    greedy: dict[str, Any] = {"temperature": 0}  # anthropic 2.x has no argument for it
+    with anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0) as client:
+        got = []
+        for _ in range(2):
+            raw = client.messages.with_raw_response.create(
+                model="tiny", max_tokens=12, messages=[turn], extra_body=greedy
+            )
+            got.append((raw.headers["x-infercache-cache"], raw.parse()))
+        assert [o for o, _ in got] == ["miss", "hit"]
+        (_, miss), (_, hit) = got
+        assert [b.model_dump() for b in hit.content] == [b.model_dump() for b in miss.content]
+        assert hit.id.startswith("msg_")
+        assert miss.stop_reason in ("end_turn", "max_tokens")
+        assert hit.stop_reason == miss.stop_reason
+        # Anthropic's whole prompt: computed + written to the prefix cache + read from it
+        # (vLLM reports the blocks it wrote as cache_creation_input_tokens).
+        u = miss.usage
+        whole = u.input_tokens + (u.cache_creation_input_tokens or 0)
+        whole += u.cache_read_input_tokens or 0
+        assert (hit.usage.input_tokens, hit.usage.cache_read_input_tokens) == (0, whole)
+        hinted: Any = {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "Tell me about messages.",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        }
+        plain: Any = {
+            "role": "user",
+            "content": [{"type": "text", "text": "Tell me about messages."}],
+        }
+        outcomes = []
+        for message in (plain, hinted):
+            raw = client.messages.with_raw_response.create(
+                model="tiny", max_tokens=12, messages=[message], extra_body=greedy
+            )
+            outcomes.append(raw.headers["x-infercache-cache"])
+        assert outcomes == ["miss", "hit"]
+        streamed = []
+        for _ in range(2):
+            with client.messages.stream(
+                model="tiny",
+                max_tokens=12,
+                messages=[{"role": "user", "content": "Stream a message."}],
+                extra_body=greedy,
+            ) as stream:
+                text = "".join(stream.text_stream)
+                final = stream.get_final_message()
+                streamed.append((stream.response.headers["x-infercache-cache"], text, final))
+        assert [o for o, _, _ in streamed] == ["miss", "hit"]
+        assert streamed[0][1] == streamed[1][1]
+        assert streamed[1][2].stop_reason == streamed[0][2].stop_reason
+    with anthropic.Anthropic(base_url=vllm_url, api_key="unused", max_retries=0) as direct:
+        again = direct.messages.create(
+            model="tiny", max_tokens=12, messages=[hinted], extra_body=greedy
+        )
+    assert [b.model_dump() for b in again.content] == [b.model_dump() for b in miss.content]

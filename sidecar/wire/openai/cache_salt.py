@@ -24,12 +24,14 @@ from typing import Any
 
 from blake3 import blake3
 
+from sidecar.wire.anthropic.keys import MESSAGES
 from sidecar.wire.openai.keys import CHAT, COMPLETIONS
 from sidecar.wire.values import dumps
 
 FIELD = "cache_salt"
-SALTED = frozenset({CHAT, COMPLETIONS})
-"""The endpoints whose requests vLLM reads a cache_salt of (embeddings share no KV)."""
+SALTED = frozenset({CHAT, COMPLETIONS, MESSAGES})
+"""The endpoints whose requests vLLM reads a cache_salt of (embeddings share no KV; vLLM's
+Messages API hands its `cache_salt` to the chat request it builds)."""
 PREFIX = "ic1-"
 """Marks a salt the gateway derived (and the version of the derivation)."""
 

@@ -27,6 +27,11 @@ from sidecar.gateway.errors import HttpError, body_param, for_domain, for_wire
 from sidecar.gateway.hit import ReplayLimits, answer_hit
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
+from sidecar.gateway.responses_answers import (
+    answer_response_hit,
+    tee_response_stream,
+    whole_response,
+)
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
 from sidecar.gateway.unknown_fields import unknown_fields_headers
@@ -40,15 +45,22 @@ from sidecar.wire.errors import WireError
 from sidecar.wire.json_body import parse_body
 from sidecar.wire.openai.cache_salt import TenantSalts
 from sidecar.wire.openai.keys import KeyedRequest, for_adapter, keyed_request
+from sidecar.wire.openai.responses import RESPONSES, RESPONSES_PATH, responses_request
 
 log = structlog.get_logger("infercache.gateway")
 
-INPUT_FIELDS = {"chat.completions": "messages", "completions": "prompt", "embeddings": "input"}
+INPUT_FIELDS = {
+    "chat.completions": "messages",
+    "completions": "prompt",
+    "embeddings": "input",
+    RESPONSES: "input",
+}
 """The body field holding each endpoint's input (named by a 400 about the input)."""
 PATHS = {
     "chat.completions": "/v1/chat/completions",
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
+    RESPONSES: RESPONSES_PATH,
 }
 
 
@@ -132,7 +144,10 @@ class Flow:
         asked = controls(headers, self.default_mode(tenant))
         version = prompt_version(headers, self.settings.default_prompt_version)
         try:
-            kr = keyed_request(endpoint, doc, tenant, version)
+            if endpoint == RESPONSES:
+                kr = responses_request(doc, tenant, version)
+            else:
+                kr = keyed_request(endpoint, doc, tenant, version)
         except WireError as exc:
             raise for_wire(exc) from None
         except RecursionError:
@@ -208,7 +223,11 @@ class Flow:
             replay = ReplayLimits(
                 self.settings.replay_max_gap_ms, self.settings.replay_max_duration_ms
             )
-            if await answer_hit(endpoint, kr, result.entry, pace, replay, hit, reply):
+            if endpoint == RESPONSES:
+                served = await answer_response_hit(kr, result.entry, pace, replay, hit, reply)
+            else:
+                served = await answer_hit(endpoint, kr, result.entry, pace, replay, hit, reply)
+            if served:
                 self.stats.count("hit")
                 return
             # Stored in a form this request cannot be answered from: recompute it.
@@ -278,14 +297,19 @@ class Flow:
                 marked = [*resp.passed_headers(), *info, (CACHE_HEADER, outcome)]
                 await reply.start(resp.status, [(b"content-type", _latin1(kind)), *marked])
                 ok = resp.status == 200
+                tee, whole = (
+                    (tee_response_stream, whole_response)
+                    if endpoint == RESPONSES
+                    else (tee_stream, whole_answer)
+                )
                 if kr.stream and ok and kind.startswith("text/event-stream"):
-                    answer = await tee_stream(resp.pieces(), t0, reply, limit, kr.model, resp.ended)
+                    answer = await tee(resp.pieces(), t0, reply, limit, kr.model, resp.ended)
                     if answer is None:
                         self.stats.count("stream_not_stored")
                 else:
                     answer = await tee_body(resp.pieces(), reply, limit, resp.ended)
                     if answer is not None:
-                        answer = whole_answer(answer, kr) if ok else None
+                        answer = whole(answer, kr) if ok else None
             if answer is not None and asked.write:
                 stored = await self._store(endpoint, body, kr, key, lease, answer, started_ms)
         finally:

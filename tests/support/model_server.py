@@ -21,6 +21,7 @@ A prompt containing one of these markers changes the answer:
                      x-ratelimit-remaining-requests: 0
     [[finish=R]]     every choice finishes with finish_reason R (e.g. abort, error,
                      content_filter) instead of stop; body and stream otherwise as usual
+POST /v1/responses answers as vLLM does (tests/support/model_server_responses.py).
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
 when stream_options.include_usage); `n` asks for n choices (choice i > 0 says " #i"
 after the text); POST /v1/embeddings answers a vector derived from (weights, input).
@@ -46,6 +47,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support import model_server_responses as responses
 
 _FINISH = re.compile(r"\[\[finish=([a-z_]+)\]\]")
 
@@ -145,6 +148,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 prompt = p if isinstance(p, str) else token_prompt(p)
             elif self.path == "/v1/embeddings":
                 prompt = _text(req["input"])
+            elif self.path == "/v1/responses":
+                prompt = responses.responses_prompt(req)
             else:
                 self._send(404, {"error": "not found"})
                 return
@@ -176,6 +181,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 self._send(200, doc | {"id": "embd-test", "created": 0})
                 return
             text = answer_for(args.weights, prompt)
+            if self.path == "/v1/responses":
+                self._responses(req, model, prompt, text)
+                return
             if req.get("stream"):
                 self._stream(req, model, prompt, text)
                 return
@@ -203,6 +211,23 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     "usage": usage,
                 },
             )
+
+        def _responses(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:
+            if not req.get("stream"):
+                self._send(200, responses.whole_answer(req, model, prompt, text))
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                for event in responses.stream_events(req, model, prompt, stream_pieces(text)):
+                    self.wfile.write(event)
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with state.lock:
+                    state.aborted += 1
+            self.close_connection = True
 
         def _stream(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:
             chat = self.path == "/v1/chat/completions"

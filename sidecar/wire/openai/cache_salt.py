@@ -25,10 +25,11 @@ from typing import Any
 from blake3 import blake3
 
 from sidecar.wire.openai.keys import CHAT, COMPLETIONS
+from sidecar.wire.openai.responses import RESPONSES
 from sidecar.wire.values import dumps
 
 FIELD = "cache_salt"
-SALTED = frozenset({CHAT, COMPLETIONS})
+SALTED = frozenset({CHAT, COMPLETIONS, RESPONSES})
 """The endpoints whose requests vLLM reads a cache_salt of (embeddings share no KV)."""
 PREFIX = "ic1-"
 """Marks a salt the gateway derived (and the version of the derivation)."""

@@ -48,7 +48,7 @@ EXCLUDED = frozenset(
 )
 """Fields that never shape the answer: left out of the key."""
 
-_SAMPLING = {
+SAMPLING_FIELDS = {
     "temperature": "temperature",
     "top_p": "top_p",
     "top_k": "top_k",
@@ -70,7 +70,7 @@ _SAMPLING = {
 """Body field -> the Sampling reader's name for it (wire/openai/sampling.py)."""
 _TEMPLATE = ("chat_template_kwargs", "mm_processor_kwargs")
 KNOWN = frozenset(
-    {"model", "input", "tools", "tool_choice", "parallel_tool_calls", *_SAMPLING, *_TEMPLATE}
+    {"model", "input", "tools", "tool_choice", "parallel_tool_calls", *SAMPLING_FIELDS, *_TEMPLATE}
 )
 """Fields with a key field of their own."""
 
@@ -105,7 +105,7 @@ EXTRA_KNOWN = frozenset(
 )
 """Known fields keyed by the extra rule (not reported as unknown)."""
 
-_STATEFUL = (
+STATEFUL = (
     ("previous_response_id", "continues a response stored on the model server"),
     ("conversation", "continues a conversation stored on the model server"),
     ("prompt", "names a stored prompt template"),
@@ -152,7 +152,7 @@ def responses_request(doc: Mapping[str, Any], tenant: str, prompt_version: str) 
     except Uncacheable as exc:
         return KeyedRequest(None, model, stream, False, unknown_fields, exc.reason)
     v.integer(doc, "max_output_tokens")  # a 400 names it, not the reader's max_tokens
-    named = {key: doc[name] for name, key in _SAMPLING.items() if name in doc}
+    named = {key: doc[name] for name, key in SAMPLING_FIELDS.items() if name in doc}
     key = KeyRequest(
         tenant=tenant,
         model_version="",  # the pod's fingerprint (KeyResolver fills it in)
@@ -172,7 +172,7 @@ def responses_request(doc: Mapping[str, Any], tenant: str, prompt_version: str) 
 
 def _uncacheable(doc: Mapping[str, Any]) -> str:
     """Why the request depends on state the model server keeps ("" when it does not)."""
-    for name, what in _STATEFUL:
+    for name, what in STATEFUL:
         if doc.get(name) is not None:
             return f"`{name}` {what}"
     if v.boolean(doc, "background"):

@@ -56,6 +56,8 @@ BENCHES: dict[str, tuple[str, ...]] = {
         "miss_overhead_ms",
         "sse_replay_exact",
         "cross_tenant_hits",
+        "responses_hit_p50_ms",
+        "responses_miss_overhead_ms",
     ),
     "cluster": (
         "cluster_warm_vs_single",

@@ -12,6 +12,7 @@ weight fingerprint).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -138,6 +139,8 @@ def gateway(infercache: Path, workdir: Path, upstream_port: int, redis_port: int
     model = write_model(workdir / "model", llama_tensors(layers=1, seed=1))
     keys = workdir / "gateway-keys"
     keys.write_text("".join(f"{t}={k}\n" for t, k in KEYS.items()))
+    secret = workdir / "fleet-secret"  # a shared Redis needs one (docs/security.md)
+    secret.write_text(base64.b64encode(os.urandom(48)).decode())
     port = free_port()
     flags = {
         "listen": f"127.0.0.1:{free_port()}",
@@ -148,6 +151,7 @@ def gateway(infercache: Path, workdir: Path, upstream_port: int, redis_port: int
         "model-server-url": f"http://127.0.0.1:{upstream_port}",
         "gateway-listen": f"127.0.0.1:{port}",
         "gateway-keys-file": str(keys),
+        "fleet-secret-file": str(secret),
         "log-level": "warning",
     }
     argv = [str(infercache), "serve"]

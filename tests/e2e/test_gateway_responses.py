@@ -94,8 +94,10 @@ def test_sdk_whole_answer_hit_has_fresh_ids_and_counts_the_prompt_as_cached(
     assert a.output_text.startswith("[v1] answer")
     assert b.id.startswith("resp_")
     assert b.id != a.id
-    assert b.output[0].id.startswith("msg_")
-    assert b.output[0].id != a.output[0].id
+    hit_item, miss_item = b.output[0], a.output[0]
+    assert hit_item.type == miss_item.type == "message"
+    assert hit_item.id.startswith("msg_")
+    assert hit_item.id != miss_item.id
     assert b.created_at >= a.created_at
     assert a.usage is not None
     assert b.usage is not None
@@ -152,11 +154,11 @@ def test_async_sdk_streamed_and_not(pod: GatewayPod) -> None:
                 assert raw.parse().output_text.startswith("[v1] answer")
             prompt = unique("async-stream")
             for _ in range(2):
-                raw = await client.responses.with_raw_response.create(
+                streamed = await client.responses.with_raw_response.create(
                     model=MODEL, input=prompt, stream=True
                 )
-                outcomes.append(raw.headers["x-infercache-cache"])
-                events = [e async for e in raw.parse()]
+                outcomes.append(streamed.headers["x-infercache-cache"])
+                events = [e async for e in streamed.parse()]
                 assert events[-1].type == "response.completed"
             return outcomes
 

@@ -48,7 +48,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support import model_server_responses as responses
+try:
+    from tests.support import model_server_responses as responses
+except ImportError:  # run as a script (bench.gateway): this directory is on sys.path
+    import model_server_responses as responses  # type: ignore[import-not-found,no-redef]
 
 _FINISH = re.compile(r"\[\[finish=([a-z_]+)\]\]")
 

@@ -99,7 +99,12 @@ def output_items(prompt: str, text: str) -> list[dict[str, Any]]:
         arguments = json.dumps({"q": text})
         call = {"type": "function_call", "id": f"fc_{_hex()}", "call_id": f"call_{_hex()}"}
         return [call | {"name": "lookup", "arguments": arguments, "status": "completed"}]
-    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": None}
+    part: dict[str, Any] = {
+        "type": "output_text",
+        "text": text,
+        "annotations": [],
+        "logprobs": None,
+    }
     message = {"id": f"msg_{_hex()}", "type": "message", "role": "assistant"}
     return [message | {"content": [part], "status": "completed"}]
 
@@ -139,7 +144,8 @@ def stream_events(req: dict[str, Any], model: str, prompt: str, pieces: list[str
     else:
         added["item"] |= {"content": []}
         events.append({"type": "response.output_item.added"} | added)
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        part: dict[str, Any] = {"type": "output_text", "text": ""}
+        part |= {"annotations": [], "logprobs": []}
         common = {"output_index": 0, "item_id": item["id"], "content_index": 0}
         events.append({"type": "response.content_part.added", "part": part} | common)
         for piece in pieces:

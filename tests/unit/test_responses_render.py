@@ -32,7 +32,8 @@ def collected(stream: list[bytes], limit: int = 1 << 20, model: str = "tiny") ->
 
 
 def data(event: bytes) -> dict[str, Any]:
-    return json.loads(event.split(b"data: ", 1)[1])
+    doc: dict[str, Any] = json.loads(event.split(b"data: ", 1)[1])
+    return doc
 
 
 def test_a_completed_stream_is_kept_event_by_event() -> None:

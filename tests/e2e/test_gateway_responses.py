@@ -336,3 +336,23 @@ def test_each_tenant_salt_reaches_the_model_server(pod: GatewayPod) -> None:
     pod.post("/v1/responses", sent.encode())
     bodies = pod.upstream.stats()["bodies"]
     assert unsalted(bodies[-1]) == sent
+
+
+def test_a_function_call_answer_is_replayed_with_fresh_item_ids(pod: GatewayPod) -> None:
+    """A streamed function_call answer: the hit's fc_ id is fresh and the same in every
+    event naming it; its call_id is the original's (the client answers it by call_id)."""
+    tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+    doc = body(unique("[[call]]"), tools=tools)
+    (o1, miss), (o2, hit) = raw_events(pod, doc), raw_events(pod, doc)
+    assert (o1, o2) == ("miss", "hit")
+    first, again = parsed(miss[-1])[1]["response"], parsed(hit[-1])[1]["response"]
+    call, replayed = first["output"][0], again["output"][0]
+    assert replayed["type"] == "function_call"
+    assert replayed["id"].startswith("fc_")
+    assert replayed["id"] != call["id"]
+    assert replayed["call_id"] == call["call_id"]
+    named = {parsed(e)[1].get("item_id") for e in hit} - {None}
+    assert named == {replayed["id"]}
+    status, _, whole = pod.post("/v1/responses", doc)
+    assert status == 200
+    assert json.loads(whole)["output"][0]["arguments"] == call["arguments"]

@@ -58,6 +58,8 @@ BENCHES: dict[str, tuple[str, ...]] = {
         "cross_tenant_hits",
         "messages_hit_p50_ms",
         "messages_miss_overhead_ms",
+        "responses_hit_p50_ms",
+        "responses_miss_overhead_ms",
     ),
     "cluster": (
         "cluster_warm_vs_single",

@@ -28,7 +28,9 @@ goal: on a 2-core machine the load generator, the upstream and the gateway share
 CPU, so at 16 the figure is the gateway's CPU per miss queued, see gateway_miss_cpu_ms),
 bare_proxy_miss_overhead_ms (the same for the bare forwarder: the floor),
 sse_replay_exact, cross_tenant_hits (the tenant probe's merged answers), merged_probes
-(all probes), each also as litellm_*; goals_met; and the Messages API's
+(all probes), each also as litellm_*; goals_met; responses_hit_p50_ms,
+responses_miss_overhead_ms and the other responses_* figures (bench/gateway/responses.py:
+POST /v1/responses, which LiteLLM does not cache); and the Messages API's
 messages_hit_p50_ms, messages_miss_overhead_ms and the rest (bench/gateway/messages.py).
 A side that could not run (LiteLLM's venv not buildable, a checkout without the gateway)
 prints why and reports nan.
@@ -51,6 +53,7 @@ from typing import Any
 from bench.gateway import messages, servers
 from bench.gateway.load import LoadResult, Target, closed_loop, cycling, distinct, one, verdict
 from bench.gateway.probes import SseCheck, chat_body, run_probes, sse_replay, upstream_streams
+from bench.gateway.responses import measure_responses
 from bench.harness.report import print_head, print_summary
 from bench.harness.stats import median, percentile
 
@@ -313,6 +316,12 @@ async def run(plan: Plan) -> int:
         bare = Side("bare", bp.pid, Target(bp.port, "/v1/chat/completions"), Target(bp.port, "/"))
         sides = [s for s in (gw, ll) if s is not None]
         await measure(sides, [direct, bare], plan, up.port)
+        responses: dict[str, Any] = {}
+        if gw is not None:  # bench/gateway/responses.py: /v1/responses, the same run
+            m1 = plan.miss_concurrency[0]
+            responses = await measure_responses(
+                gw.first.port, bp.port, up.port, plan.rounds, plan.seconds, plan.hit_concurrency, m1
+            )
         on_messages = await messages.measure(
             gw.first.port if gw else None,
             up.port,
@@ -330,7 +339,7 @@ async def run(plan: Plan) -> int:
         if not streams:
             print("# sse replay untested: the model server does not stream")
         print_correctness(sides)
-        pairs = report(gw, ll, direct, bare, plan) | on_messages
+        pairs = report(gw, ll, direct, bare, plan) | responses | on_messages
     idle = ", ".join(f"{s.name} {s.idle_cpu_per_s * 1000:.1f}" for s in [direct, bare, *sides])
     print(f"# idle CPU ms/s (taken off the cpu column): {idle}")
     print(f"# load average at end: {os.getloadavg()[0]:.2f}")

@@ -1,7 +1,8 @@
 """The gateway's HTTP surface as an ASGI application (served by uvicorn, see service.py).
 
-Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/messages
-(Anthropic's Messages API: its refusals in Anthropic's error form); GET /v1/models
+Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses,
+/v1/messages (Anthropic's Messages API: its refusals in Anthropic's error form); GET
+/v1/models
 (proxied); GET /health. A request head over its limit is 431; credentials are checked
 before the body is read; a body over the limit is 413 without being read whole, and
 one that does not arrive whole within its deadline is 408 (both close the connection:
@@ -38,6 +39,7 @@ ENDPOINTS = {
     "/v1/chat/completions": "chat.completions",
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
     MESSAGES_PATH: MESSAGES,
 }
 MODELS_PATH = "/v1/models"

@@ -28,6 +28,11 @@ from sidecar.gateway.hit import ReplayLimits, answer_hit
 from sidecar.gateway.messages import answer_message_hit, tee_message_stream, whole_message
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
+from sidecar.gateway.responses_answers import (
+    answer_response_hit,
+    tee_response_stream,
+    whole_response,
+)
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
 from sidecar.gateway.unknown_fields import unknown_fields_headers
@@ -42,6 +47,7 @@ from sidecar.wire.errors import WireError
 from sidecar.wire.json_body import parse_body
 from sidecar.wire.openai.cache_salt import TenantSalts
 from sidecar.wire.openai.keys import KeyedRequest, for_adapter, keyed_request
+from sidecar.wire.openai.responses import RESPONSES, RESPONSES_PATH, responses_request
 
 log = structlog.get_logger("infercache.gateway")
 
@@ -49,6 +55,7 @@ INPUT_FIELDS = {
     "chat.completions": "messages",
     "completions": "prompt",
     "embeddings": "input",
+    RESPONSES: "input",
     MESSAGES: "messages",
 }
 """The body field holding each endpoint's input (named by a 400 about the input)."""
@@ -56,8 +63,16 @@ PATHS = {
     "chat.completions": "/v1/chat/completions",
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
+    RESPONSES: RESPONSES_PATH,
     MESSAGES: MESSAGES_PATH,
 }
+
+
+_TEES = {
+    RESPONSES: (tee_response_stream, whole_response),
+    MESSAGES: (tee_message_stream, whole_message),
+}
+"""How a miss of an API other than chat/completions/embeddings is teed and judged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +160,8 @@ class Flow:
         try:
             if endpoint == MESSAGES:
                 kr = keyed_message_request(doc, tenant, version)
+            elif endpoint == RESPONSES:
+                kr = responses_request(doc, tenant, version)
             else:
                 kr = keyed_request(endpoint, doc, tenant, version)
         except WireError as exc:
@@ -224,6 +241,8 @@ class Flow:
             )
             if endpoint == MESSAGES:
                 served = await answer_message_hit(kr, result.entry, pace, replay, hit, reply)
+            elif endpoint == RESPONSES:
+                served = await answer_response_hit(kr, result.entry, pace, replay, hit, reply)
             else:
                 served = await answer_hit(endpoint, kr, result.entry, pace, replay, hit, reply)
             if served:
@@ -296,7 +315,7 @@ class Flow:
                 marked = [*resp.passed_headers(), *info, (CACHE_HEADER, outcome)]
                 await reply.start(resp.status, [(b"content-type", _latin1(kind)), *marked])
                 ok = resp.status == 200
-                tee = tee_message_stream if endpoint == MESSAGES else tee_stream
+                tee, whole = _TEES.get(endpoint, (tee_stream, whole_answer))
                 if kr.stream and ok and kind.startswith("text/event-stream"):
                     answer = await tee(resp.pieces(), t0, reply, limit, kr.model, resp.ended)
                     if answer is None:
@@ -304,7 +323,6 @@ class Flow:
                 else:
                     answer = await tee_body(resp.pieces(), reply, limit, resp.ended)
                     if answer is not None:
-                        whole = whole_message if endpoint == MESSAGES else whole_answer
                         answer = whole(answer, kr) if ok else None
             if answer is not None and asked.write:
                 stored = await self._store(endpoint, body, kr, key, lease, answer, started_ms)

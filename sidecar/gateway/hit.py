@@ -4,6 +4,7 @@ between the two (`stream` is not part of the key)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sidecar.entries import ChunkMeta, Entry
@@ -54,7 +55,7 @@ async def answer_hit(
         if replayed is None:
             return False
         await reply.start(200, SSE_HEADERS + marked)
-        await _paced(replayed, [meta for meta, _ in pieces], pace, limits, reply)
+        await paced_events(replayed, [meta for meta, _ in pieces], pace, limits, reply)
         return True
     doc = body_doc(entry.payload)
     if doc is None:
@@ -71,16 +72,17 @@ async def answer_hit(
     return True
 
 
-async def _paced(
-    events: list[bytes | None],
+async def paced_events(
+    events: Sequence[bytes | None],
     metas: list[ChunkMeta],
     pace: Pacing,
     limits: ReplayLimits,
     reply: Reply,
     end: bytes = DONE,
 ) -> None:
-    """Send the events on the schedule `pace` gives, then `end` ([DONE]); an event due
-    past the cap raises HttpError instead (the response left unfinished).
+    """Send the events on the schedule `pace` gives, then `end` (an OpenAI stream's
+    [DONE]; a Responses or Messages stream has none of its own); an event due past the
+    cap raises HttpError instead (the response left unfinished).
 
     Each event waits for its absolute time (no drift from sleeping in steps); a client
     that goes away cancels this at its next await.

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 from sidecar.entries import ComputeCost, Entry
 from sidecar.gateway.errors import HttpError
-from sidecar.gateway.hit import ReplayLimits, _paced
+from sidecar.gateway.hit import ReplayLimits, paced_events
 from sidecar.gateway.reply import CACHE_HEADER, JSON, SSE_HEADERS, Headers, Reply
 from sidecar.gateway.tee import Answer, Ended
 from sidecar.results.pacing import Pacing
@@ -100,7 +100,7 @@ async def answer_message_hit(
             return False
         await reply.start(200, SSE_HEADERS + marked)
         sent: list[bytes | None] = list(replayed)
-        await _paced(sent, [meta for meta, _ in pieces], pace, limits, reply, end=b"")
+        await paced_events(sent, [meta for meta, _ in pieces], pace, limits, reply, end=b"")
         return True
     doc = answers.message_doc(entry.payload)
     if doc is None:

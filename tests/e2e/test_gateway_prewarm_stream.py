@@ -78,8 +78,16 @@ def ask_raw(client: openai.OpenAI, endpoint: str, args: dict[str, Any]) -> tuple
     version = raw.headers.get("x-infercache-model-version", "")
     outcome = raw.headers.get("x-infercache-cache", "")
     if args.get("stream"):
-        return version, outcome, [c.model_dump(exclude={"id", "created"}) for c in parsed]
-    return version, outcome, parsed.model_dump(exclude={"id", "created"})
+        return version, outcome, [_answer(c.model_dump(exclude={"id", "created"})) for c in parsed]
+    return version, outcome, _answer(parsed.model_dump(exclude={"id", "created"}))
+
+
+def _answer(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` without usage.prompt_tokens_details, which a hit sets to say the whole prompt
+    came from the cache (docs/gateway.md, cached-token accounting)."""
+    if isinstance(doc.get("usage"), dict):
+        doc["usage"].pop("prompt_tokens_details", None)
+    return doc
 
 
 def text_of(endpoint: str, answer: Any) -> str:

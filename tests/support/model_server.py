@@ -21,6 +21,7 @@ A prompt containing one of these markers changes the answer:
                      x-ratelimit-remaining-requests: 0
     [[finish=R]]     every choice finishes with finish_reason R (e.g. abort, error,
                      content_filter) instead of stop; body and stream otherwise as usual
+POST /v1/responses answers as vLLM does (tests/support/model_server_responses.py).
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
 when stream_options.include_usage); `n` asks for n choices (choice i > 0 says " #i"
 after the text); POST /v1/embeddings answers a vector derived from (weights, input);
@@ -56,6 +57,10 @@ else:  # run as a script (bench/gateway/servers.py): this directory is first on 
         message_events,
         messages_prompt,
     )
+try:
+    from tests.support import model_server_responses as responses
+except ImportError:  # run as a script (bench.gateway): this directory is on sys.path
+    import model_server_responses as responses  # type: ignore[import-not-found,no-redef]
 
 _FINISH = re.compile(r"\[\[finish=([a-z_]+)\]\]")
 
@@ -157,6 +162,8 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 prompt = _text(req["input"])
             elif self.path == "/v1/messages":
                 prompt = messages_prompt(req)
+            elif self.path == "/v1/responses":
+                prompt = responses.responses_prompt(req)
             else:
                 self._send(404, {"error": "not found"})
                 return
@@ -190,6 +197,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             text = answer_for(args.weights, prompt)
             if self.path == "/v1/messages":
                 self._messages(req, model, prompt, text)
+                return
+            if self.path == "/v1/responses":
+                self._responses(req, model, prompt, text)
                 return
             if req.get("stream"):
                 self._stream(req, model, prompt, text)
@@ -230,6 +240,23 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             for event in message_events(model, prompt, stream_pieces(text)):
                 self.wfile.write(event)
                 self.wfile.flush()
+            self.close_connection = True
+
+        def _responses(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:
+            if not req.get("stream"):
+                self._send(200, responses.whole_answer(req, model, prompt, text))
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                for event in responses.stream_events(req, model, prompt, stream_pieces(text)):
+                    self.wfile.write(event)
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with state.lock:
+                    state.aborted += 1
             self.close_connection = True
 
         def _stream(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:

@@ -264,7 +264,8 @@ def test_rendering_renews_and_converts() -> None:
     doc = json.loads(whole)
     assert doc["choices"][0]["message"] == {"role": "assistant", "content": "ab"}
     assert doc["choices"][0]["finish_reason"] == "stop"
-    assert doc["usage"] == usage
+    # A hit reports the whole prompt as served from the cache (issue 27 item 4).
+    assert doc["usage"] == usage | {"prompt_tokens_details": {"cached_tokens": 2}}
     back = events_from_body(whole, CHAT, False, renewal)
     assert back is not None
     assert json.loads(back[0][6:])["choices"][0]["delta"]["content"] == "ab"

@@ -26,10 +26,11 @@ from blake3 import blake3
 
 from sidecar.wire.anthropic.keys import MESSAGES
 from sidecar.wire.openai.keys import CHAT, COMPLETIONS
+from sidecar.wire.openai.responses import RESPONSES
 from sidecar.wire.values import dumps
 
 FIELD = "cache_salt"
-SALTED = frozenset({CHAT, COMPLETIONS, MESSAGES})
+SALTED = frozenset({CHAT, COMPLETIONS, RESPONSES, MESSAGES})
 """The endpoints whose requests vLLM reads a cache_salt of (embeddings share no KV; vLLM's
 Messages API hands its `cache_salt` to the chat request it builds)."""
 PREFIX = "ic1-"

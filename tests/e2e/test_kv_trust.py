@@ -277,6 +277,7 @@ def test_an_altered_block_is_never_handed_out_nor_demoted(
         kv_pool_bytes=SLOTS * BLOCK_BYTES,
         kv_shm_dir=str(tmp_path),
         kv_promote_timeout_ms=5000,
+        kv_verify_hits=1.0,  # every hit checked (the default samples 10%)
     )
     try:
         proc.wait_ready()

@@ -107,7 +107,7 @@ async def test_without_domains_there_is_one_pool_and_no_key() -> None:
 
 
 async def test_an_altered_block_is_cut_from_a_hit_and_dropped() -> None:
-    s = Setup()
+    s = Setup(verify_hits=1.0)
     aid = await s.attach("fp")
     slots = await s.put(aid, CHAIN)
     s.tier.pool.write(slots[1], b"\xff")
@@ -145,7 +145,7 @@ async def test_hits_are_verified_on_the_sampled_fraction_only() -> None:
 async def test_a_promoted_block_is_sealed_with_its_warm_tag() -> None:
     """Promotion seals without a second pass; the promoted block then passes the check,
     and altering it afterwards is caught."""
-    s = Setup()
+    s = Setup(verify_hits=1.0)
     aid = await s.attach("fp-v1")
     await s.put(aid, CHAIN)
     await s.attach("fp-v2")

@@ -21,7 +21,7 @@ from sidecar.kv.integrity import BlockSeals
 from sidecar.kv.layout import BlockKey
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.slot_index import SlotIndex
-from sidecar.kv.warm import KvWarmStore, block_tag, encode_block, open_block
+from sidecar.kv.warm import KvWarmStore, open_block, seal_copy
 from sidecar.macs import FleetKeys
 
 log = structlog.get_logger("infercache.kv")
@@ -90,21 +90,19 @@ class WarmMover:
 
     def _encode(
         self, version: str, batch: Sequence[Demoted]
-    ) -> tuple[list[tuple[BlockKey, bytes]], list[Demoted]]:
+    ) -> tuple[list[tuple[BlockKey, bytes | bytearray]], list[Demoted]]:
         """Copy slots out, check each copy against its seal and make the stored values of
         the intact ones (on a worker thread: the slots are pinned); (values, altered)."""
         read, keys = self._pool.read_many, self._warm.keys
-        mac = keys.signing_key("kv-block")
-        items: list[tuple[BlockKey, bytes]] = []
+        items: list[tuple[BlockKey, bytes | bytearray]] = []
         altered: list[Demoted] = []
         for b in batch:
-            # One copy: what is checked is what is stored, whatever happens to the slot.
-            payload = bytes(read([b.slot], b.nbytes)[0])
-            tag = block_tag(mac, version, b.key, payload)
+            # One copy, then its tag: what is checked is what is stored.
+            value, tag = seal_copy(b.key, read([b.slot], b.nbytes)[0], keys, version)
             if b.seal is None or not hmac.compare_digest(tag, b.seal):
                 altered.append(b)
                 continue
-            items.append((b.key, encode_block(b.key, payload, keys, version, tag=tag)))
+            items.append((b.key, value))
         return items, altered
 
     async def demote(self, version: str, blocks: Sequence[Demoted]) -> None:

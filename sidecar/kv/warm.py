@@ -65,6 +65,23 @@ def encode_block(
     )
 
 
+def seal_copy(
+    key: BlockKey, payload: bytes | memoryview, keys: FleetKeys, version: str
+) -> tuple[bytearray, bytes]:
+    """(the stored value, the payload's tag): encode_block with the payload copied once,
+    and the tag taken over that copy, so the tag is of exactly the bytes stored whatever
+    happens to `payload` meanwhile (a pool slot other processes can write)."""
+    head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(key)) + key + _LEN.pack(len(payload))
+    at = len(head) + _SUM_BYTES
+    value = bytearray(at + len(payload))
+    value[: len(head)] = head
+    value[at:] = payload
+    with memoryview(value) as view:
+        tag = block_tag(keys.signing_key("kv-block"), version, key, view[at:])
+    value[len(head) : at] = tag
+    return value, tag
+
+
 def decode_block(
     key: BlockKey, value: bytes, keys: FleetKeys = LOCAL, version: str = ""
 ) -> memoryview | None:
@@ -110,7 +127,7 @@ class KvWarmStore(Protocol):
     """The MAC keys blocks stored here are sealed and verified with."""
 
     async def put_many(
-        self, version: str, items: Sequence[tuple[BlockKey, bytes]], ttl_ms: int
+        self, version: str, items: Sequence[tuple[BlockKey, bytes | bytearray]], ttl_ms: int
     ) -> None:
         """Store encoded values (see encode_block) under a version."""
         ...
@@ -145,11 +162,11 @@ class MemoryKvWarmStore:
         self.known: set[str] = set()
 
     async def put_many(
-        self, version: str, items: Sequence[tuple[BlockKey, bytes]], ttl_ms: int
+        self, version: str, items: Sequence[tuple[BlockKey, bytes | bytearray]], ttl_ms: int
     ) -> None:
         """Store each value."""
         for key, value in items:
-            self.values[(version, key)] = value
+            self.values[(version, key)] = bytes(value)
 
     async def get_many(self, version: str, keys: Sequence[BlockKey]) -> list[bytes | None]:
         """Values or None."""

@@ -63,12 +63,6 @@ def write_key(directory: str) -> bytes:
     return key
 
 
-def read_key(path: str) -> bytes:
-    """What a model process sends as AttachHotTierRequest.domain_key: the file's content."""
-    with open(path, "rb") as f:
-        return f.read(4096).strip()
-
-
 @dataclass(slots=True)
 class TrustDomain:
     """One domain: its tenants (None: every tenant), its tier and its key (None: none)."""

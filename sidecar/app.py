@@ -33,8 +33,10 @@ from sidecar.invalidation.invalidator import Durability, Invalidator
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
+from sidecar.kv.domains import KvDomains, build_domains
 from sidecar.kv.generations import SharedGenerations
 from sidecar.kv.hot_tier import KvHotTier
+from sidecar.kv.movement import KvStats
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.pool_files import remove_stale
 from sidecar.kv.preload import TorchPreload
@@ -144,19 +146,14 @@ def build_prewarmer(
     )
 
 
-def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: FleetKeys) -> KvHotTier:
-    """The KV hot tier; torch starts loading now (see kv/preload.py), its pool comes
-    with the first attachment. It accepts attachments of the pod's own model only (the
-    fingerprint in force now), when the pod knows its fingerprint."""
-    device, shm_dir = config.kv.device, config.kv.shm_dir
-    if device == "cpu":
-        # A killed predecessor's pool (1 GiB by default) would otherwise stay in the volume.
-        for path, size in remove_stale(shm_dir):
-            log.warning("kv_stale_pool_file_removed", path=path, bytes=size)
+def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: FleetKeys) -> KvDomains:
+    """The KV hot tier, one per trust domain (kv/domains.py); torch starts loading now
+    (see kv/preload.py), a domain's pool comes with its first attachment. It accepts
+    attachments of the pod's own model only (the fingerprint in force now), when the pod
+    knows its fingerprint."""
+    device = config.kv.device
     torch = TorchPreload()
-
-    def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
-        return torch.create_pool(device, num_slots, slot_bytes, shm_dir)
+    stats = KvStats()
 
     warm = None
     if stores.redis is not None:
@@ -166,15 +163,33 @@ def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: Flee
             timeout_s=config.redis.write_timeout_ms / 1000,
             keys=fleet,
         )
-    return KvHotTier(
-        config.kv.to_settings(),
-        make_pool,
-        warm,
-        generations=lambda num_slots: SharedGenerations(num_slots, shm_dir),
-        pod_fingerprint=lambda: identity.pod.model_version,
-        allow_foreign=identity.pod.allow_foreign_store,
-        doubt=identity.refuse_doubt,
-    )
+
+    def sweep(directory: str) -> None:
+        # A killed predecessor's pool (1 GiB by default) would otherwise stay in the volume.
+        for path, size in remove_stale(directory):
+            log.warning("kv_stale_pool_file_removed", path=path, bytes=size)
+
+    def make_tier(directory: str) -> KvHotTier:
+        sweep(directory)
+
+        def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
+            return torch.create_pool(device, num_slots, slot_bytes, directory)
+
+        return KvHotTier(
+            config.kv.to_settings(),
+            make_pool,
+            warm,
+            generations=lambda num_slots: SharedGenerations(num_slots, directory),
+            pod_fingerprint=lambda: identity.pod.model_version,
+            allow_foreign=identity.pod.allow_foreign_store,
+            doubt=identity.refuse_doubt,
+            stats=stats,
+            keys=fleet,
+        )
+
+    if config.kv.trust_domains:  # a previous run without domains kept its pool here
+        sweep(config.kv.shm_dir)
+    return build_domains(config.kv.trust_domains, config.kv.shm_dir, make_tier, stats)
 
 
 @dataclass(slots=True)
@@ -198,7 +213,7 @@ class App:
     limits: KeyLimits
     keys: KeyResolver
     """The pod's key resolver: every entry point builds its keys with it."""
-    kv: KvHotTier | None
+    kv: KvDomains | None
     invalidator: Invalidator
     prewarmer: Prewarmer
     reclaimer: Reclaimer

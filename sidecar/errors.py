@@ -5,6 +5,7 @@
     ├── FailedPrecondition   valid input the current state refuses
     ├── ResourceExhausted    a bounded resource (KV slots, the stream buffer) has no room left
     ├── Unauthenticated      missing or wrong credentials
+    ├── PermissionDenied     not granted (e.g. a KV tenant the attachment was not bound to)
     ├── NotFound             the named thing does not exist (e.g. an unknown key digest)
     ├── DeadlineExceeded     the caller went quiet for longer than a limit allows
     ├── Unavailable          a required backend could not be reached
@@ -46,6 +47,11 @@ class ResourceExhausted(InfercacheError):
 
 class Unauthenticated(InfercacheError):
     """Credentials are missing or wrong."""
+
+
+class PermissionDenied(InfercacheError):
+    """The caller is not granted what it asks for (a KV attachment naming a tenant, or a
+    trust domain, it was not attached for)."""
 
 
 class NotFound(InfercacheError):

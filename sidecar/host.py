@@ -19,7 +19,7 @@ from sidecar.errors import TierUnavailable
 from sidecar.gateway.build import Gateway
 from sidecar.identity.pod import PodIdentity
 from sidecar.invalidation.freshness import Freshness
-from sidecar.kv.hot_tier import KvHotTier
+from sidecar.kv.domains import KvDomains
 from sidecar.observability.metrics import RpcDurationCollector
 from sidecar.observability.stats import RpcStats
 from sidecar.observability.telemetry import Telemetry, TelemetrySetup, configure_telemetry
@@ -83,8 +83,8 @@ class RunningServer:
         return self.app.policy
 
     @property
-    def kv(self) -> KvHotTier | None:
-        """The KV hot tier, when enabled."""
+    def kv(self) -> KvDomains | None:
+        """The KV hot tier (its trust domains), when enabled."""
         return self.app.kv
 
     @property

@@ -70,6 +70,7 @@ def attach_to_pb(
     default_lease_ms: int,
     max_lease_ms: int,
     attachment_ttl_ms: int,
+    trust_domain: str = "",
 ) -> PB2.AttachHotTierResponse:
     """The attachment id, the pool handle and the canonical layout."""
     layout = attachment.layout
@@ -112,6 +113,7 @@ def attach_to_pb(
         default_lease_ttl_ms=default_lease_ms,
         max_lease_ttl_ms=max_lease_ms,
         attachment_ttl_ms=attachment_ttl_ms,
+        trust_domain=trust_domain,
     )
 
 

@@ -16,6 +16,7 @@ from sidecar.api.kv_codec import (
 )
 from sidecar.api.observe import Attributes, RpcObserver
 from sidecar.api.rpc import rpc
+from sidecar.kv.domains import KvDomains
 from sidecar.kv.hot_tier import KvHotTier
 from sidecar.observability.stats import RpcStats
 from sidecar.observability.telemetry import Telemetry
@@ -26,8 +27,9 @@ SERVICE = PB2.DESCRIPTOR.services_by_name["KvCacheService"].full_name
 class KvServicer(kv_pb2_grpc.KvCacheServiceServicer):  # type: ignore[misc]
     """The KV hot tier's RPCs; KV bytes never pass through here, only slot ids."""
 
-    def __init__(self, tier: KvHotTier, observer: RpcObserver | None = None) -> None:
-        self._tier = tier
+    def __init__(self, tier: KvDomains | KvHotTier, observer: RpcObserver | None = None) -> None:
+        """`tier`: the trust domains' tiers, or one tier of every tenant."""
+        self._tier = KvDomains.single(tier) if isinstance(tier, KvHotTier) else tier
         self.observer = observer or RpcObserver(SERVICE, Telemetry(), RpcStats())
 
     def _lookup_attributes(
@@ -47,11 +49,14 @@ class KvServicer(kv_pb2_grpc.KvCacheServiceServicer):  # type: ignore[misc]
     async def AttachHotTier(
         self, request: PB2.AttachHotTierRequest, context: grpc.aio.ServicerContext
     ) -> PB2.AttachHotTierResponse:
-        """Attach a model process: its layout, the pool it maps, the lease bounds."""
-        attachment, pool = await self._tier.attach(
+        """Attach a model process: its layout, the pool it maps, the lease bounds; bound to
+        the tenants it names (PERMISSION_DENIED outside its trust domain)."""
+        attachment, pool, domain = await self._tier.attach(
             request.model_fingerprint,
             request.adapter_fingerprint,
             layout_from_pb(request.layout),
+            tenants=request.tenants,
+            domain_key=request.domain_key,
             gpu_uuid=request.gpu_uuid,
             process_name=request.process_name,
         )
@@ -63,6 +68,7 @@ class KvServicer(kv_pb2_grpc.KvCacheServiceServicer):  # type: ignore[misc]
             default_lease_ms=s.default_lease_ms,
             max_lease_ms=s.max_lease_ms,
             attachment_ttl_ms=s.attachment_ttl_ms,
+            trust_domain=domain,
         )
 
     @rpc()
@@ -93,14 +99,14 @@ class KvServicer(kv_pb2_grpc.KvCacheServiceServicer):  # type: ignore[misc]
         self, request: PB2.AllocateBlocksRequest, context: grpc.aio.ServicerContext
     ) -> PB2.AllocateBlocksResponse:
         """Free slots for new blocks, held under a lease."""
-        slots, lease = await self._tier.allocate(
+        slots, lease, generations = await self._tier.allocate(
             request.attachment_id,
             request.count,
             lease_id=request.lease_id,
             lease_ttl_ms=request.lease_ttl_ms,
         )
         return PB2.AllocateBlocksResponse(
-            slot_ids=slots, lease=lease_to_pb(lease), slot_generations=self._tier.generations(slots)
+            slot_ids=slots, lease=lease_to_pb(lease), slot_generations=generations
         )
 
     @rpc()

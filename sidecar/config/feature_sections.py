@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 import sidecar.config.parsers as p
 from sidecar.config.fields import setting
-from sidecar.kv.types import KvSettings
+from sidecar.kv.types import KvSettings, parse_trust_domains
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +170,18 @@ class KvConfig:
         "Most live KV attachments; AttachHotTier beyond it is RESOURCE_EXHAUSTED",
         p.positive_int,
     )
+    trust_domains: tuple[tuple[str, tuple[str, ...]], ...] = setting(
+        (),
+        "KV trust domains DOMAIN=TENANT[,TENANT...][;...]: one pool (and key file) per "
+        "domain under KV_SHM_DIR/DOMAIN; empty = one pool for every tenant",
+        parse_trust_domains,
+    )
+    verify_hits: float = setting(
+        0.1,
+        "Fraction of KV prefix hits whose blocks are checked against their commit-time "
+        "hash before LookupPrefix answers (sampled; demotions are always checked)",
+        p.fraction,
+    )
 
     def to_settings(self) -> KvSettings:
         """The KV hot tier's own settings value (kv/ does not import config)."""
@@ -183,6 +195,7 @@ class KvConfig:
             max_chain_blocks=self.max_chain_blocks,
             attachment_ttl_ms=self.attachment_ttl_ms,
             max_attachments=self.max_attachments,
+            verify_hits=self.verify_hits,
         )
 
 

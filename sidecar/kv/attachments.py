@@ -24,9 +24,9 @@ from collections.abc import Callable, Set
 
 import structlog
 
-from sidecar.errors import FailedPrecondition, ResourceExhausted
+from sidecar.errors import FailedPrecondition, PermissionDenied, ResourceExhausted
 from sidecar.kv.expiry import ExpiryQueue
-from sidecar.kv.layout import KvLayout, version_scope, version_tag
+from sidecar.kv.layout import KvLayout, request_scope, version_scope, version_tag
 from sidecar.kv.movement import KvStats
 from sidecar.kv.types import Attachment, check_text
 
@@ -107,6 +107,7 @@ class Attachments:
         layout: KvLayout,
         process_name: str,
         busy: Set[str],
+        tenants: frozenset[str] | None = None,
     ) -> Attachment:
         """A new attachment (not yet registered: see add). When the table is full (the
         caller has reclaimed expired ones already), superseded attachments without leases
@@ -122,6 +123,7 @@ class Attachments:
             version_scope(fingerprint, adapter, layout),
             version_tag(fingerprint),
             process_name,
+            tenants,
         )
 
     def _prune(self, busy: Set[str]) -> None:
@@ -189,6 +191,20 @@ class Attachments:
         if live:
             self.admit(a.fingerprint, a.adapter)
         return a
+
+    def request_prefix(self, a: Attachment, tenant: str, cache_salt: str) -> bytes:
+        """The scope of `a` narrowed to a tenant and cache salt (see request_scope);
+        PermissionDenied for a tenant the attachment was not granted at attach."""
+        check_text("tenant", tenant, required=True)
+        check_text("cache_salt", cache_salt, required=False)
+        if a.tenants is not None and tenant not in a.tenants:
+            self._stats.tenants_refused += 1
+            log.warning("kv_tenant_refused", attachment=a.attachment_id, tenant=tenant[:64])
+            raise PermissionDenied(
+                f"tenant {tenant[:64]!r} was not granted to this KV attachment (AttachHotTier "
+                f"named {sorted(a.tenants)[:8]}); attach again naming it"
+            )
+        return request_scope(a.scope, tenant, cache_salt)
 
     def find(self, attachment_id: str) -> Attachment | None:
         """The registered attachment or None (no renewal, no checks)."""

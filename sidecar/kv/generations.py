@@ -8,6 +8,9 @@ compares the generation it was given with the slot's current one after the copy,
 and treats a changed one as a torn read (recomputes the block). The current
 generations are published in a small shared-memory file (one native-endian uint64
 per slot, mapped by model processes next to the pool), so the check costs no RPC.
+The file is made read-only (mode 0400) once the sidecar has mapped it, and clients map
+it read-only: the sidecar's mapping is the only writable one (a process running as the
+sidecar's user could still chmod it back: see docs/security.md).
 
 Ordering: the sidecar stores the new generation before the allocation's answer
 leaves, and a writer writes only after that answer, so a reader that saw any byte
@@ -86,6 +89,8 @@ class SharedGenerations:
         try:
             os.ftruncate(self._file.fd, self.size_bytes)
             self._map = mmap.mmap(self._file.fd, self.size_bytes)
+            # Nobody opens it for writing from now on (our descriptor and mapping stay).
+            os.fchmod(self._file.fd, 0o400)
         except BaseException:
             self._file.release()
             raise

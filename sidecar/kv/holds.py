@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import structlog
+
 from sidecar.errors import FailedPrecondition
 from sidecar.kv.attachments import Attachments
+from sidecar.kv.integrity import BlockSeals
+from sidecar.kv.layout import BlockKey
 from sidecar.kv.movement import KvStats
 from sidecar.kv.pins import LeaseRecord, LeaseTable
+from sidecar.kv.pool import SlotPool
 from sidecar.kv.slot_index import SlotIndex
 from sidecar.kv.types import Attachment, KvSettings, LeaseView
+
+log = structlog.get_logger("infercache.kv")
 
 
 class Holds:
@@ -59,6 +66,12 @@ class Holds:
         self._index.unpin_many(record.pins)
         return len(record.pins)
 
+    def cut(self, record: LeaseRecord, slots: Sequence[int]) -> None:
+        """Unpin one pin of each slot from a live lease (a hit cut short)."""
+        for slot in slots:
+            record.pins.remove(slot)
+            self._index.unpin(slot)
+
     def drop_all_of(self, attachment_id: str) -> int:
         """Drop every lease of an attachment; the pins dropped."""
         return sum(self.drop(r) for r in self._leases.of_attachment(attachment_id))
@@ -102,3 +115,38 @@ class Holds:
                 record.pins.extend(more)
             slots = slots + more
         return record, slots
+
+    async def verified(
+        self,
+        a: Attachment,
+        record: LeaseRecord | None,
+        slots: list[int],
+        seals: BlockSeals,
+        pool: SlotPool,
+    ) -> tuple[LeaseRecord | None, list[int]]:
+        """A hit's lease and slots cut before its first block whose bytes no longer match
+        their seal (that block is dropped, counted and logged); the slots stay pinned by
+        the lease while they are measured."""
+        index = self._index
+        keyed: list[tuple[int, BlockKey]] = []
+        for slot in slots:
+            key = index.key_of(slot)
+            if key is None:  # unpublished meanwhile (a version switch): not handed out
+                break
+            keyed.append((slot, key))
+        tags = await seals.measure(pool, a.version, keyed, a.layout.block_bytes)
+        bad = seals.first_altered([s for s, _ in keyed], tags)
+        keep = len(keyed) if bad is None else bad
+        if bad is not None:
+            index.drop(slots[bad])
+            self._stats.altered_blocks += 1
+            log.warning("kv_block_altered", at="hand-out", slot=slots[bad], version=a.version)
+        if keep == len(slots):
+            return record, slots
+        if record is None or not self._leases.holds(record):  # lapsed during the check
+            return None, []
+        self.cut(record, slots[keep:])
+        if not keep:
+            self.drop(record)
+            return None, []
+        return record, slots[:keep]

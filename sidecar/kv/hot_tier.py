@@ -14,7 +14,9 @@ the current version promotes them within a time bound, else answers "retry later
 Liveness: an attachment not heard from for its ttl is reclaimed with its leases,
 and a lease not renewed is dropped with its pins; both are swept before every
 operation. Slots carry generations (kv/generations.py) that readers check after
-copying, so a read racing a slot's reuse is detected.
+copying, so a read racing a slot's reuse is detected, and seals (kv/integrity.py)
+taken at commit, so bytes altered behind the sidecar's back are never handed out
+(on the sampled hits INFERCACHE_KV_VERIFY_HITS checks) nor demoted.
 
 All state is mutated on the event loop; only pool creation runs on a thread.
 """
@@ -28,10 +30,12 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from sidecar.kv.assembly import assemble
 from sidecar.kv.attachments import Attachments
 from sidecar.kv.generations import MemoryGenerations, SlotGenerations
 from sidecar.kv.holds import Holds
-from sidecar.kv.layout import BlockKey, KvLayout, request_scope
+from sidecar.kv.integrity import BlockSeals
+from sidecar.kv.layout import BlockKey, KvLayout
 from sidecar.kv.movement import KvStats, WarmMover
 from sidecar.kv.pins import LeaseRecord, LeaseTable
 from sidecar.kv.pool import SlotPool
@@ -45,10 +49,10 @@ from sidecar.kv.types import (
     PrefixResult,
     check_commit,
     check_hashes,
-    check_text,
 )
 from sidecar.kv.versions import VersionSwitcher
 from sidecar.kv.warm import KvWarmStore
+from sidecar.macs import LOCAL, FleetKeys
 
 log = structlog.get_logger("infercache.kv")
 
@@ -78,13 +82,18 @@ class KvHotTier:
         pod_fingerprint: str | Callable[[], str] = "",
         allow_foreign: bool = False,
         doubt: Callable[[str, str], None] | None = None,
+        stats: KvStats | None = None,
+        keys: FleetKeys | None = None,
     ) -> None:
         """`generations`: where slot generations live (shared with model processes in
         production); `clock`: monotonic seconds for attachment liveness;
         `pod_fingerprint`, `allow_foreign`, `doubt`: which model fingerprints may use the
-        tier (see Attachments; "" = the pod's weights are unknown, any may)."""
+        tier (see Attachments; "" = the pod's weights are unknown, any may); `stats`:
+        counters shared with other tiers (trust domains); `keys`: what seals blocks
+        (default: the warm store's, else this process's)."""
         self.settings = settings
-        self.stats = KvStats()
+        self.stats = stats if stats is not None else KvStats()
+        self._keys = keys or (warm.keys if warm is not None else LOCAL)
         self._factory = pool_factory
         self._generations = generations
         self._warm = warm
@@ -94,6 +103,7 @@ class KvHotTier:
         self._mover: WarmMover | None = None
         self._versions: VersionSwitcher | None = None
         self._holds: Holds | None = None
+        self._seals: BlockSeals | None = None
         self._block_bytes: list[int] = []
         self._pool_lock = asyncio.Lock()
         self.attachments = Attachments(
@@ -137,6 +147,7 @@ class KvHotTier:
         *,
         gpu_uuid: str = "",
         process_name: str = "",
+        tenants: frozenset[str] | None = None,
     ) -> tuple[Attachment, PoolInfo]:
         """Register a model process; a new fingerprint switches the current version.
 
@@ -152,7 +163,7 @@ class KvHotTier:
         location = pool.export(gpu_uuid)
         self._sweep()
         attachment = self.attachments.create(
-            fingerprint, adapter, layout, process_name, self.leases.holders()
+            fingerprint, adapter, layout, process_name, self.leases.holders(), tenants
         )
         if attachment.version != self.attachments.current:
             old = self.attachments.make_current(attachment.version)
@@ -189,24 +200,19 @@ class KvHotTier:
                 except BaseException:
                     pool.close()
                     raise
-                self._index = SlotIndex(num_slots, generations)
-                self._block_bytes = [0] * num_slots
-                if self._warm is not None:
-                    self._mover = WarmMover(
-                        self._index,
-                        pool,
-                        self._warm,
-                        ttl_ms=self.settings.warm_ttl_s * 1000,
-                        stats=self.stats,
-                        is_current=lambda v: v == self.attachments.current,
-                        block_bytes=self._block_bytes,
-                    )
-                self._versions = VersionSwitcher(
-                    self._index, self._mover, self._block_bytes, self.stats
+                parts = assemble(
+                    pool,
+                    SlotIndex(num_slots, generations),
+                    self._warm,
+                    self.settings,
+                    self.stats,
+                    self.leases,
+                    self.attachments,
+                    self._keys,
                 )
-                self._holds = Holds(
-                    self._index, self.leases, self.attachments, self.settings, self.stats
-                )
+                self._index, self._seals, self._holds = parts.index, parts.seals, parts.holds
+                self._mover, self._versions = parts.mover, parts.versions
+                self._block_bytes = parts.block_bytes
                 self._pool = pool
                 log.info("kv_pool_created", slots=num_slots, slot_bytes=slot_bytes)
             return self._pool
@@ -262,15 +268,13 @@ class KvHotTier:
         """The longest cached prefix of a hash chain, pinned under a new lease."""
         self._sweep()
         a = self.attachments.get(attachment_id)
-        check_text("tenant", tenant, required=True)
-        check_text("cache_salt", cache_salt, required=False)
         if len(hashes) > self.settings.max_chain_blocks:
             raise InvalidArgument(
                 "block_hashes",
                 f"has {len(hashes)} blocks; the limit is {self.settings.max_chain_blocks}",
             )
         check_hashes("block_hashes", hashes)
-        prefix = request_scope(a.scope, tenant, cache_salt)
+        prefix = self.attachments.request_prefix(a, tenant, cache_salt)
         index = self.index
         self.stats.lookups += 1
         record: LeaseRecord | None = None
@@ -285,6 +289,8 @@ class KvHotTier:
                 a.version, keys, a.layout.block_bytes, self.settings.promote_timeout_ms / 1000
             )
             record, slots = self.holds.after_wait(a, record, slots, prefix, hashes, lease_ttl_ms)
+        if slots and self._seals is not None and self._seals.sampled(self.settings.verify_hits):
+            record, slots = await self.holds.verified(a, record, slots, self._seals, self.pool)
         self.stats.hit_blocks += len(slots)
         return PrefixResult(
             slots,
@@ -343,14 +349,22 @@ class KvHotTier:
         self._sweep()
         a = self.attachments.get(attachment_id)
         record = self.leases.get(lease_id, attachment_id)
-        check_text("tenant", tenant, required=True)
-        check_text("cache_salt", cache_salt, required=False)
         check_commit(blocks, record.allocated)
-        prefix = request_scope(a.scope, tenant, cache_salt)
+        prefix = self.attachments.request_prefix(a, tenant, cache_salt)
+        keyed = [(slot, BlockKey(prefix + h)) for slot, h in blocks]
+        assert self._seals is not None  # made with the pool
+        # The seal of what the slots hold now; a later change of their bytes is detected.
+        tags = await self._seals.measure(self.pool, a.version, keyed, a.layout.block_bytes)
+        # Hashing may have let other calls run: the lease may be gone, the model superseded.
+        self._sweep()
+        a = self.attachments.get(attachment_id)
+        record = self.leases.get(lease_id, attachment_id)
+        check_commit(blocks, record.allocated)
         index = self.index
         already: list[bool] = []
-        for slot, h in blocks:
-            if index.publish(slot, BlockKey(prefix + h), a.version):
+        for (slot, key), tag in zip(keyed, tags, strict=True):
+            if index.publish(slot, key, a.version):
+                self._seals.set(slot, tag)
                 self._block_bytes[slot] = a.layout.block_bytes
                 record.allocated.discard(slot)
                 already.append(False)

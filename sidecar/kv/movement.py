@@ -10,16 +10,18 @@ intact warm values of the current version into free (or evicted) slots.
 from __future__ import annotations
 
 import asyncio
+import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
 from sidecar.errors import TierUnavailable
+from sidecar.kv.integrity import BlockSeals
 from sidecar.kv.layout import BlockKey
 from sidecar.kv.pool import SlotPool
 from sidecar.kv.slot_index import SlotIndex
-from sidecar.kv.warm import KvWarmStore, decode_block, encode_block
+from sidecar.kv.warm import KvWarmStore, open_block, seal_copy
 from sidecar.macs import FleetKeys
 
 log = structlog.get_logger("infercache.kv")
@@ -45,15 +47,20 @@ class KvStats:
     expired_leases: int = 0
     expired_attachments: int = 0
     foreign_attachments_refused: int = 0
+    altered_blocks: int = 0
+    """Blocks whose bytes no longer matched their seal (kv/integrity.py): dropped."""
+    tenants_refused: int = 0
+    """Requests naming a tenant their attachment was not granted, and attaches refused."""
 
 
 @dataclass(frozen=True, slots=True)
 class Demoted:
-    """One block leaving the hot pool: its slot (pinned), key and size."""
+    """One block leaving the hot pool: its slot (pinned), key, size and seal."""
 
     slot: int
     key: BlockKey
     nbytes: int
+    seal: bytes | None = None
 
 
 class WarmMover:
@@ -69,8 +76,10 @@ class WarmMover:
         stats: KvStats,
         is_current: Callable[[str], bool],
         block_bytes: list[int],
+        seals: BlockSeals,
     ) -> None:
         self._index = index
+        self._seals = seals
         self._pool = pool
         self._warm = warm
         self._ttl_ms = ttl_ms
@@ -79,12 +88,22 @@ class WarmMover:
         self._block_bytes = block_bytes
         self._promotions: dict[BlockKey, asyncio.Task[int]] = {}
 
-    def _encode(self, version: str, batch: Sequence[Demoted]) -> list[tuple[BlockKey, bytes]]:
-        """Copy slots out and seal them (on a worker thread: the slots are pinned)."""
+    def _encode(
+        self, version: str, batch: Sequence[Demoted]
+    ) -> tuple[list[tuple[BlockKey, bytes | bytearray]], list[Demoted]]:
+        """Copy slots out, check each copy against its seal and make the stored values of
+        the intact ones (on a worker thread: the slots are pinned); (values, altered)."""
         read, keys = self._pool.read_many, self._warm.keys
-        return [
-            (b.key, encode_block(b.key, read([b.slot], b.nbytes)[0], keys, version)) for b in batch
-        ]
+        items: list[tuple[BlockKey, bytes | bytearray]] = []
+        altered: list[Demoted] = []
+        for b in batch:
+            # One copy, then its tag: what is checked is what is stored.
+            value, tag = seal_copy(b.key, read([b.slot], b.nbytes)[0], keys, version)
+            if b.seal is None or not hmac.compare_digest(tag, b.seal):
+                altered.append(b)
+                continue
+            items.append((b.key, value))
+        return items, altered
 
     async def demote(self, version: str, blocks: Sequence[Demoted]) -> None:
         """Copy pinned, unpublished blocks to the warm tier, then unpin them.
@@ -95,16 +114,26 @@ class WarmMover:
         batches = [blocks[i : i + BATCH_BLOCKS] for i in range(0, len(blocks), BATCH_BLOCKS)]
         writing: asyncio.Task[None] | None = None
         written: Sequence[Demoted] = ()
+        stored = 0
         try:
             await self._warm.note_version(version)
             for batch in batches:
-                items = await asyncio.to_thread(self._encode, version, batch)
+                items, altered = await asyncio.to_thread(self._encode, version, batch)
+                if altered:
+                    self._stats.altered_blocks += len(altered)
+                    log.warning(
+                        "kv_block_altered",
+                        at="demotion",
+                        version=version,
+                        blocks=len(altered),
+                        slots=[b.slot for b in altered[:8]],
+                    )
                 if writing is not None:
-                    await self._finish(version, writing, written)
+                    await self._finish(version, writing, written, stored)
                 writing = asyncio.create_task(self._warm.put_many(version, items, self._ttl_ms))
-                written = batch
+                written, stored = batch, len(items)
             if writing is not None:
-                await self._finish(version, writing, written)
+                await self._finish(version, writing, written, stored)
                 writing = None
         except TierUnavailable as exc:
             self._stats.warm_failures += 1
@@ -116,14 +145,15 @@ class WarmMover:
             self._unpin_rest(blocks)
 
     async def _finish(
-        self, version: str, writing: asyncio.Task[None], batch: Sequence[Demoted]
+        self, version: str, writing: asyncio.Task[None], batch: Sequence[Demoted], stored: int
     ) -> None:
+        """Wait for a batch's write (`stored` of its blocks were intact), then unpin it."""
         try:
             await writing
-            self._stats.demoted_blocks += len(batch)
+            self._stats.demoted_blocks += stored
         except TierUnavailable as exc:
             self._stats.warm_failures += 1
-            self._stats.dropped_blocks += len(batch)
+            self._stats.dropped_blocks += stored
             log.warning("kv_demote_failed", version=version, blocks=len(batch), error=str(exc))
         finally:
             self._index.unpin_many(b.slot for b in batch)
@@ -208,9 +238,10 @@ class WarmMover:
         self, version: str, keys: Sequence[BlockKey], values: Sequence[bytes | None], nbytes: int
     ) -> tuple[int, bool]:
         """Promote one fetched batch; (blocks promoted, whether the whole batch was usable)."""
-        payloads = await asyncio.to_thread(
+        opened = await asyncio.to_thread(
             _verify_run, keys, values, nbytes, self._warm.keys, version
         )
+        payloads = [p for p, _ in opened]
         complete = len(payloads) == len(keys)
         if len(payloads) < len(keys) and values[len(payloads)] is not None:
             self._stats.corrupt_warm_values += 1
@@ -218,23 +249,25 @@ class WarmMover:
         if not self._is_current(version):
             return 0, False
         index = self._index
-        todo = [(k, p) for k, p in zip(keys, payloads, strict=False) if index.get(k) is None]
+        todo = [(k, o) for k, o in zip(keys, opened, strict=False) if index.get(k) is None]
         take = min(len(todo), index.available)
         if take < len(todo):
             complete = False
         todo = todo[:take]
         slots = index.allocate(len(todo)) if todo else []
         try:
-            await asyncio.to_thread(self._write_all, slots, [p for _, p in todo])
+            await asyncio.to_thread(self._write_all, slots, [p for _, (p, _) in todo])
         except BaseException:
             index.unpin_many(slots)
             raise
         promoted = 0
         current = self._is_current(version)
-        for slot, (key, _) in zip(slots, todo, strict=True):
+        for slot, (key, (_, tag)) in zip(slots, todo, strict=True):
             # Another lookup may have promoted the same key meanwhile: keep one copy.
             if current and index.publish(slot, key, version):
                 self._block_bytes[slot] = nbytes
+                # Sealed with the tag its warm value verified under (no second pass).
+                self._seals.set(slot, tag)
                 promoted += 1
             index.unpin(slot)
         self._stats.promoted_blocks += promoted
@@ -251,14 +284,14 @@ def _verify_run(
     nbytes: int,
     macs: FleetKeys,
     version: str,
-) -> list[memoryview]:
-    """Payloads of the leading run of present, authentic values of the right size."""
-    out: list[memoryview] = []
+) -> list[tuple[memoryview, bytes]]:
+    """(payload, tag) of the leading run of present, authentic values of the right size."""
+    out: list[tuple[memoryview, bytes]] = []
     for key, value in zip(keys, values, strict=True):
         if value is None:
             break
-        payload = decode_block(key, value, macs, version)
-        if payload is None or len(payload) != nbytes:
+        opened = open_block(key, value, macs, version)
+        if opened is None or len(opened[0]) != nbytes:
             break
-        out.append(payload)
+        out.append(opened)
     return out

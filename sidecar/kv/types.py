@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
@@ -9,6 +10,11 @@ from sidecar.errors import InvalidArgument
 from sidecar.kv.generations import GenerationsExport
 from sidecar.kv.layout import MAX_HASH_BYTES, MAX_TEXT, KvLayout
 from sidecar.kv.pool import PoolLocation
+
+DomainSpec = tuple[str, tuple[str, ...]]
+"""A KV trust domain: (its name, its tenants)."""
+_DOMAIN_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+_TENANT = re.compile(r"[^\s,;=]{1,256}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +32,8 @@ class KvSettings:
     max_chain_blocks: int
     attachment_ttl_ms: int = 30000
     max_attachments: int = 256
+    verify_hits: float = 0.1
+    """Fraction of prefix hits whose blocks are checked against their seals first."""
     # Not a setting: an internal bound on what one sidecar tracks.
     max_leases: int = 65536
 
@@ -41,6 +49,8 @@ class Attachment:
     scope: bytes
     version: str
     process_name: str
+    tenants: frozenset[str] | None = None
+    """The tenants granted at attach (None: any tenant of its trust domain's pool)."""
     superseded: bool = False
     expires_at: float = 0.0
     """Monotonic seconds; renewed by every call of the attachment."""
@@ -119,3 +129,30 @@ def check_commit(blocks: Sequence[tuple[int, bytes]], allocated: Set[int]) -> No
         seen.add(slot)
         if not 0 < len(h) <= MAX_HASH_BYTES:
             raise InvalidArgument(f"blocks[{i}].block_hash", f"must be 1..{MAX_HASH_BYTES} bytes")
+
+
+def parse_trust_domains(text: str) -> tuple[DomainSpec, ...]:
+    """`name=tenant[,tenant...][;name=...]`; "" = no domains. ValueError if malformed, a
+    name repeats or a tenant is in two domains."""
+    out: list[DomainSpec] = []
+    seen: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, eq, tenants_text = (x.strip() for x in part.partition("="))
+        if not eq or not _DOMAIN_NAME.fullmatch(name):
+            raise ValueError(
+                f"{part[:40]!r}: expected DOMAIN=TENANT[,TENANT...], a domain name of "
+                "lower-case letters, digits, '-' and '_' (at most 32)"
+            )
+        if any(name == n for n, _ in out):
+            raise ValueError(f"trust domain {name!r} is named twice")
+        tenants = tuple(t.strip() for t in tenants_text.split(",") if t.strip())
+        if not tenants:
+            raise ValueError(f"trust domain {name!r} has no tenants")
+        for t in tenants:
+            if not _TENANT.fullmatch(t):
+                raise ValueError(f"tenant {t[:40]!r} of trust domain {name!r} is not a name")
+            if t in seen:
+                raise ValueError(f"tenant {t!r} is in trust domains {seen[t]!r} and {name!r}")
+            seen[t] = name
+        out.append((name, tenants))
+    return tuple(out)

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from sidecar.kv.integrity import BlockSeals
 from sidecar.kv.movement import Demoted, KvStats, WarmMover
 from sidecar.kv.slot_index import SlotIndex
 
@@ -24,9 +25,15 @@ class VersionSwitcher:
     """Demotions and drops of one hot tier's non-current versions."""
 
     def __init__(
-        self, index: SlotIndex, mover: WarmMover | None, block_bytes: list[int], stats: KvStats
+        self,
+        index: SlotIndex,
+        mover: WarmMover | None,
+        block_bytes: list[int],
+        stats: KvStats,
+        seals: BlockSeals,
     ) -> None:
         self._index = index
+        self._seals = seals
         self._mover = mover
         self._block_bytes = block_bytes
         self._stats = stats
@@ -44,7 +51,7 @@ class VersionSwitcher:
                 index.pin(slot)
                 key = index.drop(slot)
                 assert key is not None
-                demoted.append(Demoted(slot, key, self._block_bytes[slot]))
+                demoted.append(Demoted(slot, key, self._block_bytes[slot], self._seals.get(slot)))
             if self._mover is not None:
                 self._demotions[old] = self.spawn(self._mover.demote(old, demoted))
             else:

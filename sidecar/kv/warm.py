@@ -35,7 +35,9 @@ _PART = struct.Struct(">Q")
 _SUM_BYTES = 32
 
 
-def _tag(mac_key: bytes, version: str, key: bytes, payload: bytes | memoryview) -> bytes:
+def block_tag(mac_key: bytes, version: str, key: bytes, payload: bytes | memoryview) -> bytes:
+    """The keyed tag of one block's bytes, stored with its warm value (and kept as its
+    seal while it is hot: kv/integrity.py)."""
     # Blocks are large (tens of KiB to MiBs) and hashed on a worker thread: let BLAKE3
     # use more than one core for the big ones.
     h = blake3(key=mac_key, max_threads=blake3.AUTO if len(payload) >= 1 << 20 else 1)
@@ -47,18 +49,37 @@ def _tag(mac_key: bytes, version: str, key: bytes, payload: bytes | memoryview) 
 
 
 def encode_block(
-    key: BlockKey, payload: bytes | memoryview, keys: FleetKeys = LOCAL, version: str = ""
+    key: BlockKey,
+    payload: bytes | memoryview,
+    keys: FleetKeys = LOCAL,
+    version: str = "",
+    *,
+    tag: bytes | None = None,
 ) -> bytes:
-    """The stored value for one block of `version` (the warm tier's version tag)."""
+    """The stored value for one block of `version` (the warm tier's version tag); `tag`:
+    block_tag of the payload under keys' signing key, when already taken."""
+    if tag is None:
+        tag = block_tag(keys.signing_key("kv-block"), version, key, payload)
     return b"".join(
-        (
-            _HEAD.pack(MAGIC, FORMAT_VERSION, len(key)),
-            key,
-            _LEN.pack(len(payload)),
-            _tag(keys.signing_key("kv-block"), version, key, payload),
-            payload,
-        )
+        (_HEAD.pack(MAGIC, FORMAT_VERSION, len(key)), key, _LEN.pack(len(payload)), tag, payload)
     )
+
+
+def seal_copy(
+    key: BlockKey, payload: bytes | memoryview, keys: FleetKeys, version: str
+) -> tuple[bytearray, bytes]:
+    """(the stored value, the payload's tag): encode_block with the payload copied once,
+    and the tag taken over that copy, so the tag is of exactly the bytes stored whatever
+    happens to `payload` meanwhile (a pool slot other processes can write)."""
+    head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(key)) + key + _LEN.pack(len(payload))
+    at = len(head) + _SUM_BYTES
+    value = bytearray(at + len(payload))
+    value[: len(head)] = head
+    value[at:] = payload
+    with memoryview(value) as view:
+        tag = block_tag(keys.signing_key("kv-block"), version, key, view[at:])
+    value[len(head) : at] = tag
+    return value, tag
 
 
 def decode_block(
@@ -66,6 +87,15 @@ def decode_block(
 ) -> memoryview | None:
     """The payload (a view into value) if value is an authentic block stored under key
     and version, else None."""
+    opened = open_block(key, value, keys, version)
+    return None if opened is None else opened[0]
+
+
+def open_block(
+    key: BlockKey, value: bytes, keys: FleetKeys = LOCAL, version: str = ""
+) -> tuple[memoryview, bytes] | None:
+    """(payload, its tag under the signing key) if value is an authentic block stored
+    under key and version, else None."""
     try:
         magic, layout, key_len = _HEAD.unpack_from(value, 0)
         at = _HEAD.size
@@ -81,9 +111,12 @@ def decode_block(
     payload = memoryview(value)[at:]
     if len(payload) != length:
         return None
-    for mac_key in keys.keys("kv-block"):
-        if hmac.compare_digest(_tag(mac_key, version, key, payload), digest):
-            return payload
+    signing, *older = keys.keys("kv-block")
+    if hmac.compare_digest(block_tag(signing, version, key, payload), digest):
+        return payload, bytes(digest)
+    for mac_key in older:  # rotating: sealed by a secret now retiring, re-seal with the new
+        if hmac.compare_digest(block_tag(mac_key, version, key, payload), digest):
+            return payload, block_tag(signing, version, key, payload)
     return None
 
 
@@ -94,7 +127,7 @@ class KvWarmStore(Protocol):
     """The MAC keys blocks stored here are sealed and verified with."""
 
     async def put_many(
-        self, version: str, items: Sequence[tuple[BlockKey, bytes]], ttl_ms: int
+        self, version: str, items: Sequence[tuple[BlockKey, bytes | bytearray]], ttl_ms: int
     ) -> None:
         """Store encoded values (see encode_block) under a version."""
         ...
@@ -129,11 +162,11 @@ class MemoryKvWarmStore:
         self.known: set[str] = set()
 
     async def put_many(
-        self, version: str, items: Sequence[tuple[BlockKey, bytes]], ttl_ms: int
+        self, version: str, items: Sequence[tuple[BlockKey, bytes | bytearray]], ttl_ms: int
     ) -> None:
         """Store each value."""
         for key, value in items:
-            self.values[(version, key)] = value
+            self.values[(version, key)] = bytes(value)
 
     async def get_many(self, version: str, keys: Sequence[BlockKey]) -> list[bytes | None]:
         """Values or None."""

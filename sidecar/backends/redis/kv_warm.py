@@ -39,7 +39,7 @@ class RedisKvWarmStore:
         return f"{self._prefix}{version}:{key.hex()}".encode()
 
     async def put_many(
-        self, version: str, items: Sequence[tuple[BlockKey, bytes]], ttl_ms: int
+        self, version: str, items: Sequence[tuple[BlockKey, bytes | bytearray]], ttl_ms: int
     ) -> None:
         """SET PX each value in one pipelined round trip."""
         if not items:

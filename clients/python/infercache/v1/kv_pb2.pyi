@@ -131,21 +131,25 @@ class Lease(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., expires_at_unix_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class AttachHotTierRequest(_message.Message):
-    __slots__ = ("model_fingerprint", "adapter_fingerprint", "layout", "gpu_uuid", "process_name")
+    __slots__ = ("model_fingerprint", "adapter_fingerprint", "layout", "gpu_uuid", "process_name", "tenants", "domain_key")
     MODEL_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     GPU_UUID_FIELD_NUMBER: _ClassVar[int]
     PROCESS_NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_KEY_FIELD_NUMBER: _ClassVar[int]
     model_fingerprint: str
     adapter_fingerprint: str
     layout: KvLayout
     gpu_uuid: str
     process_name: str
-    def __init__(self, model_fingerprint: _Optional[str] = ..., adapter_fingerprint: _Optional[str] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., process_name: _Optional[str] = ...) -> None: ...
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    domain_key: bytes
+    def __init__(self, model_fingerprint: _Optional[str] = ..., adapter_fingerprint: _Optional[str] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., gpu_uuid: _Optional[str] = ..., process_name: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., domain_key: _Optional[bytes] = ...) -> None: ...
 
 class AttachHotTierResponse(_message.Message):
-    __slots__ = ("attachment_id", "pool", "layout", "scope_id", "max_chain_blocks", "default_lease_ttl_ms", "max_lease_ttl_ms", "attachment_ttl_ms")
+    __slots__ = ("attachment_id", "pool", "layout", "scope_id", "max_chain_blocks", "default_lease_ttl_ms", "max_lease_ttl_ms", "attachment_ttl_ms", "trust_domain")
     ATTACHMENT_ID_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +158,7 @@ class AttachHotTierResponse(_message.Message):
     DEFAULT_LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     ATTACHMENT_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    TRUST_DOMAIN_FIELD_NUMBER: _ClassVar[int]
     attachment_id: str
     pool: PoolHandle
     layout: KvLayout
@@ -162,7 +167,8 @@ class AttachHotTierResponse(_message.Message):
     default_lease_ttl_ms: int
     max_lease_ttl_ms: int
     attachment_ttl_ms: int
-    def __init__(self, attachment_id: _Optional[str] = ..., pool: _Optional[_Union[PoolHandle, _Mapping]] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., scope_id: _Optional[str] = ..., max_chain_blocks: _Optional[int] = ..., default_lease_ttl_ms: _Optional[int] = ..., max_lease_ttl_ms: _Optional[int] = ..., attachment_ttl_ms: _Optional[int] = ...) -> None: ...
+    trust_domain: str
+    def __init__(self, attachment_id: _Optional[str] = ..., pool: _Optional[_Union[PoolHandle, _Mapping]] = ..., layout: _Optional[_Union[KvLayout, _Mapping]] = ..., scope_id: _Optional[str] = ..., max_chain_blocks: _Optional[int] = ..., default_lease_ttl_ms: _Optional[int] = ..., max_lease_ttl_ms: _Optional[int] = ..., attachment_ttl_ms: _Optional[int] = ..., trust_domain: _Optional[str] = ...) -> None: ...
 
 class DetachHotTierRequest(_message.Message):
     __slots__ = ("attachment_id",)

@@ -119,11 +119,16 @@ class KvCacheClient:
         renew_leases: bool = True,
         keep_alive: bool = True,
         timeout_s: float = 60.0,
+        tenants: Sequence[str] = (),
+        domain_key_file: str | None = None,
     ) -> HotTier:
         """Attach this model process and map the pool.
 
         `device` is where the model runs; for a CUDA device its UUID is sent so a CUDA
-        pool is opened on that GPU. With renew_leases, leases from lookup_prefix and
+        pool is opened on that GPU. `tenants`: the only tenants this attachment may name
+        (required when the sidecar has trust domains, with `domain_key_file`: the
+        domain's key file, read at every attach since the sidecar rewrites it at start;
+        PERMISSION_DENIED otherwise). With renew_leases, leases from lookup_prefix and
         allocate are renewed in the background until released; with keep_alive, the
         attachment itself is renewed until the HotTier is closed.
         """
@@ -136,6 +141,8 @@ class KvCacheClient:
             layout=layout,
             gpu_uuid=gpu_uuid,
             process_name=process_name,
+            tenants=list(tenants),
+            domain_key=_read_key(domain_key_file) if domain_key_file else b"",
         )
         resp: PB2.AttachHotTierResponse = self._stub.AttachHotTier(req, timeout=timeout_s)
         return HotTier(
@@ -172,6 +179,8 @@ class HotTier:
         self.scope_id = resp.scope_id
         self.layout = resp.layout
         self.pool_id = resp.pool.pool_id
+        self.trust_domain = resp.trust_domain
+        """The trust domain whose pool this is ("" when the sidecar has none)."""
         self.max_chain_blocks = resp.max_chain_blocks
         self.default_lease_ttl_ms = resp.default_lease_ttl_ms
         self.max_lease_ttl_ms = resp.max_lease_ttl_ms
@@ -345,3 +354,8 @@ class HotTier:
         if key == _ATTACHMENT_KEY:
             return self.renew_attachment()
         return self.renew(key).ttl_ms
+
+
+def _read_key(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(4096).strip()

@@ -5,12 +5,17 @@ shared-memory file (torch.from_file(shared=True)) or a CUDA allocation rebuilt f
 its IPC handle on the local GPU with the same UUID. A slot's first block_bytes bytes
 hold one block as `dtype` in the layout [num_layers, 2 (K, V), tokens, kv_heads, head_dim].
 Next to it, the slots' generations (one int64 per slot in host shared memory, when the
-sidecar shares them) tell whether a slot was allocated again since a lookup.
+sidecar shares them) tell whether a slot was allocated again since a lookup. They are
+mapped read-only (the file is opened O_RDONLY, the mapping is PROT_READ and exposed as a
+read-only memoryview): the sidecar keeps the only writable mapping, so a model process
+cannot forge the fence that tells it a slot was reused.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
+import os
 from collections.abc import Callable, Sequence
 
 import torch
@@ -152,14 +157,26 @@ def map_pool(handle: PB2.PoolHandle) -> KvPool:
     )
 
 
-def _map_generations(handle: PB2.PoolHandle) -> torch.Tensor:
+def _map_generations(handle: PB2.PoolHandle) -> memoryview:
     gen = handle.generations
     if gen.size_bytes != 8 * handle.num_slots:
         raise PoolUnavailable(
             f"generations file size {gen.size_bytes} != 8 x {handle.num_slots} slots"
         )
-    # uint64 on the sidecar's side; int64 here (values stay far below 2**63).
-    return torch.from_file(gen.path, shared=True, size=handle.num_slots, dtype=torch.int64)
+    return map_generations(gen.path, handle.num_slots)
+
+
+def map_generations(path: str, num_slots: int) -> memoryview:
+    """The generations file mapped read-only: num_slots int64 (uint64 on the sidecar's
+    side; values stay far below 2**63). A write through the view raises TypeError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_size < 8 * num_slots:
+            raise PoolUnavailable(f"generations file {path} is shorter than {num_slots} slots")
+        mapped = mmap.mmap(fd, 8 * num_slots, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)  # the mapping keeps the file
+    return memoryview(mapped).cast("q")
 
 
 class KvPool:
@@ -171,10 +188,11 @@ class KvPool:
         dtype: torch.dtype,
         slot_shape: Sequence[int],
         block_bytes: int,
-        generations: torch.Tensor | None = None,
+        generations: memoryview | None = None,
     ) -> None:
         """`raw` is the uint8 pool [num_slots, slot_bytes]; `slot_shape` is [L, 2, T, H, D];
-        `generations` the slots' int64 generations [num_slots] (None: not shared)."""
+        `generations` the slots' int64 generations, a read-only view of num_slots items
+        (None: not shared)."""
         if len(slot_shape) != 5 or slot_shape[1] != 2:
             raise PoolUnavailable(f"slot shape {list(slot_shape)} is not [layers, 2, T, H, D]")
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -185,10 +203,8 @@ class KvPool:
             )
         if raw.shape[1] % itemsize:
             raise PoolUnavailable(f"slot_bytes {raw.shape[1]} is not a multiple of {itemsize}")
-        if generations is not None and tuple(generations.shape) != (raw.shape[0],):
-            raise PoolUnavailable(
-                f"{tuple(generations.shape)} generations for {raw.shape[0]} slots"
-            )
+        if generations is not None and len(generations) != raw.shape[0]:
+            raise PoolUnavailable(f"{len(generations)} generations for {raw.shape[0]} slots")
         self.raw = raw
         self.generations = generations
         self.dtype = dtype
@@ -223,7 +239,8 @@ class KvPool:
             return ()
         if len(generations) != len(slot_ids):
             raise ValueError(f"{len(slot_ids)} slots but {len(generations)} generations")
-        now = self.generations[torch.tensor(list(slot_ids), dtype=torch.long)].tolist()
+        view = self.generations
+        now = [view[s] for s in slot_ids]
         return tuple(i for i, (a, b) in enumerate(zip(now, generations, strict=True)) if a != b)
 
     def slot(self, slot_id: int) -> torch.Tensor:

@@ -348,3 +348,46 @@ def test_an_altered_block_is_never_handed_out_nor_demoted(
             assert proc.log().count("kv_block_altered") == 2
     finally:
         proc.stop()
+
+
+def test_the_vllm_connectors_link_attaches_to_its_tenants_domain(tmp_path: Path) -> None:
+    """The vLLM connector's SidecarLink binds its attachment to its `tenant` and proves
+    the domain with `domain_key_file`: with the key it gets acme's pool; without it, or
+    with globex's key, the attach is refused and the engine runs without the pool."""
+    from infercache_client.vllm.link import SidecarLink
+
+    proc = SidecarProcess(
+        None,
+        env={"INFERCACHE_KV_TRUST_DOMAINS": "acme=acme;globex=globex"},
+        kv_device="cpu",
+        kv_pool_bytes=SLOTS * BLOCK_BYTES,
+        kv_shm_dir=str(tmp_path),
+    )
+
+    def link(key_file: str) -> SidecarLink:
+        return SidecarLink(
+            proc.target,
+            model_fingerprint="fp-v1",
+            layout=LAYOUT,
+            process_name="vllm-scheduler",
+            timeout_s=5,
+            attach_timeout_s=10,
+            retry_s=60,
+            tenant="acme",
+            domain_key_file=key_file,
+        )
+
+    try:
+        proc.wait_ready()
+        refused = [link(""), link(str(tmp_path / "globex" / "infercache-kv-domain.key"))]
+        assert [r.tier() for r in refused] == [None, None]
+        assert [r.failures for r in refused] == [1, 1]
+        granted = link(str(tmp_path / "acme" / "infercache-kv-domain.key"))
+        tier = granted.tier()
+        assert tier is not None
+        try:
+            assert tier.trust_domain == "acme"
+        finally:
+            granted.close()
+    finally:
+        proc.stop()

@@ -22,6 +22,9 @@ def test_config_defaults_and_parsing() -> None:
     assert cfg.sidecar == "unix:/run/ic.sock"
     assert cfg.lookup_timeout_s == 0.05
     assert cfg.tenant == "vllm"
+    assert cfg.domain_key_file == ""
+    keyed = ConnectorConfig.from_extra({"tenant": "acme", "domain_key_file": "/run/k/acme.key"})
+    assert (keyed.tenant, keyed.domain_key_file) == ("acme", "/run/k/acme.key")
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,10 @@ class ConnectorConfig:
     (`infercache fingerprint DIR`); only for a model vLLM loads from elsewhere."""
     fingerprint_mode: str = "fast"
     """fast or full: must be the mode the sidecar fingerprints its --model-path with."""
+    domain_key_file: str = ""
+    """The trust domain's key file (`<INFERCACHE_KV_SHM_DIR>/<domain>/infercache-kv-domain.key`)
+    when the sidecar has INFERCACHE_KV_TRUST_DOMAINS: the attach proves with it that this
+    engine may use the pool of the domain `tenant` is in (docs/security.md)."""
 
     @classmethod
     def from_extra(cls, extra: Mapping[str, Any] | None) -> ConnectorConfig:
@@ -86,6 +90,7 @@ class ConnectorConfig:
                 extra, "model_fingerprint", d.model_fingerprint, required=False
             ),
             fingerprint_mode=mode,
+            domain_key_file=_text(extra, "domain_key_file", d.domain_key_file, required=False),
         )
 
 

@@ -53,6 +53,8 @@ class InfercacheConnector(KVConnectorBase_V1):
             timeout_s=self.config.lookup_timeout_s if is_scheduler else self.config.rpc_timeout_s,
             attach_timeout_s=self.config.attach_timeout_s,
             retry_s=self.config.retry_s,
+            tenant=self.config.tenant,
+            domain_key_file=self.config.domain_key_file,
         )
         self.scheduler: SchedulerSide | None = None
         self.worker: WorkerSide | None = None

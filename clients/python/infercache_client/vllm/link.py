@@ -40,9 +40,15 @@ class SidecarLink:
         timeout_s: float,
         attach_timeout_s: float,
         retry_s: float,
+        tenant: str = "",
+        domain_key_file: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`timeout_s` bounds every RPC but the attach (`attach_timeout_s`)."""
+        """`timeout_s` bounds every RPC but the attach (`attach_timeout_s`). The
+        attachment is bound to `tenant` (the only tenant it may name) and, when the
+        sidecar has trust domains, proves its domain with `domain_key_file`."""
+        self._tenants = (tenant,) if tenant else ()
+        self._domain_key_file = domain_key_file or None
         self._target = target
         self._fingerprint = model_fingerprint
         self._layout = layout
@@ -74,6 +80,8 @@ class SidecarLink:
                     layout=self._layout,
                     process_name=self._process_name,
                     timeout_s=self._attach_timeout_s,
+                    tenants=self._tenants,
+                    domain_key_file=self._domain_key_file,
                 )
             except Exception as exc:  # RpcError, or a pool this process cannot map
                 client.close()

@@ -239,6 +239,28 @@ class ChainSeal:
         assert anchor_raw is not None
         return Chain(dataset, dataset_raw, anchor_tag, anchor_raw, links, head, counter_raw or b"0")
 
+    def resealed(self, chain: Chain) -> tuple[bytes, bytes, bytes, list[bytes]] | None:
+        """While rotating: the chain signed again with the signing secret (identity,
+        anchor, every rule re-linked in order, head), or None if it already is. A chain
+        that verified is as trustworthy as it was; signed again, it outlives the secret
+        it was first signed with."""
+        prev = chain.anchor_tag
+        members = []
+        for link in chain.links:
+            fresh = self.link(link.rule, prev)
+            members.append(fresh.member)
+            prev = fresh.tag
+        values = (
+            self.dataset(chain.dataset),
+            self.anchor(chain.dataset, chain.anchor_tag),
+            self.head(chain.dataset, chain.head.epoch, prev),
+            members,
+        )
+        current = (chain.dataset_raw, chain.anchor_raw, chain.head.raw)
+        if values[:3] == current and members == [link.member for link in chain.links]:
+            return None
+        return values
+
     @staticmethod
     def check_counter(head: Head, counter_raw: bytes | None) -> None:
         """StoreDistrusted unless the epoch counter holds the head's epoch (every sidecar

@@ -71,6 +71,7 @@ class RedisRuleChain:
         self._republish = client.register_script(scripts.REPUBLISH)
         self._prune = client.register_script(scripts.PRUNE)
         self._state = client.register_script(scripts.STATE)
+        self._resealer = client.register_script(scripts.RESEAL)
 
     async def read(self) -> tuple[Chain, int, int]:
         """The verified chain, the store's clock (ms) and the fleet's rule retention
@@ -84,7 +85,26 @@ class RedisRuleChain:
         dataset, anchor, head, counter, now, retention = reply[:6]
         parse_epoch(counter)  # a counter no sidecar wrote is refused first, by name
         chain = self.seal.verify(dataset, anchor, head, counter, list(reply[6:]))
+        if self.seal.keys.rotating:
+            await self._reseal(chain)
         return chain, int(now), int(retention)
+
+    async def _reseal(self, chain: Chain) -> None:
+        """While two secrets verify: sign the chain again with the new one, so that it
+        still verifies once the old one is dropped (a lost race: another sidecar did)."""
+        fresh = self.seal.resealed(chain)
+        if fresh is None:
+            return
+        dataset, anchor, head, members = fresh
+        expected = [chain.dataset_raw, chain.anchor_raw, chain.head.raw, chain.counter_raw]
+        names = ("dataset", "anchor", "head", "epoch", "rules")
+        async with self._guard(self._timeout):
+            done = await self._resealer(
+                keys=[self._k(n) for n in names],
+                args=[*expected, dataset, anchor, head, *members],
+            )
+        if int(done) >= 0:
+            log.warning("rule_chain_resealed", rules=len(members))
 
     def _genesis(self, ident: str | None = None) -> list[bytes]:
         """A new data set's signed identity, head and anchor (an empty chain at epoch 0)."""

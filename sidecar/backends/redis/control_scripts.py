@@ -74,6 +74,23 @@ redis.call('SET', KEYS[3], ARGV[5])
 return #ARGV - 5
 """
 
+# The chain signed again with a new fleet secret (rotation): every value replaced at
+# once, if none changed since it was read. KEYS: dataset, anchor, head, epoch, rules.
+# ARGV: expected dataset, anchor, head, counter; the new dataset, anchor, head; members.
+RESEAL = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return -1 end
+if redis.call('GET', KEYS[3]) ~= ARGV[3] then return -1 end
+if (redis.call('GET', KEYS[4]) or '0') ~= ARGV[4] then return -1 end
+if redis.call('ZCARD', KEYS[5]) ~= #ARGV - 7 then return -1 end
+redis.call('DEL', KEYS[5])
+for i = 8, #ARGV do redis.call('ZADD', KEYS[5], i - 7, ARGV[i]) end
+redis.call('SET', KEYS[1], ARGV[5])
+redis.call('SET', KEYS[2], ARGV[6])
+redis.call('SET', KEYS[3], ARGV[7])
+return #ARGV - 7
+"""
+
 # KEYS: rules, anchor, dataset. ARGV: expected anchor, dataset; new anchor; the oldest
 # members, all of which must still be there.
 PRUNE = """

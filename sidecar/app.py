@@ -261,7 +261,7 @@ async def build_app(
     """Build every part from config. `rules`: a rule set to use (benches inject one)."""
     started = time.monotonic() if started is None else started
     fleet = fleet_keys(config)  # before connecting: a bad secret file fails at once
-    stores = build_stores(config)
+    stores = build_stores(config, fleet)
     await probe_stores(stores, config)  # ConfigError when Redis refuses us for good
     identity = IdentityCell(pod)
     rules = RuleSet() if rules is None else rules
@@ -301,6 +301,7 @@ async def build_app(
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
     register_event_metrics(telemetry.meter, "identity", identity.stats)
+    register_event_metrics(telemetry.meter, "rules", freshness.trust)
     limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
     keys = KeyResolver(identity, limits)
     kv = build_kv(config, stores, identity, fleet) if config.kv.enabled else None

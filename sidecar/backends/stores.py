@@ -16,6 +16,7 @@ from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
 from sidecar.invalidation.store import ControlStore
+from sidecar.macs import LOCAL, FleetKeys
 from sidecar.tiers.base import HoldingStore, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
 
@@ -49,8 +50,9 @@ class Stores:
             await self.redis.aclose()
 
 
-def build_stores(config: Config) -> Stores:
-    """Redis when a URL is configured, otherwise the embedded in-process stores."""
+def build_stores(config: Config, fleet: FleetKeys = LOCAL) -> Stores:
+    """Redis when a URL is configured, otherwise the embedded in-process stores.
+    `fleet`: the keys that sign and verify what the control store holds (rules, audit)."""
     if config.redis.url:
         options = RedisOptions.from_config(config.redis)
         read_s, write_s = (
@@ -73,6 +75,7 @@ def build_stores(config: Config) -> Stores:
             timeout_s=config.redis.write_timeout_ms / 1000,
             lookup_timeout_s=config.redis.lookup_timeout_ms / 1000,
             client=warm.client,
+            fleet=fleet,
         )
         return Stores(warm, control, warm.client, options, warm.holding)
     embedded_control = EmbeddedControlStore()

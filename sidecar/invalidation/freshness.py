@@ -17,6 +17,13 @@ until the store has settled (every member live at the restart re-published) and 
 has re-read every rule. After a data-set loss (new data set id) its entries and open
 leases were stamped in a numbering it can no longer compare: a local `all` rule
 above every stamp it issued kills them (its hot tier is dropped) before it serves.
+
+Trust (docs/security.md): on a shared store the rules are a signed chain
+(invalidation/chain.py), verified whenever its head or anchor changed and every
+VERIFY_EVERY_S anyway. A chain, identity or counter that fails verification fails
+closed: no hits at all (hot tier included) until a refresh verifies again, Invalidate
+UNAVAILABLE naming the problem, `trust.distrusted` counted and a log line (the first,
+then one a minute while it lasts).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
@@ -33,8 +41,24 @@ from sidecar.errors import StoreDistrusted, TierUnavailable
 from sidecar.invalidation.rules import Rule, RuleSet, Selector
 from sidecar.invalidation.store import ControlStore, StoreState
 from sidecar.macs import LOCAL, FleetKeys
+from sidecar.observability.throttle import LogThrottle
 
 log = structlog.get_logger("infercache.freshness")
+
+VERIFY_EVERY_S = 30.0
+"""A running sidecar re-reads and verifies the whole rule chain at least this often,
+so tampering with rules it already holds is still detected (and alerted)."""
+
+
+@dataclass(slots=True)
+class TrustEvents:
+    """Counters of the store's trust (`infercache.rules.events{event}`)."""
+
+    distrusted: int = 0
+    """Refreshes or syncs that found the rule chain, the store identity or the epoch
+    counter failing verification (the alert: any increase)."""
+    below_min_epoch: int = 0
+    """Refreshes that left the rule set below INFERCACHE_MIN_EPOCH (no hits served)."""
 
 
 class Freshness:
@@ -78,8 +102,24 @@ class Freshness:
         self.distrust: str | None = None
         """Why the store's rule set is not believed (None while it verifies): then no
         hits are served and Invalidate is UNAVAILABLE until a refresh verifies again."""
-        self.distrust_events = 0
+        self.trust = TrustEvents()
+        self._distrust_log = LogThrottle(60.0, clock)
+        self._chain_seen = b""
+        """The signed head and anchor of the last chain read after a state (see StoreState)."""
+        self._verify_due = 0.0
+
+    @property
+    def distrust_events(self) -> int:
         """How many refreshes found the store's rules or epoch failing verification."""
+        return self.trust.distrusted
+
+    def _distrusted(self, exc: StoreDistrusted) -> None:
+        """Fail closed: no hits until a refresh verifies again; count, log (throttled)."""
+        self.distrust = str(exc)
+        self.trust.distrusted += 1
+        times = self._distrust_log.hit("store_distrusted")
+        if times is not None:
+            log.error("store_distrusted", error=str(exc), times=times)
 
     def check_servable(self) -> None:
         """TierUnavailable while the store's rule set failed verification, or has not
@@ -101,9 +141,18 @@ class Freshness:
         )
 
     async def sync_to(self, epoch: int) -> None:
-        """Fetch and apply every rule up to at least `epoch`."""
+        """Fetch and apply every rule up to at least `epoch` (the chain verified first:
+        StoreDistrusted, and no hits, if it fails)."""
+        try:
+            await self._pull(epoch, verify=False)
+        except StoreDistrusted as exc:
+            self._distrusted(exc)
+            raise
+
+    async def _pull(self, epoch: int, *, verify: bool) -> None:
+        """sync_to; `verify`: read and verify the chain even if already at `epoch`."""
         async with self._sync_lock:
-            if self.rules.epoch >= epoch:
+            if self.rules.epoch >= epoch and not verify:
                 return
             for rule in await self.control.rules_after(self.rules.epoch):
                 self.rules.add(rule)
@@ -117,12 +166,13 @@ class Freshness:
         try:
             await self._refresh()
         except StoreDistrusted as exc:
-            if self.distrust is None:
-                log.error("store_distrusted", error=str(exc))
-            self.distrust = str(exc)
-            self.distrust_events += 1
+            self._distrusted(exc)
             raise
+        if self.distrust is not None:
+            log.warning("store_trusted_again", was=self.distrust)
         self.distrust = None
+        if self.rules.epoch < self.min_epoch:
+            self.trust.below_min_epoch += 1
 
     async def _refresh(self) -> None:
         started = self._clock()
@@ -151,7 +201,13 @@ class Freshness:
         if changed:
             await self._resync()
         else:
-            await self.sync_to(state.epoch)
+            # The chain's signed head changes with every rule added, its anchor with
+            # every prune: while both are as last read, there is nothing new to verify.
+            due = self._clock() >= self._verify_due
+            await self._pull(state.epoch, verify=due or state.chain != self._chain_seen)
+        self._chain_seen = state.chain
+        if changed or self._clock() >= self._verify_due:
+            self._verify_due = self._clock() + VERIFY_EVERY_S
         await self.control.heartbeat(
             self.member_id, self.rules.epoch, int(self.bound_s * 1000), self.retention_ms
         )

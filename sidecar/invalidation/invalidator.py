@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import structlog
 
 from sidecar import entries
-from sidecar.errors import InvalidArgument, TierUnavailable, Unavailable
+from sidecar.errors import InvalidArgument, StoreDistrusted, TierUnavailable, Unavailable
 from sidecar.identity.cell import IdentityCell, as_cell
 from sidecar.identity.pod import PodIdentity
 from sidecar.invalidation.freshness import Freshness
@@ -90,6 +90,8 @@ class Invalidator:
             # it, so the new rule is numbered above every entry this sidecar stamped.
             await self.freshness.refresh()
             record = await self.control.commit_invalidation(selector, reason, caller, estimate)
+        except StoreDistrusted as exc:
+            raise Unavailable(f"store distrusted, nothing was invalidated: {exc}") from exc
         except TierUnavailable as exc:
             raise Unavailable(f"store unreachable, nothing was invalidated: {exc}") from exc
         self.freshness.rules.add(Rule(record.epoch, selector, record.time_ms))

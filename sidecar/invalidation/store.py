@@ -43,6 +43,9 @@ class StoreState:
     missing until every member live at the restart has re-published its own."""
     now_ms: int
     """The store's clock."""
+    chain: bytes = b""
+    """The rule chain's signed head and anchor as stored (verified): while they are
+    unchanged, no rule was added or pruned (empty for the embedded store)."""
 
 
 class ControlStore(Protocol):
@@ -64,12 +67,15 @@ class ControlStore(Protocol):
 
     async def state(self, proposed_dataset: str) -> StoreState:
         """The store's identity and epoch; names the data set `proposed_dataset` if it
-        has no id yet (a new or emptied store)."""
+        has no id yet (a new or emptied store). StoreDistrusted when the identity, the
+        chain's head or anchor fail their MACs or the counter is not the head's epoch."""
         ...
 
     async def republish(self, rules: Sequence[Rule], epoch: int) -> int:
         """Add the rules the store lacks (a restart lost them) and raise its epoch to at
-        least `epoch` and their newest; returns how many were missing."""
+        least `epoch` and their newest; returns how many were missing. On a shared store
+        they are appended to its rule chain, signed again (StoreDistrusted if the chain
+        found fails verification: nothing is added to a chain not believed)."""
         ...
 
     async def wait_durable(self, replicas: int, local_aof: bool, timeout_ms: int) -> None:
@@ -79,7 +85,9 @@ class ControlStore(Protocol):
         ...
 
     async def rules_after(self, epoch: int) -> list[Rule]:
-        """Rules with an epoch greater than `epoch`, oldest first."""
+        """Rules with an epoch greater than `epoch`, in the order they were committed.
+        On a shared store the whole rule chain is verified first: StoreDistrusted if a
+        rule was added, altered, removed or reordered by someone without the secret."""
         ...
 
     async def prune_rules(self, retention_ms: int) -> tuple[int, int]:
@@ -93,7 +101,8 @@ class ControlStore(Protocol):
         ...
 
     async def audit_page(self, before: str | None, limit: int) -> tuple[list[AuditRecord], str]:
-        """Up to `limit` records older than id `before` (newest first) and the next cursor."""
+        """Up to `limit` records older than id `before` (newest first) and the next cursor.
+        A record whose tag does not verify is left out (and counted by the store)."""
         ...
 
     async def heartbeat(
@@ -101,7 +110,8 @@ class ControlStore(Protocol):
     ) -> None:
         """Mark a sidecar live for ttl_ms (store clock) and current up to acked_epoch.
 
-        Afterwards current_epoch() >= acked_epoch, even if the store had lost its epoch.
+        (A store that lost its epoch gets it back from `republish`, not from here: the
+        counter only moves with the signed head.)
         `retention_ms`: how long the rules must be kept for the entries this member
         may write (its longest TTL plus lease windows); the store keeps the largest seen.
         """

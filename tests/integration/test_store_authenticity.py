@@ -16,6 +16,7 @@ from blake3 import blake3
 from infercache.v1 import cache_pb2 as pb
 
 from sidecar.backends.redis.warm import RedisWarmTier
+from sidecar.errors import StoreDistrusted
 from sidecar.testing import InProcessSidecar
 from tests.support.keys import key
 from tests.support.processes import RedisServer
@@ -99,7 +100,8 @@ async def test_rotation_values_of_key_a_verify_under_b_a_and_miss_under_b_alone(
     start_sidecar: StartSidecar, redis_server: RedisServer, raw: redis.Redis, tmp_path: Path
 ) -> None:
     """Rotation: what a sidecar signed with secret A hits on one configured [B, A]; a
-    sidecar with B alone counts it as forged and misses."""
+    sidecar with B alone counts it as forged and misses, and verifies the rule chain
+    (signed again with B by the rotating one); one with A alone then fails closed."""
     a, b = _secret_file(tmp_path, "a"), _secret_file(tmp_path, "b")
     url = redis_server.url
     old = await start_sidecar(redis_url=url, fleet_secret_file=a, hot_max_entries="0")
@@ -113,5 +115,12 @@ async def test_rotation_values_of_key_a_verify_under_b_a_and_miss_under_b_alone(
     new = await start_sidecar(redis_url=url, fleet_secret_file=b, hot_max_entries="0")
     assert (await new.client.lookup(key("r"))).payload == b"signed by B"
     await _miss_counted(new, "q", "forged", b"signed by A")
-    # A pod still on A alone cannot verify B's values either (and drops them).
-    await _miss_counted(old, "r", "forged", b"signed by B")
+    # The rotating pod signed the rule chain again with B: B alone verifies it.
+    assert new.running.freshness.distrust is None
+    # A pod still on A alone cannot verify B's values either: a miss; and once it reads
+    # the chain signed with B it serves no hits at all (fails closed).
+    resp = await old.client.lookup(key("r"))
+    assert resp.outcome == pb.LOOKUP_OUTCOME_MISS
+    assert b"signed by B" not in resp.SerializeToString()
+    with pytest.raises(StoreDistrusted):
+        await old.running.freshness.refresh()

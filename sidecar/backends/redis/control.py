@@ -1,21 +1,29 @@
 """The Redis control store: epochs, rules, audit stream and membership for a fleet.
 
 Layout (all under the `{meta}` hash tag, see RedisKeys):
-    epoch     INCR counter
-    rules     sorted set, score = epoch, member = "epoch|time_ms|selector-json"
-    audit     stream of invalidation records (XADD, newest read with XREVRANGE)
+    epoch     the epoch counter (always the signed head's epoch)
+    rules     sorted set, score = position in the rule chain, member = a signed rule
+    head      the signed head of the chain (newest rule's tag, epoch)
+    anchor    the signed start of the chain (moved forward by pruning)
+    audit     stream of invalidation records, each with its tag (XADD, newest read
+              with XREVRANGE)
     members   sorted set, score = liveness deadline in Redis-clock ms, member = sidecar id
     acks      hash, sidecar id -> newest epoch it has applied
     secret    the deployment's lease secret (SET NX)
-    dataset   id of this data set (SET NX by the first sidecar that finds none)
+    dataset   signed id of this data set (set by the first sidecar that finds none or
+              one it cannot verify, with an empty chain: head, anchor, no rules)
     store     hash: born = Redis-clock ms of the first heartbeat on this data (set
               again after Redis lost it), max_ttl = longest member ttl seen since,
               retention = longest rule retention any member published since,
               run = Redis run_id last seen, restarted = when a new run_id was first
               seen on data that outlived the restart
-An invalidation is one Lua script (epoch, rule, audit record, PUBLISH; SPUBLISH on
-a cluster, on a channel in the same slot), so it is all-or-nothing. Time comes from
-Redis's clock so that members' liveness deadlines are compared on one clock.
+The rule chain's values are signed here (sidecar/invalidation/chain.py) and written by
+compare-and-set scripts: an invalidation reads the head, signs the next rule, head and
+audit record, and one Lua script writes them (epoch, rule, head, audit record, PUBLISH;
+SPUBLISH on a cluster, on a channel in the same slot) only if the head, counter and
+data set are still the ones it signed over, else it is tried again. Every read of the
+rules verifies the whole chain (StoreDistrusted when it fails). Time comes from Redis's
+clock so that members' liveness deadlines are compared on one clock.
 """
 
 from __future__ import annotations
@@ -28,37 +36,16 @@ import structlog
 from sidecar.backends.redis import control_scripts as scripts
 from sidecar.backends.redis.backend import RedisBackend, connect
 from sidecar.backends.redis.client import RedisGuard, RedisKeys, parse_epoch
+from sidecar.backends.redis.control_chain import RedisRuleChain
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
+from sidecar.invalidation.chain import ChainSeal
 from sidecar.invalidation.rules import Rule, Selector
 from sidecar.invalidation.store import AuditRecord, StoreState
 from sidecar.keys import KeyDigest
+from sidecar.macs import LOCAL, FleetKeys
 
 log = structlog.get_logger("infercache.control")
-
-_AUDIT_MAXLEN = 100_000
-
-
-def _parse_rule(member: bytes) -> Rule | None:
-    """The rule a `rules` member holds; None for a member no sidecar wrote."""
-    try:
-        epoch, time_ms, selector = member.decode().split("|", 2)
-        return Rule(int(epoch), Selector.from_json(selector), int(time_ms))
-    except (ValueError, TypeError, AttributeError):  # JSON, UTF-8 and int errors are ValueErrors
-        return None
-
-
-def _parse_audit(entry_id: bytes, fields: dict[bytes, bytes]) -> AuditRecord:
-    f = {k.decode(): v.decode() for k, v in fields.items()}
-    return AuditRecord(
-        id=entry_id.decode(),
-        time_ms=int(f["time_ms"]),
-        caller=f["caller"],
-        selector=Selector.from_json(f["selector"]),
-        reason=f["reason"],
-        epoch=int(f["epoch"]),
-        estimated_entries=int(f["estimated_entries"]),
-    )
 
 
 class RedisControlStore:
@@ -75,7 +62,10 @@ class RedisControlStore:
         timeout_s: float = DEFAULTS.redis.write_timeout_ms / 1000,
         lookup_timeout_s: float = DEFAULTS.redis.lookup_timeout_ms / 1000,
         client: RedisBackend | None = None,
+        fleet: FleetKeys = LOCAL,
     ) -> None:
+        """`fleet`: the keys that sign and verify the rule chain and audit records (every
+        sidecar sharing the store must hold the same fleet secret)."""
         self.keys = RedisKeys(key_prefix)
         self._timeout = timeout_s
         # Holder keys are touched on the lookup path: same short deadline as reads.
@@ -89,17 +79,21 @@ class RedisControlStore:
         # next release (write deadline) nor the next Invalidate or heartbeat.
         self._hold_guard = RedisGuard("redis holder keys (take)")
         self._release_guard = RedisGuard("redis holder keys (release)")
-        self._commit = self.client.register_script(scripts.COMMIT)
+        self.chain = RedisRuleChain(
+            self.client,
+            self._k,
+            self._guard,
+            timeout_s,
+            ChainSeal(fleet),
+            self.keys.channel(self.client.cluster),
+        )
         self._heartbeat = self.client.register_script(scripts.HEARTBEAT)
         self._unconfirmed = self.client.register_script(scripts.UNCONFIRMED)
-        self._prune = self.client.register_script(scripts.PRUNE)
-        self._state = self.client.register_script(scripts.STATE)
-        self._republish = self.client.register_script(scripts.REPUBLISH)
         self._release = self.client.register_script(scripts.RELEASE)
         self._lock = self.client.register_script(scripts.LOCK)
         self._url = url
-        self.foreign_rules = 0
-        """Members of the rules sorted set that are not rules (skipped when read)."""
+        self.rejected_audit = 0
+        """Audit records left out of a listing because their tag did not verify."""
 
     def _k(self, name: str) -> str:
         return self.keys.meta(name)
@@ -113,49 +107,18 @@ class RedisControlStore:
     async def commit_invalidation(
         self, selector: Selector, reason: str, caller: str, estimated_entries: int
     ) -> AuditRecord:
-        """One atomic script: INCR epoch, ZADD rule, XADD audit, PUBLISH."""
-        async with self._guard(self._timeout):
-            epoch, now, entry_id = await self._commit(
-                keys=[self._k("epoch"), self._k("rules"), self._k("audit")],
-                args=[
-                    selector.to_json(),
-                    reason,
-                    caller,
-                    estimated_entries,
-                    self.keys.channel(self.client.cluster),
-                    _AUDIT_MAXLEN,
-                    self.client.publish_command,
-                ],
-            )
-        return AuditRecord(
-            id=entry_id.decode(),
-            time_ms=int(now),
-            caller=caller,
-            selector=selector,
-            reason=reason,
-            epoch=int(epoch),
-            estimated_entries=estimated_entries,
-        )
+        """Sign the next rule, head and audit record over the chain's head; one script
+        writes them with the epoch and PUBLISHes it, if the head is still the same."""
+        return await self.chain.commit(selector, reason, caller, estimated_entries)
 
     async def state(self, proposed_dataset: str) -> StoreState:
-        """One script: data set id (SET NX), Redis run_id, epoch, settling time."""
-        async with self._guard(self._timeout):
-            dataset, run, epoch, settling, now = await self._state(
-                keys=[self._k("dataset"), self._k("store"), self._k("epoch")],
-                args=[proposed_dataset],
-            )
-        return StoreState(
-            dataset.decode(), run.decode(), parse_epoch(epoch), int(settling), int(now)
-        )
+        """One script: data set id (a new one, with an empty chain, if none), Redis
+        run_id, epoch, settling time, head and anchor; then each verified."""
+        return await self.chain.state(proposed_dataset)
 
     async def republish(self, rules: Sequence[Rule], epoch: int) -> int:
-        """ZADD NX each rule as committed (same member string), raise the epoch."""
-        args: list[str | int] = [epoch]
-        for r in rules:
-            args += [r.epoch, r.member()]
-        async with self._guard(self._timeout):
-            added = await self._republish(keys=[self._k("rules"), self._k("epoch")], args=args)
-        return int(added)
+        """Append the rules the chain lacks, signed again; raise the epoch and head."""
+        return await self.chain.republish(rules, epoch)
 
     async def wait_durable(self, replicas: int, local_aof: bool, timeout_ms: int) -> None:
         """WAIT (or WAITAOF) after a write on the same connection: WAIT covers the
@@ -178,48 +141,44 @@ class RedisControlStore:
             )
 
     async def rules_after(self, epoch: int) -> list[Rule]:
-        """ZRANGEBYSCORE (epoch, +inf]."""
-        async with self._guard(self._timeout):
-            members = cast(
-                list[bytes],
-                await self.client.redis.zrangebyscore(self._k("rules"), f"({epoch}", "+inf"),
-            )
-        rules = [r for m in members if (r := _parse_rule(m)) is not None]
-        if len(rules) < len(members):
-            # Someone else's member in our sorted set: skipped, never fatal to a refresh.
-            self.foreign_rules += len(members) - len(rules)
-            log.warning("foreign_rules_skipped", members=len(members) - len(rules))
-        return rules
+        """The whole chain, verified (StoreDistrusted otherwise); its rules above `epoch`."""
+        chain, _, _ = await self.chain.read()
+        return [r for r in chain.rules if r.epoch > epoch]
 
     async def prune_rules(self, retention_ms: int) -> tuple[int, int]:
-        """One script: cutoff = Redis TIME - max(retention_ms, the fleet's retention);
-        ZREM the rules committed before it."""
-        async with self._guard(self._timeout):
-            cutoff, removed = await self._prune(
-                keys=[self._k("rules"), self._k("store")], args=[retention_ms]
-            )
-        return int(cutoff), int(removed)
+        """Cutoff = Redis TIME - max(retention_ms, the fleet's retention); the oldest rules
+        committed before it are removed and the signed anchor moved past them."""
+        return await self.chain.prune(retention_ms)
 
     async def audit_page(self, before: str | None, limit: int) -> tuple[list[AuditRecord], str]:
-        """XREVRANGE, exclusive of `before`."""
+        """XREVRANGE, exclusive of `before`; records whose tag fails are left out,
+        counted (`rejected_audit`) and logged."""
         top = f"({before}" if before else "+"
         async with self._guard(self._timeout):
             rows = cast(
                 list[tuple[bytes, dict[bytes, bytes]]],
                 await self.client.redis.xrevrange(self._k("audit"), top, "-", count=limit + 1),
             )
-        records = [_parse_audit(i, f) for i, f in rows[:limit]]
-        return records, (records[-1].id if len(rows) > limit and records else "")
+        records = []
+        for entry_id, fields in rows[:limit]:
+            record = self.chain.audit_record(entry_id, fields)
+            if record is None:
+                self.rejected_audit += 1
+                log.warning("audit_record_rejected", id=entry_id.decode(errors="replace"))
+            else:
+                records.append(record)
+        more = len(rows) > limit
+        return records, (rows[limit - 1][0].decode() if more and limit > 0 else "")
 
     async def heartbeat(
         self, member_id: str, acked_epoch: int, ttl_ms: int, retention_ms: int = 0
     ) -> None:
         """Extend liveness and raise the acknowledged epoch (never lowers it); raise the
-        store's epoch to acked_epoch if the store lost it; raise the fleet's rule
-        retention to retention_ms."""
+        fleet's rule retention to retention_ms. (A store that lost its epoch gets it
+        back from Freshness's re-publication, with a signed head.)"""
         async with self._guard(self._timeout):
             await self._heartbeat(
-                keys=[self._k("members"), self._k("acks"), self._k("epoch"), self._k("store")],
+                keys=[self._k("members"), self._k("acks"), self._k("store")],
                 args=[member_id, acked_epoch, ttl_ms, retention_ms],
             )
 

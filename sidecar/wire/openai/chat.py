@@ -214,7 +214,7 @@ def _media_part(
     kind: PartKind, body: dict[str, Any], p: str, where: Where, left: Leftovers
 ) -> ContentPart:
     if kind is PartKind.AUDIO:
-        data, known = _decoded(body.get("data"), p + ".data"), {"data", "format"}
+        data, known = base64_bytes(body.get("data"), p + ".data"), {"data", "format"}
     elif kind is PartKind.FILE:
         if "file_data" not in body:
             raise Uncacheable(f"{p} names a file by id; its bytes are not in the request")
@@ -225,7 +225,7 @@ def _media_part(
             raise bad_request(p + ".url", "is required and must be a string")
         if not url.startswith("data:"):
             raise Uncacheable(f"{p}.url is fetched by the model server; its content can change")
-        data, known = _data_url(url, p + ".url", where, left), {"url", "detail"}
+        data, known = data_url_bytes(url, p + ".url", where, left), {"url", "detail"}
     for name in sorted(set(body) - known):
         left[(*where, "body", name)] = extra_value(body[name])
     return ContentPart(
@@ -240,11 +240,11 @@ def _media_part(
 def _data_url_or_base64(v: Any, p: str, where: Where, left: Leftovers) -> tuple[bytes, set[str]]:
     known = {"file_data", "filename"}
     if isinstance(v, str) and v.startswith("data:"):
-        return _data_url(v, p, where, left), known
-    return _decoded(v, p), known
+        return data_url_bytes(v, p, where, left), known
+    return base64_bytes(v, p), known
 
 
-def _data_url(url: str, p: str, where: Where, left: Leftovers) -> bytes:
+def data_url_bytes(url: str, p: str, where: Where, left: Leftovers) -> bytes:
     """The bytes a data URL carries; its head (media type, parameters, `;base64`) is
     keyed as sent: the model server reads it (a video/jpeg is a list of frames, a
     non-base64 URL is refused), so equal bytes under two heads are two requests."""
@@ -253,11 +253,12 @@ def _data_url(url: str, p: str, where: Where, left: Leftovers) -> bytes:
         raise bad_request(p, "is not a data: URL")
     left[(*where, "data_url_head")] = head
     if head.endswith(";base64"):
-        return _decoded(payload, p)
+        return base64_bytes(payload, p)
     return payload.encode("utf-8", "surrogatepass")
 
 
-def _decoded(v: Any, p: str) -> bytes:
+def base64_bytes(v: Any, p: str) -> bytes:
+    """Strict base64 of a body string (WireError naming `p` otherwise)."""
     if not isinstance(v, str):
         raise bad_request(p, "must be a base64 string")
     try:

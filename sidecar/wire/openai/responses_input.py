@@ -19,8 +19,6 @@ URL, a `file_id`, an `item_reference` to a stored item) makes the request
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 from collections.abc import MutableMapping
@@ -28,7 +26,7 @@ from typing import Any
 
 from sidecar.keys import ChatMessage, ContentPart, PartKind, ToolCall
 from sidecar.wire.errors import bad_request
-from sidecar.wire.openai.chat import Uncacheable
+from sidecar.wire.openai.chat import Uncacheable, base64_bytes, data_url_bytes
 from sidecar.wire.values import extra_value
 
 LEFTOVERS_EXTRA = "input"
@@ -152,7 +150,7 @@ def _part(raw: Any, p: str, where: Where, left: Leftovers) -> ContentPart | None
             raise bad_request(p + ".input_audio", "is required and must be an object")
         _rest(raw, {"type", "input_audio"}, where, left)
         _rest(body, {"data", "format"}, (*where, "audio"), left)
-        data = _decoded(body.get("data"), p + ".input_audio.data")
+        data = base64_bytes(body.get("data"), p + ".input_audio.data")
         return ContentPart(PartKind.AUDIO, sha256=_sha(data), format=_opt(body, "format", p))
     if _names_remote(raw):
         raise Uncacheable(f"{p} ({kind}) names media by URL or file id")
@@ -169,7 +167,7 @@ def _image(raw: dict[str, Any], p: str, where: Where, left: Leftovers) -> Conten
     if not url.startswith("data:"):
         raise Uncacheable(f"{p}.image_url is fetched by the model server; its content can change")
     _rest(raw, {"type", "image_url", "detail"}, where, left)
-    data = _data_url(url, p + ".image_url", where, left)
+    data = data_url_bytes(url, p + ".image_url", where, left)
     return ContentPart(PartKind.IMAGE, sha256=_sha(data), detail=_opt(raw, "detail", p))
 
 
@@ -178,9 +176,9 @@ def _file(raw: dict[str, Any], p: str, where: Where, left: Leftovers) -> Content
         raise Uncacheable(f"{p} names a file by id or URL; its bytes are not in the request")
     data = raw.get("file_data")
     if isinstance(data, str) and data.startswith("data:"):
-        got = _data_url(data, p + ".file_data", where, left)
+        got = data_url_bytes(data, p + ".file_data", where, left)
     else:
-        got = _decoded(data, p + ".file_data")
+        got = base64_bytes(data, p + ".file_data")
     _rest(raw, {"type", "file_data", "filename"}, where, left)
     return ContentPart(PartKind.FILE, sha256=_sha(got), filename=_opt(raw, "filename", p))
 
@@ -188,26 +186,6 @@ def _file(raw: dict[str, Any], p: str, where: Where, left: Leftovers) -> Content
 def _rest(body: dict[str, Any], known: set[str], where: Where, left: Leftovers) -> None:
     for name in sorted(set(body) - known):
         left[(*where, "body", name)] = extra_value(body[name])
-
-
-def _data_url(url: str, p: str, where: Where, left: Leftovers) -> bytes:
-    """The bytes a data URL carries; its head is keyed as sent (see chat.py)."""
-    head, sep, payload = url.partition(",")
-    if not sep:
-        raise bad_request(p, "is not a data: URL")
-    left[(*where, "data_url_head")] = head
-    if head.endswith(";base64"):
-        return _decoded(payload, p)
-    return payload.encode("utf-8", "surrogatepass")
-
-
-def _decoded(value: Any, p: str) -> bytes:
-    if not isinstance(value, str):
-        raise bad_request(p, "must be a base64 string")
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise bad_request(p, f"is not valid base64 ({exc})") from exc
 
 
 def _sha(data: bytes) -> bytes:

@@ -23,12 +23,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import MutableMapping
 from typing import Any
 
 from sidecar.keys import ChatMessage, ContentPart, PartKind, ToolCall
 from sidecar.wire.errors import bad_request
+from sidecar.wire.leftovers import Leftovers, Where, key_leftovers
 from sidecar.wire.openai.chat import Uncacheable
 from sidecar.wire.values import dumps, extra_value
 
@@ -37,8 +37,6 @@ HINT = "cache_control"
 LEFTOVERS_EXTRA = "messages"
 """The `extra` entry holding the digest of the messages' leftovers (as for chat)."""
 
-Where = tuple[int | str, ...]
-Leftovers = dict[Where, str]
 
 _TEXT_KEYS = frozenset({"type", "text", HINT})
 _IMAGE_KEYS = frozenset({"type", "source", HINT})
@@ -71,9 +69,7 @@ def messages(raw: Any, extra: MutableMapping[str, str]) -> tuple[ChatMessage, ..
         raise bad_request("messages", "must be a non-empty array of messages")
     left: Leftovers = {}
     out = tuple(_message(m, i, left) for i, m in enumerate(raw))
-    if left:
-        listed = json.dumps([[list(where), value] for where, value in left.items()])
-        extra[LEFTOVERS_EXTRA] = "sha256:" + hashlib.sha256(listed.encode()).hexdigest()
+    key_leftovers(left, extra, LEFTOVERS_EXTRA)
     return out
 
 

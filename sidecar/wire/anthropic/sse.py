@@ -24,7 +24,7 @@ from typing import Any
 
 from sidecar.entries import ChunkMeta
 from sidecar.wire.anthropic.usage import hit_usage
-from sidecar.wire.openai.sse import EventSplitter
+from sidecar.wire.openai.sse import EventKeeper, EventSplitter
 
 STORED_STOP_REASONS = frozenset({"end_turn", "stop_sequence", "max_tokens", "tool_use"})
 """The stop reasons of a complete answer, as the chat path stores `stop`, `length` and
@@ -144,45 +144,33 @@ class CollectedMessage:
 class MessageCollector:
     """Keeps a stream's events as its bytes arrive, up to `limit` bytes in all."""
 
-    __slots__ = ("_events", "_metas", "_size", "_splitter", "limit", "watch", "whole")
+    __slots__ = ("_keeper", "watch")
 
     def __init__(self, limit: int, model: str) -> None:
-        self.limit = limit
-        self._splitter = EventSplitter(limit)
+        self._keeper = EventKeeper(limit)
         self.watch = MessageWatch(model)
-        self._events: list[bytes] = []
-        self._metas: list[ChunkMeta] = []
-        self._size = 0
-        self.whole = True
+
+    @property
+    def whole(self) -> bool:
+        """False once the stream can no longer be stored (EventKeeper.whole)."""
+        return self._keeper.whole
 
     def feed(self, piece: bytes, offset_ms: int) -> None:
-        """Account for the next bytes, which arrived `offset_ms` after the request."""
-        if not self.whole:
-            return
-        try:
-            arrived = self._splitter.feed(piece)
-        except ValueError:
-            self.whole = False
-            return
-        for event in arrived:
-            if not self.watch.see(event):
-                continue  # a comment (keep-alive): nothing of the answer
-            self._size += len(event)
-            self._events.append(event)
-            self._metas.append(ChunkMeta(len(event), 1, offset_ms))
-        if self._size > self.limit:
-            self.whole = False
+        """Account for the next bytes, which arrived `offset_ms` after the request; a
+        comment (keep-alive) is nothing of the answer and is not kept."""
+        self._keeper.feed(piece, offset_ms, self.watch.see)
 
     @property
     def complete(self) -> bool:
         """What arrived so far is a whole stream, nothing cut mid-event, within the limit."""
-        return self.whole and not self._splitter.pending and self.watch.complete
+        return self._keeper.intact and self.watch.complete
 
     def result(self) -> CollectedMessage | None:
         """The stream to store; None when it is not `complete`."""
         if not self.complete:
             return None
-        return CollectedMessage(b"".join(self._events), tuple(self._metas), self.watch.stop_reason)
+        payload, chunks = self._keeper.payload()
+        return CollectedMessage(payload, chunks, self.watch.stop_reason)
 
 
 def split_events(payload: bytes) -> list[bytes]:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import re
 from collections.abc import MutableMapping
 from typing import Any
 
 from sidecar.keys import ChatMessage, ContentPart, PartKind, ToolCall
 from sidecar.wire.errors import bad_request
+from sidecar.wire.leftovers import Leftovers, Where, key_leftovers
 from sidecar.wire.values import extra_value
 
 _MESSAGE_FIELDS = frozenset(
@@ -43,10 +43,6 @@ _MEDIA = {
     "video_url": PartKind.VIDEO,
 }
 
-
-Where = tuple[int | str, ...]
-"""A leftover's place: the message's index, then what it is (see the module docstring)."""
-Leftovers = dict[Where, str]
 
 LEFTOVERS_EXTRA = "messages"
 """The `extra` entry holding the digest of a chat's leftovers."""
@@ -66,9 +62,7 @@ def chat_messages(raw: Any, extra: MutableMapping[str, str]) -> tuple[ChatMessag
         raise bad_request("messages", "must be a non-empty array of messages")
     left: Leftovers = {}
     messages = tuple(_message(m, i, left) for i, m in enumerate(raw))
-    if left:
-        listed = json.dumps([[list(where), value] for where, value in left.items()])
-        extra[LEFTOVERS_EXTRA] = "sha256:" + hashlib.sha256(listed.encode()).hexdigest()
+    key_leftovers(left, extra, LEFTOVERS_EXTRA)
     return messages
 
 

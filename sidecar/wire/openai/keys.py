@@ -209,7 +209,7 @@ def keyed_request(
         sampling=sampling(doc, extra),
         extra=extra,
         tools=tuple(v.dumps(t) for t in v.objects(doc, "tools")),
-        tool_choice=_tool_choice(doc, extra),
+        tool_choice=tool_choice(doc, extra),
         parallel_tool_calls=v.boolean(doc, "parallel_tool_calls"),
         chat_template=_template(doc),
         endpoint=endpoint,
@@ -236,7 +236,9 @@ def _input(endpoint: str, doc: Mapping[str, Any], extra: dict[str, str]) -> tupl
     raise bad_request(name, "is required: a string or an array of token ids")
 
 
-def _tool_choice(doc: Mapping[str, Any], extra: dict[str, str]) -> str | None:
+def tool_choice(doc: Mapping[str, Any], extra: dict[str, str]) -> str | None:
+    """`tool_choice` as its key field: a string as sent, an object as its JSON (marked
+    in `extra`, so it never keys like a string spelling the same JSON)."""
     raw = doc.get("tool_choice")
     if raw is None or isinstance(raw, str):
         return raw

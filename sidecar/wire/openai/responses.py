@@ -23,7 +23,7 @@ from sidecar.keys import ChatTemplateOptions, InputKind, KeyRequest
 from sidecar.wire import values as v
 from sidecar.wire.errors import bad_request
 from sidecar.wire.openai.chat import Uncacheable
-from sidecar.wire.openai.keys import MODEL_EXTRA, RULES_EXTRA, KeyedRequest
+from sidecar.wire.openai.keys import MODEL_EXTRA, RULES_EXTRA, KeyedRequest, tool_choice
 from sidecar.wire.openai.responses_input import input_messages
 from sidecar.wire.openai.sampling import sampling
 
@@ -162,7 +162,7 @@ def responses_request(doc: Mapping[str, Any], tenant: str, prompt_version: str) 
         sampling=sampling(named, extra),
         extra=extra,
         tools=tuple(v.dumps(t) for t in v.objects(doc, "tools")),
-        tool_choice=_tool_choice(doc, extra),
+        tool_choice=tool_choice(doc, extra),
         parallel_tool_calls=v.boolean(doc, "parallel_tool_calls"),
         chat_template=_template(doc),
         endpoint=RESPONSES,
@@ -189,16 +189,6 @@ def _input(doc: Mapping[str, Any], extra: dict[str, str]) -> tuple[InputKind, An
     if isinstance(raw, list):
         return InputKind.CHAT, input_messages(raw, extra)
     raise bad_request("input", "is required: a string or an array of input items")
-
-
-def _tool_choice(doc: Mapping[str, Any], extra: dict[str, str]) -> str | None:
-    raw = doc.get("tool_choice")
-    if raw is None or isinstance(raw, str):
-        return raw
-    if not isinstance(raw, dict):
-        raise bad_request("tool_choice", "must be a string or an object")
-    extra["tool_choice"] = "object"  # never keyed like a string spelling the same JSON
-    return v.dumps(raw)
 
 
 def _template(doc: Mapping[str, Any]) -> ChatTemplateOptions | None:

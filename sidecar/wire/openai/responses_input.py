@@ -20,20 +20,18 @@ URL, a `file_id`, an `item_reference` to a stored item) makes the request
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import MutableMapping
 from typing import Any
 
 from sidecar.keys import ChatMessage, ContentPart, PartKind, ToolCall
 from sidecar.wire.errors import bad_request
+from sidecar.wire.leftovers import Leftovers, Where, key_leftovers
 from sidecar.wire.openai.chat import Uncacheable, base64_bytes, data_url_bytes
 from sidecar.wire.values import extra_value
 
 LEFTOVERS_EXTRA = "input"
 """The `extra` entry holding the digest of the input items' leftovers."""
 
-Where = tuple[int | str, ...]
-Leftovers = dict[Where, str]
 
 _TEXT_PARTS = frozenset({"input_text", "output_text"})
 _KNOWN_ITEM_FIELDS = {
@@ -52,9 +50,7 @@ def input_messages(raw: list[Any], extra: MutableMapping[str, str]) -> tuple[Cha
         raise Uncacheable("`input` is an empty array")
     left: Leftovers = {}
     messages = tuple(_item(item, i, left) for i, item in enumerate(raw))
-    if left:
-        listed = json.dumps([[list(where), value] for where, value in left.items()])
-        extra[LEFTOVERS_EXTRA] = "sha256:" + hashlib.sha256(listed.encode()).hexdigest()
+    key_leftovers(left, extra, LEFTOVERS_EXTRA)
     return messages
 
 

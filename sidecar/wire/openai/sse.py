@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,23 +176,23 @@ class CollectedStream:
     """Every `model` the events named (one, for a stream from one model)."""
 
 
-class StreamCollector:
-    """Keeps a stream's events as its bytes arrive, up to `limit` bytes in all."""
+class EventKeeper:
+    """Splits a stream's bytes into events and keeps the ones `keep` accepts, each as one
+    chunk with its arrival time, up to `limit` bytes in all (every API's collector)."""
 
-    __slots__ = ("_events", "_metas", "_size", "_splitter", "_watch", "limit", "whole")
+    __slots__ = ("_splitter", "events", "limit", "metas", "size", "whole")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._splitter = EventSplitter(limit)
-        self._watch = StreamWatch()
-        self._events: list[bytes] = []
-        self._metas: list[ChunkMeta] = []
-        self._size = 0
+        self.events: list[bytes] = []
+        self.metas: list[ChunkMeta] = []
+        self.size = 0
         self.whole = True
         """False once the stream can no longer be stored (an event or the whole over
         the limit); the rest is then not looked at."""
 
-    def feed(self, piece: bytes, offset_ms: int) -> None:
+    def feed(self, piece: bytes, offset_ms: int, keep: Callable[[bytes], bool]) -> None:
         """Account for the next bytes, which arrived `offset_ms` after the request."""
         if not self.whole:
             return
@@ -201,32 +202,59 @@ class StreamCollector:
             self.whole = False
             return
         for event in arrived:
-            data = self._watch.see(event)
-            if self._watch.done or data is None:
-                # [DONE] is framing: every replay ends with it. An event without data (a
-                # keep-alive comment) carries nothing of the answer, and a replay would
-                # not know what to make of it: left out of what is stored.
+            if not keep(event):
                 continue
-            self._size += len(event)
-            self._events.append(event)
-            self._metas.append(ChunkMeta(len(event), 1, offset_ms))
-        if self._size > self.limit:
+            self.size += len(event)
+            self.events.append(event)
+            self.metas.append(ChunkMeta(len(event), 1, offset_ms))
+        if self.size > self.limit:
             self.whole = False
+
+    @property
+    def intact(self) -> bool:
+        """Within the limit, nothing cut mid-event."""
+        return self.whole and not self._splitter.pending
+
+    def payload(self) -> tuple[bytes, tuple[ChunkMeta, ...]]:
+        """The kept events joined, and their chunks."""
+        return b"".join(self.events), tuple(self.metas)
+
+
+class StreamCollector:
+    """Keeps a stream's events as its bytes arrive, up to `limit` bytes in all."""
+
+    __slots__ = ("_keeper", "_watch")
+
+    def __init__(self, limit: int) -> None:
+        self._keeper = EventKeeper(limit)
+        self._watch = StreamWatch()
+
+    @property
+    def whole(self) -> bool:
+        """False once the stream can no longer be stored (EventKeeper.whole)."""
+        return self._keeper.whole
+
+    def feed(self, piece: bytes, offset_ms: int) -> None:
+        """Account for the next bytes, which arrived `offset_ms` after the request."""
+        self._keeper.feed(piece, offset_ms, self._keeps)
+
+    def _keeps(self, event: bytes) -> bool:
+        data = self._watch.see(event)
+        # [DONE] is framing: every replay ends with it. An event without data (a
+        # keep-alive comment) carries nothing of the answer, and a replay would not know
+        # what to make of it: left out of what is stored.
+        return not (self._watch.done or data is None)
 
     @property
     def complete(self) -> bool:
         """What arrived so far is a whole stream (StreamWatch.complete: [DONE] after every
         choice's finish), nothing cut mid-event, within the limit."""
-        return self.whole and not self._splitter.pending and self._watch.complete
+        return self._keeper.intact and self._watch.complete
 
     def result(self) -> CollectedStream | None:
         """The stream to store; None when it is not `complete`."""
         if not self.complete:
             return None
         watch = self._watch
-        return CollectedStream(
-            b"".join(self._events),
-            tuple(self._metas),
-            watch.finish_reason,
-            frozenset(watch.models),
-        )
+        payload, chunks = self._keeper.payload()
+        return CollectedStream(payload, chunks, watch.finish_reason, frozenset(watch.models))

@@ -25,6 +25,7 @@ from sidecar.wire.openai.responses_sse import (
     complete_response,
     response_doc,
 )
+from sidecar.wire.values import token_count
 
 
 def whole_response(answer: Answer, kr: KeyedRequest) -> Answer | None:
@@ -36,10 +37,9 @@ def whole_response(answer: Answer, kr: KeyedRequest) -> Answer | None:
     usage = doc.get("usage")
     if not isinstance(usage, dict):
         return answer
-    p, c = usage.get("input_tokens"), usage.get("output_tokens")
     cost = ComputeCost(
-        prompt_tokens=p if isinstance(p, int) and 0 <= p < 2**32 else 0,
-        completion_tokens=c if isinstance(c, int) and 0 <= c < 2**32 else 0,
+        prompt_tokens=token_count(usage, "input_tokens"),
+        completion_tokens=token_count(usage, "output_tokens"),
     )
     return Answer(answer.payload, answer.chunks, "completed", cost)
 

@@ -14,6 +14,7 @@ from sidecar.gateway.reply import Reply
 from sidecar.wire.openai.keys import KeyedRequest
 from sidecar.wire.openai.sse import StreamCollector
 from sidecar.wire.openai.whole_body import body_doc, complete_doc
+from sidecar.wire.values import token_count
 
 Ended = Callable[[], bool]
 """Whether the upstream body has arrived whole (asked after each piece)."""
@@ -45,10 +46,9 @@ def whole_answer(answer: Answer, kr: KeyedRequest) -> Answer | None:
     usage = doc.get("usage")
     if not isinstance(usage, dict):
         return answer
-    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
     cost = ComputeCost(
-        prompt_tokens=p if isinstance(p, int) and 0 <= p < 2**32 else 0,
-        completion_tokens=c if isinstance(c, int) and 0 <= c < 2**32 else 0,
+        prompt_tokens=token_count(usage, "prompt_tokens"),
+        completion_tokens=token_count(usage, "completion_tokens"),
     )
     return Answer(answer.payload, answer.chunks, answer.finish_reason, cost)
 

@@ -123,6 +123,17 @@ def objects(doc: Mapping[str, Any], name: str) -> Sequence[dict[str, Any]]:
     return v
 
 
+def token_count(usage: Mapping[str, Any], name: str) -> int:
+    """A usage's token count: a non-negative integer below 2**32, else 0 (an answer's
+    usage is the model server's word, read for statistics only, never refused)."""
+    value = usage.get(name)
+    return (
+        value
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
+        else 0
+    )
+
+
 def is_int(v: Any) -> bool:
     """An integer, or a float with an integral value (never a boolean)."""
     return (isinstance(v, int) and not isinstance(v, bool)) or (

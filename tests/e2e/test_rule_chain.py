@@ -14,15 +14,13 @@ from typing import Any
 import grpc
 import pytest
 import redis
-from infercache.v1 import admin_pb2 as admin_pb
-from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.keys import key
 from tests.support.processes import RedisServer
-from tests.support.sidecars import SidecarProcess, bearer
+from tests.support.sidecars import SidecarProcess, admin_invalidate, fill
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(180)]
 
@@ -43,22 +41,6 @@ def _start(procs: list[SidecarProcess], url: str, **settings: Any) -> SidecarPro
     procs.append(p)
     p.wait_ready()
     return p
-
-
-def _invalidate(s: SidecarProcess, **selector: Any) -> admin_pb.InvalidateResponse:
-    with grpc.insecure_channel(s.admin_target) as channel:
-        resp: admin_pb.InvalidateResponse = admin_pb2_grpc.AdminServiceStub(channel).Invalidate(
-            admin_pb.InvalidateRequest(selector=admin_pb.Selector(**selector), reason="test"),
-            metadata=bearer(),
-            timeout=15,
-        )
-    return resp
-
-
-def _fill(c: CacheClient, k: pb.CacheKey, payload: bytes) -> None:
-    miss = c.lookup(k)
-    assert miss.outcome == pb.LOOKUP_OUTCOME_MISS
-    assert c.store(k, payload, lease=miss.lease).outcome == pb.STORE_OUTCOME_STORED
 
 
 def _rules_events(proc: SidecarProcess) -> dict[str, float]:
@@ -86,12 +68,12 @@ def test_deleted_rules_and_a_replanted_entry_give_a_new_pod_no_hit(
     a = _start(started, own_redis.url)
     k = key("what is the refund window?", prompt_version="p1")
     with CacheClient(a.target) as ca:
-        _fill(ca, k, b"30 days (old prompt)")
+        fill(ca, k, b"30 days (old prompt)")
     raw = redis.Redis(port=own_redis.port)
     [entry_key] = raw.keys("ic:v2:r:*")
     genuine = raw.get(entry_key)
     assert genuine is not None
-    assert _invalidate(a, prompt_version="p1").record.epoch == 1
+    assert admin_invalidate(a, prompt_version="p1").record.epoch == 1
     a.stop()  # the rollout replaced it
 
     raw.delete(META + "rules", META + "head", META + "anchor")
@@ -108,7 +90,7 @@ def test_deleted_rules_and_a_replanted_entry_give_a_new_pod_no_hit(
     assert _rules_events(b).get("distrusted", 0) >= 1
     assert "store_distrusted" in b.stderr()
     with pytest.raises(grpc.RpcError) as err:
-        _invalidate(b, tenant="acme")
+        admin_invalidate(b, tenant="acme")
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "rule chain" in (err.value.details() or "")
 
@@ -122,9 +104,9 @@ def test_min_epoch_pod_serves_no_hit_until_the_rules_reach_it(
     a = _start(started, own_redis.url)
     k = key("which plan am I on?", tenant="globex")
     with CacheClient(a.target) as ca:
-        _fill(ca, k, b"the gold plan")
+        fill(ca, k, b"the gold plan")
         assert ca.lookup(k).outcome == pb.LOOKUP_OUTCOME_HIT
-    assert _invalidate(a, tenant="acme").record.epoch == 1
+    assert admin_invalidate(a, tenant="acme").record.epoch == 1
 
     b = _start(started, own_redis.url, min_epoch=3)
     with CacheClient(b.target) as cb:
@@ -132,9 +114,9 @@ def test_min_epoch_pod_serves_no_hit_until_the_rules_reach_it(
             found = cb.lookup(k)
             assert found.outcome == pb.LOOKUP_OUTCOME_MISS, "served below INFERCACHE_MIN_EPOCH"
             time.sleep(0.1)
-        assert _invalidate(a, tenant="acme").record.epoch == 2
+        assert admin_invalidate(a, tenant="acme").record.epoch == 2
         assert cb.lookup(k).outcome == pb.LOOKUP_OUTCOME_MISS
-        assert _invalidate(a, tenant="initech").record.epoch == 3
+        assert admin_invalidate(a, tenant="initech").record.epoch == 3
         deadline = time.monotonic() + 10
         while cb.lookup(k).outcome != pb.LOOKUP_OUTCOME_HIT:
             assert time.monotonic() < deadline, "hits never resumed at the minimum epoch"

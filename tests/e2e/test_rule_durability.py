@@ -10,14 +10,12 @@ from typing import Any
 import grpc
 import pytest
 import redis
-from infercache.v1 import admin_pb2 as admin_pb
-from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 
 from tests.support.keys import key
 from tests.support.processes import RedisServer
-from tests.support.sidecars import SidecarProcess, bearer
+from tests.support.sidecars import SidecarProcess, admin_invalidate, fill
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -36,22 +34,6 @@ def _start(procs: list[SidecarProcess], url: str) -> SidecarProcess:
     procs.append(p)
     p.wait_ready()
     return p
-
-
-def _invalidate(s: SidecarProcess, **selector: Any) -> admin_pb.InvalidateResponse:
-    with grpc.insecure_channel(s.admin_target) as channel:
-        resp: admin_pb.InvalidateResponse = admin_pb2_grpc.AdminServiceStub(channel).Invalidate(
-            admin_pb.InvalidateRequest(selector=admin_pb.Selector(**selector), reason="test"),
-            metadata=bearer(),
-            timeout=15,
-        )
-    return resp
-
-
-def _fill(c: CacheClient, k: pb.CacheKey, payload: bytes) -> None:
-    miss = c.lookup(k)
-    assert miss.outcome == pb.LOOKUP_OUTCOME_MISS
-    assert c.store(k, payload, lease=miss.lease).outcome == pb.STORE_OUTCOME_STORED
 
 
 def _store_or_code(c: CacheClient, k: pb.CacheKey, lease: bytes) -> Any:
@@ -77,11 +59,11 @@ def test_rule_survives_a_crash_and_restore_from_a_snapshot_without_it(
     s = _start(started, own_redis.url)
     k = key("what is the refund window?")
     with CacheClient(s.target) as cs:
-        _fill(cs, k, b"30 days (old policy)")
+        fill(cs, k, b"30 days (old policy)")
     r = redis.Redis(port=own_redis.port)
     [entry] = r.keys("ic:v2:r:*")
     r.save()
-    _invalidate(s, tenant="acme")
+    admin_invalidate(s, tenant="acme")
     # Reclaim (by the sidecar that holds the rule) removes the entry from the running
     # Redis; the dump still has it.
     deadline = time.monotonic() + 20
@@ -111,10 +93,10 @@ def test_frozen_sidecars_serve_no_stale_hit_after_a_redis_reset(
     were away, so their hot tiers are dropped before they serve again."""
     s, s2 = _start(started, own_redis.url), _start(started, own_redis.url)
     for i in range(3):
-        _invalidate(s, tenant=f"earlier-{i}")
+        admin_invalidate(s, tenant=f"earlier-{i}")
     k = key("which plan am I on?")
     with CacheClient(s.target) as cs, CacheClient(s2.target) as cs2:
-        _fill(cs, k, b"stale plan")
+        fill(cs, k, b"stale plan")
         _make_hot(cs, k)
         _make_hot(cs2, k)
         s.freeze()
@@ -122,7 +104,7 @@ def test_frozen_sidecars_serve_no_stale_hit_after_a_redis_reset(
         own_redis.kill()
         own_redis.start()
         n = _start(started, own_redis.url)
-        assert _invalidate(n, tenant="acme").record.epoch >= 1
+        assert admin_invalidate(n, tenant="acme").record.epoch >= 1
         s.thaw()
         s2.thaw()
         stale = 0

@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from infercache.v1 import admin_pb2 as admin_pb
 from infercache.v1 import admin_pb2_grpc
 from infercache.v1 import cache_pb2 as pb
+from infercache_client import CacheClient
 
 from sidecar.testing import (
     InProcessSidecar,
@@ -324,3 +325,21 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Comp
 
 StartSidecar = Callable[..., Awaitable[InProcessSidecar]]
 """The start_sidecar fixture: start_sidecar(setting=value, ...) -> InProcessSidecar."""
+
+
+def admin_invalidate(sidecar: SidecarProcess, **selector: Any) -> admin_pb.InvalidateResponse:
+    """One Invalidate through `sidecar`'s admin plane (the deployer's token)."""
+    with grpc.insecure_channel(sidecar.admin_target) as channel:
+        resp: admin_pb.InvalidateResponse = admin_pb2_grpc.AdminServiceStub(channel).Invalidate(
+            admin_pb.InvalidateRequest(selector=admin_pb.Selector(**selector), reason="test"),
+            metadata=bearer(),
+            timeout=15,
+        )
+    return resp
+
+
+def fill(client: CacheClient, k: pb.CacheKey, payload: bytes) -> None:
+    """Store `payload` under `k` through a MISS's lease (the key must be a miss)."""
+    miss = client.lookup(k)
+    assert miss.outcome == pb.LOOKUP_OUTCOME_MISS
+    assert client.store(k, payload, lease=miss.lease).outcome == pb.STORE_OUTCOME_STORED

@@ -4,13 +4,6 @@ two tenants share none of vLLM's prefix cache (each tenant's cache_salt)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,50 +12,23 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionUserMessageParam
 
-from tests.support.processes import REPO, free_port, stop_process
+from tests.support.processes import free_port
 from tests.support.vllm_engine import BLOCK_SIZE, engine_env
+from tests.support.vllm_gateway import gateway_argv, gateway_env, served, vllm_server_argv
 from tests.support.vllm_model import Models
-from tests.support.vllm_sidecar import INFERCACHE
 
 KEY = "sk-vllm-test-0123456789abcdef"
 GLOBEX_KEY = "sk-vllm-globex-0123456789abcdef"
-
-
-def _wait(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the process exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    raise RuntimeError(f"{url} did not answer in time")
 
 
 @pytest.fixture(scope="module")
 def vllm_url(models: Models) -> Iterator[str]:
     """vLLM's OpenAI server on v1, served as "tiny" (no connector: the gateway alone)."""
     port = free_port()
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    argv += ["--model", str(models.v1), "--served-model-name", "tiny", "--host", "127.0.0.1"]
-    argv += ["--port", str(port), "--enforce-eager", "--dtype", "float32"]
-    argv += ["--max-model-len", "512", "--block-size", str(BLOCK_SIZE)]
-    argv += ["--kv-cache-memory-bytes", str(16 << 20), "--enable-prompt-tokens-details"]
-    log = tempfile.TemporaryFile()  # noqa: SIM115
-    proc = subprocess.Popen(argv, cwd=REPO, env=engine_env(), stdout=log, stderr=log)
+    argv = [*vllm_server_argv(models.v1, port), "--enable-prompt-tokens-details"]
     url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(url + "/v1/models", proc, 300)
+    with served(argv, engine_env(), url + "/v1/models", 300):
         yield url
-    except BaseException:
-        log.seek(0)
-        print(log.read().decode(errors="replace")[-6000:])
-        raise
-    finally:
-        stop_process(proc, timeout_s=20)
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -73,24 +39,9 @@ def gateway(
     keys = tmp_path_factory.mktemp("gw") / "keys"
     keys.write_text(f"acme={KEY}\nglobex={GLOBEX_KEY}\n")
     port = free_port()
-    argv = [str(INFERCACHE), "serve", "--listen", f"127.0.0.1:{free_port()}"]
-    argv += ["--admin-listen", "", "--metrics-listen", "", "--log-level", "warning"]
-    argv += ["--kv-enabled", "false", "--model-path", str(models.v1)]
-    argv += ["--model-server-url", vllm_url, "--gateway-listen", f"127.0.0.1:{port}"]
-    argv += ["--gateway-keys-file", str(keys)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERCACHE_")}
-    log = tempfile.TemporaryFile()  # noqa: SIM115
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=log)
-    try:
-        _wait(f"http://127.0.0.1:{port}/health", proc, 120)
+    argv = gateway_argv(models.v1, vllm_url, port, keys)
+    with served(argv, gateway_env(), f"http://127.0.0.1:{port}/health", 120):
         yield f"http://127.0.0.1:{port}/v1"
-    except BaseException:
-        log.seek(0)
-        print(log.read().decode(errors="replace")[-6000:])
-        raise
-    finally:
-        stop_process(proc, timeout_s=20)
-        log.close()
 
 
 def test_gateway_caches_vllm_answers(gateway: str, vllm_url: str, tmp_path: Path) -> None:

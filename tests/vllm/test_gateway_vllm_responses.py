@@ -6,14 +6,10 @@ are replaced in place (v2), no answer of v1 is served again, on /v1/responses an
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -23,9 +19,10 @@ import openai
 import pytest
 
 from tests.support.processes import REPO, free_port, stop_process
-from tests.support.vllm_engine import BLOCK_SIZE, engine_env
+from tests.support.vllm_engine import engine_env
+from tests.support.vllm_gateway import gateway_argv, gateway_env, vllm_server_argv, wait_http
+from tests.support.vllm_gateway import served as served_process
 from tests.support.vllm_model import Models, replace_weights
-from tests.support.vllm_sidecar import INFERCACHE
 
 KEY = "sk-vllm-test-0123456789abcdef"
 QUESTIONS = ("Tell me about caches.", "What is a prefix?", "Name a colour.")
@@ -48,19 +45,6 @@ SHAPE: dict[str, Any] = {
 }
 
 
-def _wait(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the process exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    raise RuntimeError(f"{url} did not answer in time")
-
-
 class Served:
     """vLLM's OpenAI server on a model directory, on one port across restarts."""
 
@@ -72,17 +56,13 @@ class Served:
         self.log: IO[bytes] | None = None
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-        argv += ["--model", str(self.model_dir), "--served-model-name", "tiny"]
-        argv += ["--host", "127.0.0.1", "--port", str(self.port), "--enforce-eager"]
-        argv += ["--dtype", "float32", "--max-model-len", "512", "--block-size", str(BLOCK_SIZE)]
-        argv += ["--kv-cache-memory-bytes", str(16 << 20)]
+        argv = vllm_server_argv(self.model_dir, self.port)
         self.log = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(
             argv, cwd=REPO, env=engine_env(), stdout=self.log, stderr=self.log
         )
         try:
-            _wait(self.url + "/v1/models", self.proc, 300)
+            wait_http(self.url + "/v1/models", self.proc, 300)
         except BaseException:
             self.dump()
             raise
@@ -119,24 +99,10 @@ def gateway(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     keys = tmp_path_factory.mktemp("gw") / "keys"
     keys.write_text(f"acme={KEY}\n")
     port = free_port()
-    argv = [str(INFERCACHE), "serve", "--listen", f"127.0.0.1:{free_port()}"]
-    argv += ["--admin-listen", "", "--metrics-listen", "", "--log-level", "warning"]
-    argv += ["--kv-enabled", "false", "--model-path", str(served.model_dir)]
-    argv += ["--model-server-url", served.url, "--gateway-listen", f"127.0.0.1:{port}"]
-    argv += ["--gateway-keys-file", str(keys), "--model-recheck-interval-s", "1"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERCACHE_")}
-    log = tempfile.TemporaryFile()  # noqa: SIM115
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=log)
-    try:
-        _wait(f"http://127.0.0.1:{port}/health", proc, 120)
+    argv = [*gateway_argv(served.model_dir, served.url, port, keys)]
+    argv += ["--model-recheck-interval-s", "1"]
+    with served_process(argv, gateway_env(), f"http://127.0.0.1:{port}/health", 120):
         yield f"http://127.0.0.1:{port}/v1"
-    except BaseException:
-        log.seek(0)
-        print(log.read().decode(errors="replace")[-6000:])
-        raise
-    finally:
-        stop_process(proc, timeout_s=20)
-        log.close()
 
 
 def ask(client: openai.OpenAI, text: str) -> tuple[str, str, str]:

@@ -23,6 +23,7 @@ from sidecar.wire.anthropic.sse import (
     sse_event,
 )
 from sidecar.wire.anthropic.usage import hit_usage, prompt_tokens
+from sidecar.wire.values import token_count
 
 _BODY = frozenset(
     {"id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"}
@@ -61,8 +62,7 @@ def costs(doc: dict[str, Any]) -> tuple[int, int]:
     usage = doc.get("usage")
     if not isinstance(usage, dict):
         return 0, 0
-    out = usage.get("output_tokens")
-    return prompt_tokens(usage), out if isinstance(out, int) and 0 <= out < 2**32 else 0
+    return prompt_tokens(usage), token_count(usage, "output_tokens")
 
 
 def renewed_body(doc: dict[str, Any], new_id: str) -> bytes:

@@ -10,15 +10,14 @@ INFERCACHE_PREWARM_PAYLOAD says (`parse_answer`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from sidecar.entries import ChunkMeta
 from sidecar.wire.openai.routes import CHAT_PATH, AnswerForm
 from sidecar.wire.openai.sse import StreamCollector
 from sidecar.wire.openai.whole_body import body_doc, complete_body
+from sidecar.wire.values import token_count
 
 
 class PayloadFormat(Enum):
@@ -110,7 +109,9 @@ def parse_answer(
     if not isinstance(usage, dict):
         usage = {}
     payload = body if payload_format is PayloadFormat.OPENAI_JSON else text.encode("utf-8")
-    return Answer(payload, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+    return Answer(
+        payload, token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
+    )
 
 
 def gateway_answer(received: Received, model: str, form: AnswerForm, limit: int) -> Answer:
@@ -140,7 +141,9 @@ def gateway_answer(received: Received, model: str, form: AnswerForm, limit: int)
     usage = doc.get("usage")
     if not isinstance(usage, dict):
         usage = {}
-    return Answer(body, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+    return Answer(
+        body, token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
+    )
 
 
 def _stream_answer(received: Received, model: str, limit: int) -> Answer:
@@ -165,8 +168,3 @@ def _stream_answer(received: Received, model: str, limit: int) -> Answer:
 def _check_model(answered_by: object, model: str) -> None:
     if answered_by is not None and answered_by != model:
         raise BadAnswer("wrong_model", f"answered by {str(answered_by)[:100]!r}, not {model!r}")
-
-
-def _count(usage: Mapping[str, Any], name: str) -> int:
-    value = usage.get(name)
-    return value if isinstance(value, int) and 0 <= value < 2**32 else 0

@@ -185,6 +185,10 @@ def redis_server(data_dir: str, name: str | None = None) -> ServerProc:
     return ServerProc(name or f"redis:{port}", redis_command(port, data_dir), (port,))
 
 
+_HANDED_OUT: set[int] = set()
+"""Every port SidecarPorts.free gave out in this process."""
+
+
 @dataclass(frozen=True, slots=True)
 class SidecarPorts:
     """The listeners of one sidecar: data always; admin, /metrics and the health-only
@@ -201,10 +205,18 @@ class SidecarPorts:
     ) -> SidecarPorts:
         """Free ports for the data plane and for each listener asked for."""
 
-        def port(wanted: bool) -> int | None:
-            return free_port() if wanted else None
+        def fresh() -> int:
+            # The OS may hand a just-released port out again before anything binds it:
+            # never the same port to two listeners of one run.
+            while (p := free_port()) in _HANDED_OUT:
+                pass
+            _HANDED_OUT.add(p)
+            return p
 
-        return cls(free_port(), port(admin), port(metrics), port(health))
+        def port(wanted: bool) -> int | None:
+            return fresh() if wanted else None
+
+        return cls(fresh(), port(admin), port(metrics), port(health))
 
     def flags(self) -> list[str]:
         """The listen flags; a listener without a port is switched off, never defaulted."""

@@ -17,6 +17,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -75,13 +76,36 @@ _TEES = {
 """How a miss of an API other than chat/completions/embeddings is teed and judged."""
 
 
-@dataclass(frozen=True, slots=True)
 class Body:
     """A request body as the client sent it (what is keyed and recorded for prewarm)
-    and as the model server gets it (with the tenant's cache_salt)."""
+    and as the model server gets it (with the tenant's cache_salt): the latter made
+    only when the request is forwarded, never for a hit."""
 
-    raw: bytes
-    sent: bytes
+    __slots__ = ("_doc", "_endpoint", "_salts", "_sent", "_tenant", "raw")
+
+    def __init__(
+        self,
+        raw: bytes,
+        doc: Mapping[str, Any],
+        endpoint: str,
+        tenant: str,
+        salts: TenantSalts | None,
+    ) -> None:
+        self.raw = raw
+        self._doc, self._endpoint, self._tenant, self._salts = doc, endpoint, tenant, salts
+        self._sent: bytes | None = None
+
+    @property
+    def sent(self) -> bytes:
+        """The bytes to send the model server."""
+        if self._sent is None:
+            salts = self._salts
+            self._sent = (
+                self.raw
+                if salts is None
+                else salts.body_for(self._endpoint, self._tenant, self._doc, self.raw)
+            )
+        return self._sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +194,7 @@ class Flow:
             # Parsed, but too deep to re-serialise (the parser's limit is on its own stack).
             raise HttpError(400, "the body is nested too deeply", code="invalid_json") from None
         kr = for_adapter(kr, self.keys.pod.adapter_versions)
-        sent = raw if self.salts is None else self.salts.body_for(endpoint, tenant, doc, raw)
-        body = Body(raw, sent)
+        body = Body(raw, doc, endpoint, tenant, self.salts)
         # Read for every streamed request before anything is forwarded or looked up, so a
         # bad value is the same 400 on a miss as on a hit; not read when nothing streams.
         pace = pacing(headers, self.settings.replay_pace) if kr.stream else Pacing()

@@ -98,10 +98,10 @@ class ItemWarmer:
             # A gateway record: its body must still produce its key (tenant and prompt
             # version from the record), or the model would answer another question,
             # stored under this key.
-            mismatch = self._mismatch(record, item.request, key)
-            if mismatch:
-                return skipped(index, RECORD_MISMATCH, mismatch, digest)
-            call = self._salted(call, item.request.tenant)
+            proven = self._gateway_call(record, item.request, key)
+            if isinstance(proven, str):
+                return skipped(index, RECORD_MISMATCH, proven, digest)
+            call = proven
         found = await self._lookup(key)
         if found.outcome is Outcome.HIT:
             return skipped(index, "already_cached", digest=digest)
@@ -209,23 +209,18 @@ class ItemWarmer:
             await asyncio.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _salted(self, call: UpstreamCall, tenant: str) -> UpstreamCall:
-        """`call` with the tenant's cache_salt in its body, as the gateway sends it."""
-        endpoint = PATH_ENDPOINTS.get(call.path)
-        if self._salts is None or endpoint is None:
-            return call
-        doc = parse_body(call.body)  # parsed once already by _mismatch: it parses
-        body = self._salts.body_for(endpoint, tenant, doc, call.body)
-        return UpstreamCall(call.path, call.content_type, body)
-
-    def _mismatch(self, record: HitRecord, req: KeyRequest, key: CacheKey) -> str:
-        """Why a gateway record's body does not produce `key` ("" when it does): the
-        body keyed again exactly as the gateway keys a request, under the pod's model."""
-        endpoint = PATH_ENDPOINTS.get(record.replay.path)
+    def _gateway_call(
+        self, record: HitRecord, req: KeyRequest, key: CacheKey
+    ) -> UpstreamCall | str:
+        """A gateway record's call, with the tenant's cache_salt in its body as the gateway
+        sends it; or why its body does not produce `key` (keyed again exactly as the
+        gateway keys a request, under the pod's model)."""
+        replay = record.replay
+        endpoint = PATH_ENDPOINTS.get(replay.path)
         if endpoint is None:
-            return f"{record.replay.path[:64]!r} is not a route of the gateway"
+            return f"{replay.path[:64]!r} is not a route of the gateway"
         try:
-            doc = parse_body(record.replay.body)
+            doc = parse_body(replay.body)
             kr = keyed_request(endpoint, doc, req.tenant, req.prompt_version)
             kr = for_adapter(kr, self._keys.pod.adapter_versions)
             if kr.key is None:
@@ -235,7 +230,10 @@ class ItemWarmer:
             return f"the body does not key: {str(exc)[:120]}"
         if again.digest != key.digest:
             return "the body keys to another digest than its record's key"
-        return ""
+        if self._salts is None:
+            return replay_call(replay)
+        body = self._salts.body_for(endpoint, req.tenant, doc, replay.body)
+        return UpstreamCall(replay.path, replay.content_type, body)
 
     def _prepare(
         self, index: int, req: KeyRequest

@@ -226,6 +226,13 @@ class LeaseConfig:
         secret=True,
     )
     ttl_s: int = setting(60, "How long a MISS's lease stays valid for Store", p.positive_int)
+    hold_ttl_ms: int = setting(
+        800,
+        "A single-flight hold lapses this long after its holder last renewed it (renewed "
+        "every quarter of it while the result is computed): how soon waiters replace a "
+        "dead holder",
+        p.positive_int,
+    )
     allow_unleased_store: bool = setting(
         False,
         "Accept Store without a lease (stamped as if computed unleased_window_s ago)",

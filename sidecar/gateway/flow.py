@@ -25,12 +25,12 @@ from sidecar.errors import InfercacheError, OverLimit, ResourceExhausted
 from sidecar.gateway.auth import ANTHROPIC_KEY_HEADERS, ApiKeys
 from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
 from sidecar.gateway.errors import HttpError, body_param, for_domain, for_wire
-from sidecar.gateway.hit import ReplayLimits, answer_hit
-from sidecar.gateway.messages import answer_message_hit, tee_message_stream, whole_message
+from sidecar.gateway.hit import ReplayLimits
+from sidecar.gateway.hit_plans import planner_for
+from sidecar.gateway.messages import tee_message_stream, whole_message
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
 from sidecar.gateway.responses_answers import (
-    answer_response_hit,
     tee_response_stream,
     whole_response,
 )
@@ -240,7 +240,9 @@ class Flow:
         info: Headers,
         reply: Reply,
     ) -> None:
-        query = LookupQuery(key, asked.max_age_s, self.settings.wait_ms, kr.key, kr.traits)
+        replay = ReplayLimits(self.settings.replay_max_gap_ms, self.settings.replay_max_duration_ms)
+        planner = planner_for(endpoint, kr, pace, replay)
+        query = LookupQuery(key, asked.max_age_s, self.settings.wait_ms, kr.key, kr.traits, planner)
         try:
             result = await self.cache.lookup(query)
         except ResourceExhausted:
@@ -256,26 +258,20 @@ class Flow:
             reason = result.bypass.reason.value if result.bypass else "policy"
             await self._bypass(endpoint, body, kr, info, reason, reply)
             return
+        lease = result.lease
         if result.outcome is Outcome.HIT and result.entry is not None:
-            age = (str(result.age_ms // 1000)).encode()
-            hit = [*info, (b"age", age)]
-            replay = ReplayLimits(
-                self.settings.replay_max_gap_ms, self.settings.replay_max_duration_ms
-            )
-            if endpoint == MESSAGES:
-                served = await answer_message_hit(kr, result.entry, pace, replay, hit, reply)
-            elif endpoint == RESPONSES:
-                served = await answer_response_hit(kr, result.entry, pace, replay, hit, reply)
-            else:
-                served = await answer_hit(endpoint, kr, result.entry, pace, replay, hit, reply)
-            if served:
+            # The planner accepted this entry (it is a HIT for that): its plan is kept.
+            serve = planner.serve_for(result.entry)
+            if serve is not None:
+                age = (str(result.age_ms // 1000)).encode()
+                await serve(reply, [*info, (b"age", age)])
                 self.stats.count("hit")
                 return
-            # Stored in a form this request cannot be answered from: recompute it.
-            self.stats.count("unservable_hit")
             lease = self.cache.fresh_lease(key)
-        else:
-            lease = result.lease
+        if planner.refused:
+            # An entry this request cannot be answered from (its form): the cache took
+            # it for the MISS it is, and this request recomputes it under single flight.
+            self.stats.count("unservable_hit")
         if not asked.write:
             # Nothing will be stored (read-only, no-store): the hold goes back now, or
             # identical requests would wait for an answer that never comes.

@@ -4,7 +4,7 @@ between the two (`stream` is not part of the key)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from sidecar.entries import ChunkMeta, Entry
@@ -30,46 +30,93 @@ class ReplayLimits:
     max_duration_ms: int
 
 
-async def answer_hit(
-    endpoint: str,
-    kr: KeyedRequest,
-    entry: Entry,
+Serve = Callable[[Reply, Headers], Awaitable[None]]
+"""Send a hit, planned beforehand, with these headers (the request's, its age)."""
+
+
+class HitPlanner:
+    """A request's LookupQuery.accept: can it be answered from an entry? Answering that
+    means planning the answer (the body or events converted and renewed), so the plan of
+    the last entry judged is kept for `serve_for`: a hit is rendered once.
+
+    An entry it cannot be answered from is a MISS to the cache (counted as one,
+    recomputed under single flight); `refused` tells the gateway's counters.
+    """
+
+    __slots__ = ("_entry", "_plan", "_serve", "refused")
+
+    def __init__(self, plan: Callable[[Entry], Serve | None]) -> None:
+        self._plan = plan
+        self._entry: Entry | None = None
+        self._serve: Serve | None = None
+        self.refused = False
+        """An entry was found that this request cannot be answered from."""
+
+    def __call__(self, entry: Entry) -> bool:
+        """True when the request can be answered from `entry`."""
+        return self.serve_for(entry) is not None
+
+    def serve_for(self, entry: Entry) -> Serve | None:
+        """The planned answer from `entry`; None when it cannot answer this request."""
+        if entry is not self._entry:
+            self._entry, self._serve = entry, self._plan(entry)
+            if self._serve is None:
+                self.refused = True
+        return self._serve
+
+
+def whole_hit(body: bytes) -> Serve:
+    """A whole JSON answer."""
+
+    async def serve(reply: Reply, info: Headers) -> None:
+        marked = [*info, (CACHE_HEADER, b"hit")]
+        await reply.whole(200, [(b"content-type", JSON), *marked], body)
+
+    return serve
+
+
+def stream_hit(
+    events: Sequence[bytes | None],
+    metas: list[ChunkMeta] | None,
     pace: Pacing,
     limits: ReplayLimits,
-    info: Headers,
-    reply: Reply,
-) -> bool:
-    """Answer from `entry`; False (nothing sent) when it cannot answer this request."""
+    end: bytes = DONE,
+) -> Serve:
+    """A stream: the stored `events` replayed on their `metas`' schedule (paced_events),
+    or, without metas, sent in one piece followed by `end`."""
+
+    async def serve(reply: Reply, info: Headers) -> None:
+        await reply.start(200, [*SSE_HEADERS, *info, (CACHE_HEADER, b"hit")])
+        if metas is None:
+            await reply.send(b"".join(e for e in events if e is not None) + end, False)
+        else:
+            await paced_events(events, metas, pace, limits, reply, end)
+
+    return serve
+
+
+def plan_hit(
+    endpoint: str, kr: KeyedRequest, entry: Entry, pace: Pacing, limits: ReplayLimits
+) -> Serve | None:
+    """The answer to `kr` from `entry`; None when it cannot answer this request."""
     renewal = Renewal(endpoint)
-    marked = [*info, (CACHE_HEADER, b"hit")]
     if entry.chunk_table:  # stored as a stream (a whole body has no chunk table)
         pieces = list(entry.chunks())
         events = [data for _, data in pieces]
         if not kr.stream:
             body = body_from_events(events, endpoint, renewal)
-            if body is None:
-                return False
-            await reply.whole(200, [(b"content-type", JSON), *marked], body)
-            return True
+            return None if body is None else whole_hit(body)
         replayed = replay_events(events, kr.include_usage, renewal)
         if replayed is None:
-            return False
-        await reply.start(200, SSE_HEADERS + marked)
-        await paced_events(replayed, [meta for meta, _ in pieces], pace, limits, reply)
-        return True
+            return None
+        return stream_hit(replayed, [meta for meta, _ in pieces], pace, limits)
     doc = body_doc(entry.payload)
     if doc is None:
-        return False
+        return None
     if kr.stream:
         made = events_from_body(entry.payload, endpoint, kr.include_usage, renewal)
-        if made is None:
-            return False
-        await reply.start(200, SSE_HEADERS + marked)
-        await reply.send(b"".join(made) + DONE, False)
-        return True
-    body = renewal.apply(entry.payload, doc)
-    await reply.whole(200, [(b"content-type", JSON), *marked], body)
-    return True
+        return None if made is None else stream_hit(made, None, pace, limits)
+    return whole_hit(renewal.apply(entry.payload, doc))
 
 
 async def paced_events(

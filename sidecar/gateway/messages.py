@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 
 from sidecar.entries import ComputeCost, Entry
 from sidecar.gateway.errors import HttpError
-from sidecar.gateway.hit import ReplayLimits, paced_events
-from sidecar.gateway.reply import CACHE_HEADER, JSON, SSE_HEADERS, Headers, Reply
+from sidecar.gateway.hit import ReplayLimits, Serve, stream_hit, whole_hit
+from sidecar.gateway.reply import Reply
 from sidecar.gateway.tee import Answer, Ended
 from sidecar.results.pacing import Pacing
 from sidecar.wire.anthropic import answers
@@ -75,42 +75,26 @@ async def tee_message_stream(
     return Answer(got.payload, got.chunks, got.stop_reason)
 
 
-async def answer_message_hit(
-    kr: KeyedRequest,
-    entry: Entry,
-    pace: Pacing,
-    limits: ReplayLimits,
-    info: Headers,
-    reply: Reply,
-) -> bool:
-    """Answer from `entry`; False (nothing sent) when it cannot answer this request."""
+def plan_message_hit(
+    kr: KeyedRequest, entry: Entry, pace: Pacing, limits: ReplayLimits
+) -> Serve | None:
+    """The answer to `kr` from `entry`; None when it cannot answer this request."""
     new_id = answers.fresh_id()
-    marked = [*info, (CACHE_HEADER, b"hit")]
     if entry.chunk_table:  # stored as a stream
         pieces = list(entry.chunks())
         events = [data for _, data in pieces]
         if not kr.stream:
             body = answers.body_from_events(events, new_id)
-            if body is None:
-                return False
-            await reply.whole(200, [(b"content-type", JSON), *marked], body)
-            return True
+            return None if body is None else whole_hit(body)
         replayed = answers.replay(events, new_id)
         if replayed is None:
-            return False
-        await reply.start(200, SSE_HEADERS + marked)
-        sent: list[bytes | None] = list(replayed)
-        await paced_events(sent, [meta for meta, _ in pieces], pace, limits, reply, end=b"")
-        return True
+            return None
+        metas = [meta for meta, _ in pieces]
+        return stream_hit(list(replayed), metas, pace, limits, end=b"")
     doc = answers.message_doc(entry.payload)
     if doc is None:
-        return False
+        return None
     if kr.stream:
         made = answers.events_from_body(doc, new_id)
-        if made is None:
-            return False
-        await reply.start(200, SSE_HEADERS + marked)
-        await reply.send(b"".join(made), False)
-        return True
-    await reply.whole(200, [(b"content-type", JSON), *marked], answers.renewed_body(doc, new_id))
-    return True
+        return None if made is None else stream_hit(made, None, pace, limits, end=b"")
+    return whole_hit(answers.renewed_body(doc, new_id))

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 from sidecar.entries import ComputeCost, Entry
 from sidecar.gateway.errors import HttpError
-from sidecar.gateway.hit import ReplayLimits, paced_events
-from sidecar.gateway.reply import CACHE_HEADER, JSON, SSE_HEADERS, Headers, Reply
+from sidecar.gateway.hit import ReplayLimits, Serve, stream_hit, whole_hit
+from sidecar.gateway.reply import Reply
 from sidecar.gateway.tee import Answer, Ended
 from sidecar.results.pacing import Pacing
 from sidecar.wire.openai.keys import KeyedRequest
@@ -77,34 +77,20 @@ async def tee_response_stream(
     return None if got is None else Answer(got.payload, got.chunks, got.finish_reason)
 
 
-async def answer_response_hit(
-    kr: KeyedRequest,
-    entry: Entry,
-    pace: Pacing,
-    limits: ReplayLimits,
-    info: Headers,
-    reply: Reply,
-) -> bool:
-    """Answer from `entry`; False (nothing sent) when it cannot answer this request."""
+def plan_response_hit(
+    kr: KeyedRequest, entry: Entry, pace: Pacing, limits: ReplayLimits
+) -> Serve | None:
+    """The answer to `kr` from `entry`; None when it cannot answer this request."""
     renewal = ResponsesRenewal()
-    marked = [*info, (CACHE_HEADER, b"hit")]
     if not entry.chunk_table:  # a whole answer: it serves only a whole answer
         body = None if kr.stream else renewed_body(entry.payload, renewal)
-        if body is None:
-            return False
-        await reply.whole(200, [(b"content-type", JSON), *marked], body)
-        return True
+        return None if body is None else whole_hit(body)
     pieces = list(entry.chunks())
     events = [data for _, data in pieces]
     if not kr.stream:
         body = body_from_events(events, kr.model, renewal)
-        if body is None:
-            return False
-        await reply.whole(200, [(b"content-type", JSON), *marked], body)
-        return True
+        return None if body is None else whole_hit(body)
     replayed = replay_events(events, renewal)
     if replayed is None:
-        return False
-    await reply.start(200, SSE_HEADERS + marked)
-    await paced_events(replayed, [meta for meta, _ in pieces], pace, limits, reply, b"")
-    return True
+        return None
+    return stream_hit(replayed, [meta for meta, _ in pieces], pace, limits, b"")

@@ -138,6 +138,20 @@ class EmbeddedControlStore:
         if current is not None and current[0] == lease_id:
             del self._holders[digest]
 
+    async def renew_holders(
+        self, holds: Sequence[tuple[KeyDigest, bytes]], ttl_ms: int
+    ) -> list[bool]:
+        """Extend the live holds their leases still have."""
+        now = self._clock_ms()
+        renewed: list[bool] = []
+        for digest, lease_id in holds:
+            current = self._holders.get(digest)
+            ours = current is not None and current[0] == lease_id and current[1] > now
+            if ours:
+                self._holders[digest] = (lease_id, now + ttl_ms)
+            renewed.append(ours)
+        return renewed
+
     async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take or extend a lock."""
         now = self._clock_ms()

@@ -133,6 +133,13 @@ class ControlStore(Protocol):
         """Give up holding a key if `lease_id` still holds it."""
         ...
 
+    async def renew_holders(
+        self, holds: Sequence[tuple[KeyDigest, bytes]], ttl_ms: int
+    ) -> list[bool]:
+        """Extend each (key, lease id) hold that lease still has to `ttl_ms` from now; True
+        where it did (never takes a hold back that lapsed or went to another lease)."""
+        ...
+
     async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take or extend a named lock held by `owner` for ttl_ms."""
         ...

@@ -113,6 +113,7 @@ class ResultCache:
             self.stats,
             clock_ms,
             self._reader.find,
+            self._spawn,
         )
         # The counter is called directly (a bound method): with no other observer, a
         # lookup call costs what the inline counting it replaced did.
@@ -319,6 +320,8 @@ class ResultCache:
         task.add_done_callback(self._background.discard)
 
     async def drain(self) -> None:
-        """Wait for background deletions (used at shutdown)."""
+        """Stop renewing holds (they lapse within their TTL) and wait for background
+        deletions and releases (used at shutdown)."""
+        await self._flight.keeper.close()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)

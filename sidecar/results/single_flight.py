@@ -4,17 +4,21 @@ never come).
 
 A lease is signed by LeaseSigner and stamped with the invalidation epoch applied here
 when it is issued: a Store brings it back, and a result computed before a later
-invalidation is refused. The hold is a key in the control store with the lease's TTL:
-a holder that disappears stops blocking waiters when it expires. Waiting is bounded
-and watched once per key (see waiters.py).
+invalidation is refused. The hold is a key in the control store with a short TTL that
+HoldKeeper renews while the result may still come (hold_keeper.py): a holder that
+disappears, or a hold nobody computes, stops blocking waiters within that TTL. A take
+whose answer did not come in time may still land after its caller gave up: it is given
+back at once (and lapses within the TTL should the give-back arrive first). Waiting is
+bounded and watched once per key (see waiters.py); each waiter takes only a result it
+can use (young enough, and one its caller can answer from).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import structlog
 
@@ -23,12 +27,14 @@ from sidecar.errors import (
     FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
+    TierTimeout,
     TierUnavailable,
 )
 from sidecar.invalidation.rules import RuleSet
 from sidecar.invalidation.store import ControlStore
 from sidecar.keys import CacheKey, KeyDigest
 from sidecar.observability.stats import CacheStats
+from sidecar.results.hold_keeper import HoldKeeper
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.types import LookupQuery, LookupResult, Outcome
 from sidecar.results.waiters import Handover, KeyWaiters
@@ -37,6 +43,9 @@ log = structlog.get_logger("infercache.cache")
 
 Find = Callable[[Sequence[LookupQuery]], Awaitable[list[LookupResult]]]
 """Hot then warm, without leases: how a waiter looks again for the holder's result."""
+
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
+"""Run background work the cache drains at shutdown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +70,7 @@ class SingleFlight:
         stats: CacheStats,
         clock_ms: Callable[[], int],
         find: Find,
+        spawn: Spawn,
     ) -> None:
         self.control = control
         self.rules = rules
@@ -69,7 +79,10 @@ class SingleFlight:
         self._stats = stats
         self._clock_ms = clock_ms
         self._find = find
+        self._spawn = spawn
         self._waiters = KeyWaiters(policy.max_waiters, self._find_one, self._hold, self.release)
+        self.keeper = HoldKeeper(control, rules, clock_ms, policy.hold_ttl_ms, self.release)
+        """Renews the holds taken here while their results are computed."""
 
     @property
     def waiting(self) -> int:
@@ -83,9 +96,9 @@ class SingleFlight:
     async def _find_one(self, q: LookupQuery) -> LookupResult:
         return (await self._find([q]))[0]
 
-    async def _hold(self, digest: KeyDigest) -> Handover | None:
-        lease, token = self._issue(digest)
-        if await self._try_hold(lease):
+    async def _hold(self, q: LookupQuery) -> Handover | None:
+        lease, token = self._issue(q.key.digest)
+        if await self._try_hold(lease, q):
             return Handover(lease, token)
         return None
 
@@ -103,14 +116,29 @@ class SingleFlight:
         # is behind, the lease is older than the truth, which only errs to MISS.
         return self.signer.issue(digest, self.rules.epoch, expires)
 
-    async def _try_hold(self, lease: Lease) -> bool:
+    async def _try_hold(self, lease: Lease, q: LookupQuery) -> bool:
         try:
-            return await self.control.acquire_holder(
-                lease.digest, lease.lease_id, self.policy.ttl_s * 1000
+            held = await self.control.acquire_holder(
+                lease.digest, lease.lease_id, self.policy.hold_ttl_ms
             )
         except TierUnavailable as exc:
             log.warning("lease_holder_unavailable", error=str(exc))
+            if isinstance(exc, TierTimeout):
+                self.give_back([lease])
             return False
+        if held:
+            self.keeper.keep(lease, q.key.dims)
+        return held
+
+    def give_back(self, leases: Sequence[Lease]) -> None:
+        """Release, in the background, holds that a call which did not answer in time may
+        still take after its caller gave up on it: not taken, as far as anyone waits."""
+        if leases:
+            self._spawn(self._release_all(list(leases)))
+
+    async def _release_all(self, leases: list[Lease]) -> None:
+        for lease in leases:
+            await self.release(lease)
 
     async def lease_many(
         self, misses: Sequence[tuple[LookupQuery, LookupResult, HoldTry | None]]
@@ -144,12 +172,14 @@ class SingleFlight:
         self._stats.count_lease(mv, "issued")
         if tried is not None:
             lease, token, held = tried.lease, tried.token, tried.held
+            if held:
+                self.keeper.keep(lease, q.key.dims)
         else:
             lease, token = self._issue(q.key.digest)
             if miss.degraded:
                 # The store just failed us; don't pay a second deadline for the holder key.
                 return _with_lease(miss, token, holder=False)
-            held = await self._try_hold(lease)
+            held = await self._try_hold(lease, q)
             if held and q.wait_ms > 0:
                 return await self._as_holder(q, lease, token)
         if held:
@@ -167,12 +197,6 @@ class SingleFlight:
             return _with_lease(miss, token, holder=False)
         if isinstance(answer, Handover):
             return _with_lease(miss, answer.token, holder=True)
-        if q.max_age_s and answer.age_ms > q.max_age_s * 1000:
-            # The holder's result is older than this caller accepts: compute it anew.
-            lease, token = self._issue(q.key.digest)
-            if await self._try_hold(lease):
-                return await self._as_holder(q, lease, token)
-            return _with_lease(miss, token, holder=False)
         self._stats.count_lease(mv, "wait_hit")
         return answer
 
@@ -207,12 +231,14 @@ class SingleFlight:
 
     def released(self, lease: Lease) -> None:
         """`lease`'s hold was released along with its result's write: wake the waiters."""
+        self.keeper.drop(lease)
         self._waiters.notify(lease.digest)
 
     async def release(self, lease: Lease | None) -> None:
         """Give up a lease's hold (its result is stored, or will not come); errors are logged."""
         if lease is None:
             return
+        self.keeper.drop(lease)
         try:
             await self.control.release_holder(lease.digest, lease.lease_id)
         except TierUnavailable as exc:

@@ -18,7 +18,7 @@ import structlog
 
 from sidecar import entries
 from sidecar.entries import Entry, EntryRejected
-from sidecar.errors import StoreDistrusted, TierUnavailable
+from sidecar.errors import StoreDistrusted, TierTimeout, TierUnavailable
 from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import KeyDigest
 from sidecar.observability.stats import CacheStats
@@ -112,7 +112,7 @@ class TierReader:
         try:
             if tried is not None and flight is not None and self.holding is not None:
                 leases = [flight.prepare(queries[i].key.digest) for i in pending]
-                ttl_ms = flight.policy.ttl_s * 1000
+                ttl_ms = flight.policy.hold_ttl_ms
                 read = await self.holding.get_or_hold(
                     [HoldAsk(lease.digest, lease.lease_id, ttl_ms) for lease, _ in leases]
                 )
@@ -142,7 +142,11 @@ class TierReader:
                 # Holds taken by a read whose answer is not trusted: a degraded MISS
                 # holds nothing, so they are given back now instead of at expiry.
                 taken = [lease for (lease, _), h in zip(leases, read.held, strict=True) if h]
-                self._spawn(_release_all(flight, taken))
+                flight.give_back(taken)
+            elif leases and flight is not None and isinstance(exc, TierTimeout):
+                # The script may still run after we stopped waiting for it, and take
+                # holds nobody here will compute: give them back (see give_back).
+                flight.give_back([lease for lease, _ in leases])
             return
         unwanted: list[KeyDigest] = []
         keys, max_ttl_s = self._keys, self._max_ttl_s
@@ -187,6 +191,8 @@ class TierReader:
             age = 0
         if q.max_age_s and age > q.max_age_s * 1000:
             return LookupResult(Outcome.MISS, q.key.digest)
+        if q.accept is not None and not q.accept(entry):
+            return LookupResult(Outcome.MISS, q.key.digest)
         return LookupResult(Outcome.HIT, q.key.digest, entry, tier, age)
 
     async def _delete_quietly(self, digests: list[KeyDigest]) -> None:
@@ -194,8 +200,3 @@ class TierReader:
             await self.warm.delete_many(digests)
         except TierUnavailable as exc:
             log.warning("unwanted_entry_delete_failed", error=str(exc))
-
-
-async def _release_all(flight: SingleFlight, leases: list[Lease]) -> None:
-    for lease in leases:
-        await flight.release(lease)

@@ -7,7 +7,7 @@ LookupQuery) rather than frozen dataclasses where one is built per looked-up key
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple, Protocol
@@ -63,6 +63,10 @@ class LookupQuery(NamedTuple):
     recorded for prewarm (None: this lookup is not traffic, e.g. prewarm's own)."""
     traits: RequestTraits = NO_TRAITS
     """Declared traits; NO_TRAITS (compared by identity) when none."""
+    accept: Callable[[Entry], bool] | None = None
+    """Whether the caller can answer from an entry found (None: from any). One it cannot
+    is a MISS like one older than max_age_s: counted as a miss, recomputed under the
+    key's single-flight hold, and its waiters wait for the entry that replaces it."""
 
 
 class LookupResult(NamedTuple):

@@ -4,10 +4,14 @@ polling loop per waiter.
 Every Lookup with wait_ms that finds a key held elsewhere parks a future on the key's
 group. One watch task per group looks again when woken (a local store or release of
 that key) or after a short pause (a result stored or a hold dropped by another pod):
-a HIT answers every waiter at once; a hold it wins goes to the longest waiter, who
-computes the key. A waiter's own deadline is a timer on its future, so it answers on
-time however slow the watch's reads are. The number of waiters is capped (all keys
-together): past the cap a Lookup is refused instead of parked.
+a HIT answers every waiter that can use it at once (one young enough for its max age,
+in a form its caller can answer from: see `accepts`); a hold it wins goes to the
+longest waiter still waiting, who computes the key. So a waiter that cannot use the
+entry already there (a refresh for max age, a form its caller cannot serve) waits for
+the one computation instead of starting its own. A waiter's own deadline is a timer on
+its future, so it answers on time however slow the watch's reads are. The number of
+waiters is capped (all keys together): past the cap a Lookup is refused instead of
+parked.
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ Answer = LookupResult | Handover
 Find = Callable[[LookupQuery], Awaitable[LookupResult]]
 """Hot then warm, without leases: one look at the awaited key."""
 
-TryHold = Callable[[KeyDigest], Awaitable[Handover | None]]
-"""Take the key's hold with a fresh lease, or None if someone holds it."""
+TryHold = Callable[[LookupQuery], Awaitable[Handover | None]]
+"""Take the query's key's hold with a fresh lease, or None if someone holds it."""
 
 Release = Callable[[Lease], Awaitable[None]]
 """Give a hold back (nobody is left to compute it)."""
@@ -58,14 +62,21 @@ class _Group:
     """The waiters on one key, in arrival order, and the event that wakes their watch."""
 
     query: LookupQuery
-    waiters: dict[asyncio.Future[Answer], None] = field(default_factory=dict)
+    waiters: dict[asyncio.Future[Answer], LookupQuery] = field(default_factory=dict)
+    """Each waiter's own query (its max age and what it accepts)."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False
 
-    def answer_all(self, found: LookupResult) -> None:
-        for fut in self.waiters:
+    def answer_all(self, found: LookupResult) -> bool:
+        """Answer every waiter that can use `found`; True when none is left waiting."""
+        left = False
+        for fut, q in self.waiters.items():
             if not fut.done():
-                fut.set_result(found)
+                if accepts(q, found):
+                    fut.set_result(found)
+                else:
+                    left = True
+        return not left
 
     def hand_over(self, handover: Handover) -> bool:
         """Give the hold to the longest waiter still waiting; False if there is none."""
@@ -112,11 +123,12 @@ class KeyWaiters:
         digest = q.key.digest
         group = self._groups.get(digest)
         if group is None:
-            # The watch looks with no age limit; each waiter judges the age itself.
-            group = self._groups[digest] = _Group(q._replace(max_age_s=0, wait_ms=0))
+            # The watch looks with no age limit and accepts any form; each waiter judges
+            # what it found itself.
+            group = self._groups[digest] = _Group(q._replace(max_age_s=0, wait_ms=0, accept=None))
             self._spawn(self._watch(digest, group))
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        group.waiters[fut] = None
+        group.waiters[fut] = q
         self._count += 1
         try:
             async with asyncio.timeout(wait_s):
@@ -162,26 +174,26 @@ class KeyWaiters:
             if group.closed:
                 return
             try:
-                if await self._look(digest, group):
+                if await self._look(group):
                     return
             except Exception as exc:  # the watch must outlive one bad look
                 log.warning("lease_watch_failed", error=f"{type(exc).__name__}: {exc}")
 
-    async def _look(self, digest: KeyDigest, group: _Group) -> bool:
+    async def _look(self, group: _Group) -> bool:
         """One look: True when every waiter was answered (the watch ends)."""
         found = await self._find(group.query)
-        if found.outcome is Outcome.HIT:
-            group.answer_all(found)
+        if found.outcome is Outcome.HIT and group.answer_all(found):
             return True
-        handover = await self._try_hold(digest)
+        # Nothing there yet, or nothing some waiters can use: the hold decides who
+        # computes it.
+        handover = await self._try_hold(group.query)
         if handover is None:
             return False
         # A holder stores before it releases: a result written between our read and
         # our hold is visible now, and nobody needs to compute it again.
         found = await self._find(group.query)
-        if found.outcome is Outcome.HIT:
+        if found.outcome is Outcome.HIT and group.answer_all(found):
             await self._release(handover.lease)
-            group.answer_all(found)
             return True
         if not group.hand_over(handover):
             await self._release(handover.lease)
@@ -192,6 +204,13 @@ class KeyWaiters:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def accepts(q: LookupQuery, found: LookupResult) -> bool:
+    """Can the caller of `q` use the HIT `found` (its max age, its `accept`)?"""
+    if q.max_age_s and found.age_ms > q.max_age_s * 1000:
+        return False
+    return q.accept is None or found.entry is None or q.accept(found.entry)
 
 
 def _cancelled() -> bool:

@@ -492,6 +492,8 @@ HISTORICAL_VARIABLES = [
     "ADMIN_TLS_CERT_FILE",
     "ADMIN_TLS_KEY_FILE",
     "ADMIN_TLS_CLIENT_CA_FILE",
+    # Issue 26 item 1: a single-flight hold lapses unless its holder renews it (new).
+    "LEASE_HOLD_TTL_MS",
 ]
 
 

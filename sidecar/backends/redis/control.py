@@ -28,6 +28,7 @@ clock so that members' liveness deadlines are compared on one clock.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
@@ -79,6 +80,7 @@ class RedisControlStore:
         # next release (write deadline) nor the next Invalidate or heartbeat.
         self._hold_guard = RedisGuard("redis holder keys (take)")
         self._release_guard = RedisGuard("redis holder keys (release)")
+        self._renew_guard = RedisGuard("redis holder keys (renew)")
         self.chain = RedisRuleChain(
             self.client,
             self._k,
@@ -90,6 +92,7 @@ class RedisControlStore:
         self._heartbeat = self.client.register_script(scripts.HEARTBEAT)
         self._unconfirmed = self.client.register_script(scripts.UNCONFIRMED)
         self._release = self.client.register_script(scripts.RELEASE)
+        self._renew = self.client.register_script(scripts.RENEW)
         self._lock = self.client.register_script(scripts.LOCK)
         self._url = url
         self.rejected_audit = 0
@@ -210,6 +213,27 @@ class RedisControlStore:
         """Compare-and-delete."""
         async with self._release_guard(self._timeout):
             await self._release(keys=[self.keys.holder(digest)], args=[lease_id])
+
+    async def renew_holders(
+        self, holds: Sequence[tuple[KeyDigest, bytes]], ttl_ms: int
+    ) -> list[bool]:
+        """One compare-and-PEXPIRE script for all of them on one Redis; on a cluster one
+        per hold (their keys live in different slots), sent concurrently."""
+        if not holds:
+            return []
+        ttl = max(ttl_ms, 1)
+        async with self._renew_guard(self._timeout):
+            if self.client.cluster:
+                replies = await asyncio.gather(
+                    *(
+                        self._renew(keys=[self.keys.holder(d)], args=[lease_id, ttl])
+                        for d, lease_id in holds
+                    )
+                )
+                return [r == [1] for r in replies]
+            keys = [self.keys.holder(d) for d, _ in holds]
+            reply = await self._renew(keys=keys, args=[*(lid for _, lid in holds), ttl])
+        return [r == 1 for r in reply]
 
     async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take or extend."""

@@ -196,6 +196,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+RENEW = """
+-- Per hold i: KEYS[i] its holder key, ARGV[i] the lease id; ARGV[#KEYS + 1] the ttl in
+-- ms. A hold its lease still has gets the ttl again; a lapsed one is not taken back.
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[#KEYS + 1])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
 LOCK = """
 local cur = redis.call('GET', KEYS[1])
 if cur == false or cur == ARGV[1] then

@@ -77,6 +77,7 @@ BENCHES: dict[str, tuple[str, ...]] = {
         "soak_wrong_hits",
         "soak_rss_growth_mib",
     ),
+    "flight": ("max_wait_beyond_compute_ms", "orphaned_holds", "upstream_calls_per_flight"),
     "connector": (
         "ttft_hit_vs_recompute",
         "ttft_hit_vs_vllm_apc",

@@ -113,6 +113,7 @@ class ResultCache:
             self.stats,
             clock_ms,
             self._reader.find,
+            self._reader.recheck,
             self._spawn,
         )
         # The counter is called directly (a bound method): with no other observer, a

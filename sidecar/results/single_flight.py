@@ -34,6 +34,7 @@ from sidecar.invalidation.rules import RuleSet
 from sidecar.invalidation.store import ControlStore
 from sidecar.keys import CacheKey, KeyDigest
 from sidecar.observability.stats import CacheStats
+from sidecar.observability.throttle import LogThrottle
 from sidecar.results.hold_keeper import HoldKeeper
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.types import LookupQuery, LookupResult, Outcome
@@ -42,7 +43,8 @@ from sidecar.results.waiters import Handover, KeyWaiters
 log = structlog.get_logger("infercache.cache")
 
 Find = Callable[[Sequence[LookupQuery]], Awaitable[list[LookupResult]]]
-"""Hot then warm, without leases: how a waiter looks again for the holder's result."""
+"""Hot then warm, without leases: how a waiter looks again for the holder's result (and,
+warm only, how one that just took the hold looks: TierReader.recheck)."""
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 """Run background work the cache drains at shutdown."""
@@ -70,6 +72,7 @@ class SingleFlight:
         stats: CacheStats,
         clock_ms: Callable[[], int],
         find: Find,
+        recheck: Find,
         spawn: Spawn,
     ) -> None:
         self.control = control
@@ -79,9 +82,13 @@ class SingleFlight:
         self._stats = stats
         self._clock_ms = clock_ms
         self._find = find
+        self._recheck = recheck
         self._spawn = spawn
-        self._waiters = KeyWaiters(policy.max_waiters, self._find_one, self._hold, self.release)
+        self._waiters = KeyWaiters(
+            policy.max_waiters, self._find_one, self._recheck_one, self._hold, self.release
+        )
         self.keeper = HoldKeeper(control, rules, clock_ms, policy.hold_ttl_ms, self.release)
+        self._throttle = LogThrottle()
         """Renews the holds taken here while their results are computed."""
 
     @property
@@ -95,6 +102,9 @@ class SingleFlight:
 
     async def _find_one(self, q: LookupQuery) -> LookupResult:
         return (await self._find([q]))[0]
+
+    async def _recheck_one(self, q: LookupQuery) -> LookupResult:
+        return (await self._recheck([q]))[0]
 
     async def _hold(self, q: LookupQuery) -> Handover | None:
         lease, token = self._issue(q.key.digest)
@@ -138,7 +148,17 @@ class SingleFlight:
 
     async def _release_all(self, leases: list[Lease]) -> None:
         for lease in leases:
-            await self.release(lease)
+            self.keeper.drop(lease)
+            try:
+                await self.control.release_holder(lease.digest, lease.lease_id)
+            except TierUnavailable as exc:
+                # The store is failing (these follow a timed-out or untrusted read): the
+                # rest would fail alike, and every one lapses within the hold TTL.
+                count = self._throttle.hit("give_back")
+                if count is not None:
+                    log.warning("lease_give_back_failed", error=str(exc), occurrences=count)
+                return
+            self._waiters.notify(lease.digest)
 
     async def lease_many(
         self, misses: Sequence[tuple[LookupQuery, LookupResult, HoldTry | None]]
@@ -204,9 +224,10 @@ class SingleFlight:
         """We hold the key: answer MISS (compute it) unless a result landed meanwhile.
 
         A holder stores before it releases, so a result written between our read
-        and our hold is visible now; a waiter then gets it instead of recomputing.
+        and our hold is visible now in the warm tier (not always yet in a hot tier: see
+        TierReader.recheck); a waiter then gets it instead of recomputing.
         """
-        found = (await self._find([q]))[0]
+        found = (await self._recheck([q]))[0]
         if found.outcome is Outcome.HIT:
             await self.release(lease)
             return found

@@ -63,18 +63,31 @@ class TierReader:
         self._max_ttl_s = max_ttl_s
         self._log_throttle = LogThrottle()
 
+    async def recheck(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
+        """The warm tier alone, without leases: what a caller that just took a key's hold
+        reads. A holder writes its result to the warm tier, then releases, and only then
+        puts it in its own hot tier: a hot tier may still hold the entry it replaces
+        (an old one, or one in another form) when the hold is free already."""
+        return await self.find(queries, warm_only=True)
+
     async def find(
         self,
         queries: Sequence[LookupQuery],
         tried: list[HoldTry | None] | None = None,
         flight: SingleFlight | None = None,
+        *,
+        warm_only: bool = False,
     ) -> list[LookupResult]:
         """Hot then warm, without leases. With `tried` and `flight` (and a HoldingStore),
         the warm read also takes the holds of the keys it finds absent, under leases
-        `flight` prepares, and says so in `tried`, by position."""
+        `flight` prepares, and says so in `tried`, by position. `warm_only`: see
+        `recheck`."""
         now = self._clock_ms()
-        confirmed = self.freshness.confirmed()
         results: list[LookupResult | None] = [None] * len(queries)
+        if warm_only:
+            await self._find_warm(queries, list(range(len(queries))), results, now, None, None)
+            return [r for r in results if r is not None]
+        confirmed = self.freshness.confirmed()
         pending: list[int] = []
         hot_get = self.hot.get
         rules = self.rules

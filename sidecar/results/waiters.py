@@ -90,9 +90,14 @@ class _Group:
 class KeyWaiters:
     """Parks Lookups on held keys; at most `cap` at once over all keys."""
 
-    def __init__(self, cap: int, find: Find, try_hold: TryHold, release: Release) -> None:
+    def __init__(
+        self, cap: int, find: Find, recheck: Find, try_hold: TryHold, release: Release
+    ) -> None:
+        """`recheck`: the look after a hold is won (the warm tier alone: a hot tier may
+        still hold the entry the holder just replaced)."""
         self.cap = cap
         self._find = find
+        self._recheck = recheck
         self._try_hold = try_hold
         self._release = release
         self._groups: dict[KeyDigest, _Group] = {}
@@ -190,8 +195,8 @@ class KeyWaiters:
         if handover is None:
             return False
         # A holder stores before it releases: a result written between our read and
-        # our hold is visible now, and nobody needs to compute it again.
-        found = await self._find(group.query)
+        # our hold is visible now (in the warm tier), and nobody needs to compute it again.
+        found = await self._recheck(group.query)
         if found.outcome is Outcome.HIT and group.answer_all(found):
             await self._release(handover.lease)
             return True

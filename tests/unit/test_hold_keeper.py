@@ -20,6 +20,7 @@ from sidecar.results.hold_keeper import HoldKeeper
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.types import LookupQuery, Outcome
 from sidecar.testing import Clock
+from sidecar.tiers.base import WarmItem
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
 from tests.support.keys import cache_key
@@ -180,4 +181,57 @@ async def test_max_age_waiters_wait_for_the_refresh(clock: Clock) -> None:
     assert got.outcome is Outcome.HIT
     assert got.entry is not None
     assert got.entry.payload == b"refreshed"
+    await cache.drain()
+
+
+class SlowReply(EmbeddedHolding):
+    """The embedded pair, but a store's reply comes 200 ms after its write and release (as
+    a Redis reply may, on another connection than a concurrent hold's): meanwhile the
+    hold is free and the storing sidecar's hot tier still has the entry it replaces."""
+
+    async def put_and_release(self, item: WarmItem, lease_id: bytes) -> None:
+        await super().put_and_release(item, lease_id)
+        await asyncio.sleep(0.2)
+
+
+async def test_a_hold_won_before_the_hot_tier_is_updated_finds_the_warm_entry(
+    clock: Clock,
+) -> None:
+    """Between a holder's write-and-release and its hot tier's update, a waiter's watch
+    wins the hold, and a new lookup takes it too: both must read the result from the warm
+    tier (where it is), not take the old hot entry for "nothing there" and compute again."""
+    control = EmbeddedControlStore(clock_ms=clock)
+    warm = EmbeddedWarmTier(10**7, 10**5, clock_ms=clock, epoch_source=control.epoch_now)
+    cache = ResultCache(
+        HotTier(10**7, 1000),
+        warm,
+        ttl=TtlPolicy(default_s=3600, max_s=86400),
+        max_payload_bytes=1024,
+        max_chunks=LimitsConfig().max_chunks,
+        freshness=Freshness(control, RuleSet()),
+        clock_ms=clock,
+        holding=SlowReply(warm, control),
+    )
+    k = cache_key("replaced while a waiter watches")
+    first = await cache.lookup(LookupQuery(k, 0))
+    await cache.store(k, b"old form", lease_token=first.lease)
+
+    def accept(entry: Entry) -> bool:
+        return entry.payload != b"old form"
+
+    q = LookupQuery(k, 0, 5_000, accept=accept)
+    holder = await cache.lookup(q)
+    assert holder.lease_holder
+    waiter = asyncio.create_task(cache.lookup(q))
+    await asyncio.sleep(0.05)
+    storing = asyncio.create_task(cache.store(k, b"new form", lease_token=holder.lease))
+    await asyncio.sleep(0.1)  # written and released; the hot tier still has "old form"
+    assert not storing.done()
+    newcomer = await cache.lookup(q)
+    got = await asyncio.wait_for(waiter, 5)
+    await storing
+    for r in (got, newcomer):
+        assert (r.outcome, r.lease_holder) == (Outcome.HIT, False), r
+        assert r.entry is not None
+        assert r.entry.payload == b"new form"
     await cache.drain()

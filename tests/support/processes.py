@@ -7,8 +7,10 @@ bench/ imports these too, so they depend on nothing but the standard library.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -22,12 +24,49 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
+_PORTS = range(10000, 20000)
+"""Where free_port hands ports out: below the kernel's ephemeral range (32768 and up on
+Linux), so no port the kernel picks for another process's bind(0) or connect() can be one
+of ours, and below 20000 so that a Redis Cluster node's bus (port + 10000) is never a port
+this allocator gives out."""
+
+_PORTS_COUNTER = Path(tempfile.gettempdir()) / f"infercache-test-ports-{os.getuid()}"
+"""The next port to try, shared by every process of this user on the machine (parallel
+pytest workers, the processes they start, benches, other checkouts' runs) under flock."""
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        try:
+            s.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port in TIME_WAIT is skipped too
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now and no other process was handed recently.
+
+    The kernel's bind(0) picks at random, so two parallel test workers could both be given
+    a port that is free for an instant, and the second server to bind it fails. A counter
+    under an exclusive lock hands each port to one caller; it comes round again only after
+    the other 9,999 have been handed out, long after its first holder bound it or let go."""
+    with open(_PORTS_COUNTER, "a+", encoding="ascii") as counter:
+        fcntl.flock(counter, fcntl.LOCK_EX)  # released when the file closes
+        counter.seek(0)
+        text = counter.read().strip()
+        step = int(text) if text.isdigit() else random.randrange(len(_PORTS))
+        for _ in range(len(_PORTS)):
+            port = _PORTS[step % len(_PORTS)]
+            step += 1
+            if _bindable(port):
+                break
+        else:
+            raise RuntimeError(f"no free port in {_PORTS}")
+        counter.seek(0)
+        counter.truncate()
+        counter.write(str(step % len(_PORTS)))
+    return port
 
 
 def listening_ports(pid: int) -> set[int] | None:

@@ -63,8 +63,9 @@ class EngineProcess:
         if lora:
             argv.append("--lora")
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        server = fork_server(sys.executable, engine_env())
-        self.proc: ForkedChild = server.fork("tests.support.vllm_engine", argv, self._log)
+        env = engine_env()
+        server = fork_server(sys.executable, env)
+        self.proc: ForkedChild = server.fork("tests.support.vllm_engine", argv, self._log, env)
         self._timeout_s = timeout_s
         self.request({"op": "ping"})
 

@@ -61,7 +61,7 @@ class ConnectorConfig:
     model_fingerprint: str = ""
     """Declare this fingerprint instead of computing it from the model directory
     (`infercache fingerprint DIR`); only for a model vLLM loads from elsewhere."""
-    fingerprint_mode: str = "fast"
+    fingerprint_mode: str = "full"
     """fast or full: must be the mode the sidecar fingerprints its --model-path with."""
     domain_key_file: str = ""
     """The trust domain's key file (`<INFERCACHE_KV_SHM_DIR>/<domain>/infercache-kv-domain.key`)

@@ -31,7 +31,9 @@ class IdentityConfig:
     # Full by default: fast mode samples bytes and can miss a few rows edited in place
     # (a vocabulary extension), and the identity that keys every cache must not.
     fingerprint_mode: Literal["fast", "full"] = setting(
-        "full", "full (every byte) or fast (sampled: can miss a few edited rows)", p.fingerprint_mode
+        "full",
+        "full (every byte) or fast (sampled: can miss a few edited rows)",
+        p.fingerprint_mode,
     )
     fingerprint_cache_file: str | None = setting(
         None,

@@ -9,7 +9,8 @@ one that does not arrive whole within its deadline is 408 (both close the connec
 what is left of the body is not read as a next request). While a request is served, a watcher
 waits for the client to go away and then cancels it (and the upstream call with it),
 unless the client already has the whole response. An HTTP/1.0 request is answered
-without chunked framing (http10.py).
+without chunked framing (http10.py); one the server's shutdown cuts before its response
+started is a 503 to retry.
 """
 
 from __future__ import annotations
@@ -86,7 +87,13 @@ class GatewayApp:
         except _ClientGone:
             return
         except asyncio.CancelledError:
-            raise
+            # Only the server's shutdown cancels from outside (a client gone is taken
+            # back in _until_disconnect): the request outlived the grace period. Answered
+            # with a status to retry by when none went out yet, not uvicorn's plain-text
+            # 500; a response under way is left unfinished as after any late failure.
+            # Not raised on: nobody awaits this task, and uvicorn would log a traceback.
+            log.info("gateway_cut_at_shutdown", path=scope.get("path"), started=reply.started)
+            await _error(reply, _shutting_down(), anthropic)
         except TimeoutError:
             timeout_s = self.flow.upstream.timeout_s
             await _error(
@@ -175,6 +182,17 @@ async def _error(reply: Reply, exc: HttpError, anthropic: bool = False) -> None:
         headers.append((b"www-authenticate", b"Bearer"))
     status, body = anthropic_error(exc) if anthropic else (exc.status, exc.body())
     await reply.whole(status, headers, body)
+
+
+def _shutting_down() -> HttpError:
+    return HttpError(
+        503,
+        "the gateway is shutting down and cut this request at the end of its grace "
+        "period (INFERCACHE_GRACE_PERIOD_S): send it again",
+        kind="server_error",
+        code="shutting_down",
+        headers=[(b"retry-after", b"1"), *_CLOSE],
+    )
 
 
 class _ClientGone(Exception):

@@ -21,6 +21,8 @@ A prompt containing one of these markers changes the answer:
                      x-ratelimit-remaining-requests: 0
     [[finish=R]]     every choice finishes with finish_reason R (e.g. abort, error,
                      content_filter) instead of stop; body and stream otherwise as usual
+    [[framed]]       (stream, every API) the whole stream in one write framed by its
+                     Content-Length: the body's end arrives with its last event
 POST /v1/responses answers as vLLM does (tests/support/model_server_responses.py).
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
 when stream_options.include_usage); `n` asks for n choices (choice i > 0 says " #i"
@@ -136,6 +138,16 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _framed(self, events: list[bytes]) -> None:
+            # As a server (or a proxy) that buffers a stream sends it: the framing's end
+            # arrives with the last event, not after it.
+            body = b"".join(events)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_GET(self) -> None:
             if self.path == "/v1/models":
                 listed = [{"id": m, "object": "model", "owned_by": "test"} for m in args.model]
@@ -233,6 +245,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if not req.get("stream"):
                 self._send(200, message_body(model, prompt, text))
                 return
+            if "[[framed]]" in prompt:
+                self._framed(message_events(model, prompt, stream_pieces(text)))
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
@@ -245,6 +260,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
         def _responses(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:
             if not req.get("stream"):
                 self._send(200, responses.whole_answer(req, model, prompt, text))
+                return
+            if "[[framed]]" in prompt:
+                self._framed(responses.stream_events(req, model, prompt, stream_pieces(text)))
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -294,6 +312,12 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 events = events[:1]
             if "[[error-event]]" in prompt:
                 events = [*events[:1], {"error": {"message": "engine died", "code": 500}}]
+            if "[[framed]]" in prompt:
+                framed = [b"data: " + json.dumps(event).encode() + b"\n\n" for event in events]
+                if "[[cut]]" not in prompt and "[[no-done]]" not in prompt:
+                    framed.append(b"data: [DONE]\n\n")
+                self._framed(framed)
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")

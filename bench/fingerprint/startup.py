@@ -21,15 +21,16 @@ from bench.harness.procs import ServerProc, sidecar_env
 from tests.support.processes import free_port
 
 
-def _start_s(model: Path | None, memo: Path | None) -> float:
+def _start_s(model: Path | None, memo: Path) -> float:
     """Seconds from spawning a sidecar (embedded store, KV off) to its data port accepting."""
     port = free_port()
     argv = [sys.executable, "-m", "sidecar", "serve", "--listen", f"127.0.0.1:{port}"]
     argv += ["--admin-listen", "", "--metrics-listen", "", "--kv-enabled", "false"]
     argv += ["--log-level", "warning"]
     if model is not None:
+        # Always a memo file of the bench's own: the default one may hold these shards.
         argv += ["--model-path", str(model), "--fingerprint-mode", "full"]
-        argv += ["--fingerprint-cache-file", str(memo)] if memo else []
+        argv += ["--fingerprint-cache-file", str(memo)]
     proc = ServerProc("sidecar", argv, (port,), env=sidecar_env())
     started = time.perf_counter()
     proc.spawn()
@@ -47,10 +48,10 @@ def startup_window(base: Path, scratch: Path, evictor: Evictor, rounds: int) -> 
     cold_how = "n/a"
     for r in range(rounds):
         memo = scratch / f"memo-{r}.json"
-        samples["bare"].append(_start_s(None, None))
+        samples["bare"].append(_start_s(None, memo))
         if evictor.evict(base):
             cold_how = evictor.how
-            samples["cold"].append(_start_s(base, None))
+            samples["cold"].append(_start_s(base, scratch / f"memo-cold-{r}.json"))
         samples["warm"].append(_start_s(base, memo))  # writes the memo ...
         samples["memo"].append(_start_s(base, memo))  # ... this restart reads
     bare = statistics.median(samples["bare"])

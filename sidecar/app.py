@@ -60,6 +60,8 @@ from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupObserver
+from sidecar.shadow.build import build_shadow
+from sidecar.shadow.runner import ShadowRunner
 from sidecar.tiers.hot import HotTier
 from sidecar.wire.openai.cache_salt import TenantSalts
 
@@ -220,6 +222,9 @@ class App:
     started: float
     salts: TenantSalts
     """Each tenant's cache_salt in what the gateway and prewarm send the model server."""
+    shadow: ShadowRunner
+    """Shadow verification: its ledger (`shadow.ledger`, also the cache's quarantine
+    screen) and its calls to the model server."""
     rpc_stats: RpcStats = field(default_factory=RpcStats)
 
     def background(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -241,6 +246,7 @@ class App:
 
     async def close(self) -> None:
         """Flush and close what the parts own (after serving has stopped)."""
+        await self.shadow.close()
         await self.cache.drain()
         if self.recorder is not None:
             await self.recorder.close()  # the last counts go in: the next version reads them
@@ -298,6 +304,8 @@ async def build_app(
         observers=() if recorder is None else (recorder,),
         pod=identity,
     )
+    shadow = build_shadow(config, lambda: rules.epoch, cache.clock_ms)
+    cache.verification = shadow.ledger
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
     register_event_metrics(telemetry.meter, "identity", identity.stats)
@@ -351,6 +359,7 @@ async def build_app(
         reclaimer=reclaimer,
         started=started,
         salts=salts,
+        shadow=shadow,
     )
 
 

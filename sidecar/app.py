@@ -45,6 +45,7 @@ from sidecar.observability.metrics import (
     register_event_metrics,
     register_kv_metrics,
     register_metrics,
+    register_verification_metrics,
 )
 from sidecar.observability.stats import CacheStats, RpcStats
 from sidecar.observability.telemetry import Telemetry
@@ -63,6 +64,7 @@ from sidecar.results.types import LookupObserver
 from sidecar.shadow.build import build_shadow
 from sidecar.shadow.runner import ShadowRunner
 from sidecar.tiers.hot import HotTier
+from sidecar.verification.ledger import check_rows, metric_rows
 from sidecar.wire.openai.cache_salt import TenantSalts
 
 log = structlog.get_logger("infercache.app")
@@ -306,6 +308,11 @@ async def build_app(
     )
     shadow = build_shadow(config, lambda: rules.epoch, cache.clock_ms)
     cache.verification = shadow.ledger
+    register_verification_metrics(
+        telemetry.meter,
+        lambda: metric_rows(shadow.ledger, cache.stats.version),
+        lambda: check_rows(shadow.ledger, cache.stats.version),
+    )
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
     register_event_metrics(telemetry.meter, "identity", identity.stats)

@@ -278,3 +278,29 @@ def lift_invalidated(ledger: Ledger, newest: RuleEpochs) -> None:
         dims = (scope.tenant, scope.model_version, SCOPE_ADAPTER, scope.prompt_version)
         if newest(dims) > tally.since_epoch:
             ledger.invalidated(scope)
+
+
+def metric_rows(
+    ledger: Ledger, label: Callable[[str], str]
+) -> list[tuple[dict[str, str], float, float, float, bool]]:
+    """observability.metrics' rows of every tracked scope (`label`: the bounded label of
+    a model version, CacheStats.version)."""
+    rows = []
+    for r in ledger.reports():
+        s = r.scope
+        labels = {
+            "model_version": label(s.model_version),
+            "tenant": s.tenant,
+            "prompt_version": s.prompt_version,
+        }
+        e = r.excess
+        rows.append((labels, e.estimate, e.lower, e.upper, r.state is State.QUARANTINED))
+    return rows
+
+
+def check_rows(ledger: Ledger, label: Callable[[str], str]) -> list[tuple[tuple[str, ...], int]]:
+    """observability.metrics' rows of the check counts, versions labelled by `label`."""
+    out: Counter[tuple[str, ...]] = Counter()
+    for (version, kind, result), n in list(ledger.counts.items()):
+        out[label(version), kind, result] += n
+    return list(out.items())

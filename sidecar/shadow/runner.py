@@ -97,6 +97,7 @@ class ShadowRunner:
 
     def check_hit(self, scope: Scope, fresh: Fresh, cached: bytes, budget: float) -> None:
         """Compare a fresh answer with a hit's cached one (admitted already)."""
+        self.ledger.started(scope)
         self._spawn(self._hit(scope, fresh, cached, budget))
 
     def check_miss(self, model_version: str, fresh: Fresh, first: bytes) -> None:
@@ -104,7 +105,10 @@ class ShadowRunner:
         self._spawn(self._miss(model_version, fresh, first))
 
     async def _hit(self, scope: Scope, fresh: Fresh, cached: bytes, budget: float) -> None:
-        verdict = await self._judge(scope.model_version, "hit", fresh, cached)
+        try:
+            verdict = await self._judge(scope.model_version, "hit", fresh, cached)
+        finally:
+            self.ledger.finished(scope)
         if verdict is not None:
             self.ledger.record_hit(scope, verdict, budget)
 
@@ -136,6 +140,11 @@ class ShadowRunner:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def settle(self) -> None:
+        """Wait for the calls in flight now (benches and tests)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def close(self) -> None:
         """Cancel the calls in flight and close the connections."""

@@ -58,6 +58,8 @@ class Tally:
     state: State = State.OK
     since_epoch: int = 0
     """The rule epoch when it was quarantined (a newer matching rule lifts it)."""
+    pending: int = 0
+    """Checks started and not yet judged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +133,26 @@ class Ledger:
             self.counts[scope.model_version, "hit", "untracked"] += 1
             return False
         if tally.state is State.SUSPECT:
+            # Confirm, but never start more checks than could still reach the threshold
+            # (verdicts take an upstream call; meanwhile every hit would be checked).
+            base = self._baseline(scope.model_version)
+            h = hypotheses(base.diverged, base.checks, self.settings.budget)
+            if h is not None and tally.pending >= (self.level - tally.cusum) / h.diverged:
+                return False
             rate = max(rate, self.settings.confirm_rate)
         return tally.countdown.due(rate)
+
+    def started(self, scope: Scope) -> None:
+        """A check of `scope` was started."""
+        tally = self.scopes.get(scope)
+        if tally is not None:
+            tally.pending += 1
+
+    def finished(self, scope: Scope) -> None:
+        """A check of `scope` ended (judged or not)."""
+        tally = self.scopes.get(scope)
+        if tally is not None and tally.pending > 0:
+            tally.pending -= 1
 
     def miss_due(self, model_version: str) -> bool:
         """Is this eligible miss computed a second time (for the baseline)?"""

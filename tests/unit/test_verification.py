@@ -248,3 +248,20 @@ def test_stream_and_body_of_one_answer_compare_equal() -> None:
     assert same_answer(body, body.replace(b'"arguments":"{}"', b'"arguments":"{ }"')) is False
     assert same_answer(body, body.replace(b'"stop"', b'"length"')) is False
     assert comparable(b"plain text") is None
+
+
+def test_confirmation_starts_no_more_checks_than_could_reach_the_threshold() -> None:
+    """A suspect scope is checked at the confirm rate only while fewer checks are in
+    flight than the divergences it would still take to quarantine."""
+    led = ledger(false_alarm=1e-7)
+    baseline(led, 1000, 0)
+    led.hit_due(SCOPE, 0.01)
+    led.record_hit(SCOPE, True, 0.05)
+    started = 0
+    while led.hit_due(SCOPE, 0.01):
+        led.started(SCOPE)
+        started += 1
+        assert started < 100
+    assert 5 <= started <= 20
+    led.finished(SCOPE)
+    assert led.hit_due(SCOPE, 0.01)

@@ -45,6 +45,7 @@ from sidecar.observability.metrics import (
     register_event_metrics,
     register_kv_metrics,
     register_metrics,
+    register_verification_metrics,
 )
 from sidecar.observability.stats import CacheStats, RpcStats
 from sidecar.observability.telemetry import Telemetry
@@ -60,7 +61,10 @@ from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupObserver
+from sidecar.shadow.build import build_shadow
+from sidecar.shadow.runner import ShadowRunner
 from sidecar.tiers.hot import HotTier
+from sidecar.verification.ledger import check_rows, metric_rows
 from sidecar.wire.openai.cache_salt import TenantSalts
 
 log = structlog.get_logger("infercache.app")
@@ -220,6 +224,9 @@ class App:
     started: float
     salts: TenantSalts
     """Each tenant's cache_salt in what the gateway and prewarm send the model server."""
+    shadow: ShadowRunner
+    """Shadow verification: its ledger (`shadow.ledger`, also the cache's quarantine
+    screen) and its calls to the model server."""
     rpc_stats: RpcStats = field(default_factory=RpcStats)
 
     def background(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -241,6 +248,7 @@ class App:
 
     async def close(self) -> None:
         """Flush and close what the parts own (after serving has stopped)."""
+        await self.shadow.close()
         await self.cache.drain()
         if self.recorder is not None:
             await self.recorder.close()  # the last counts go in: the next version reads them
@@ -298,6 +306,13 @@ async def build_app(
         observers=() if recorder is None else (recorder,),
         pod=identity,
     )
+    shadow = build_shadow(config, lambda: rules.epoch, cache.clock_ms)
+    cache.verification = shadow.ledger
+    register_verification_metrics(
+        telemetry.meter,
+        lambda: metric_rows(shadow.ledger, cache.stats.version),
+        lambda: check_rows(shadow.ledger, cache.stats.version),
+    )
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
     register_event_metrics(telemetry.meter, "identity", identity.stats)
@@ -351,6 +366,7 @@ async def build_app(
         reclaimer=reclaimer,
         started=started,
         salts=salts,
+        shadow=shadow,
     )
 
 

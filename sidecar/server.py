@@ -162,6 +162,7 @@ async def start_grpc(app: App) -> GrpcPlanes:
             observer=RpcObserver(admin_api.SERVICE, telemetry, app.rpc_stats),
             started=app.started,
             server_info=lambda: server_info_pb(app.identity.pod, app.stores.warm.name),
+            verification=app.shadow.ledger,
         )
         add_decoded(admin_pb2_grpc.add_AdminServiceServicer_to_server, admin_servicer, admin_server)
         _add_health_and_reflection(admin_server, health_servicer, [ADMIN_SERVICE])

@@ -17,12 +17,14 @@ from sidecar.api.auth import AdminAuth
 from sidecar.api.observe import Attributes, RpcObserver
 from sidecar.api.prewarm_codec import items_from_pb, options_from_pb, progress_to_pb
 from sidecar.api.rpc import rpc
+from sidecar.api.verification_codec import event_to_pb, fill_stats, scope_from_pb
 from sidecar.errors import FailedPrecondition, InvalidArgument
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.observability.stats import CacheStats, RpcStats
 from sidecar.observability.telemetry import Telemetry
 from sidecar.observability.usage import TierUsage
 from sidecar.prewarm.runner import Prewarmer, PrewarmRun
+from sidecar.verification.ledger import Ledger
 
 SERVICE = PB2.DESCRIPTOR.services_by_name["AdminService"].full_name
 
@@ -43,8 +45,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         observer: RpcObserver | None = None,
         started: float | None = None,
         server_info: Callable[[], cache_pb2.GetServerInfoResponse] | None = None,
+        verification: Ledger | None = None,
     ) -> None:
-        """`server_info`: what GetStats reports as `server` (GetServerInfo's answer)."""
+        """`server_info`: what GetStats reports as `server` (GetServerInfo's answer);
+        `verification`: shadow verification's state (GetStats, AcknowledgeVerification)."""
+        self._verification = verification
         self._invalidator = invalidator
         self._auth = auth
         self._stats = stats
@@ -102,7 +107,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         resp.uptime_seconds = time.monotonic() - self._started
         if self._server_info is not None:
             resp.server.CopyFrom(self._server_info())
+        if self._verification is not None:
+            fill_stats(resp, self._verification)
         return resp
+
+    @rpc()
+    async def AcknowledgeVerification(
+        self, request: PB2.AcknowledgeVerificationRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.AcknowledgeVerificationResponse:
+        """Serve a quarantined scope's hits again (audited with the caller and reason)."""
+        caller = self._caller(context)
+        scope = scope_from_pb(request.scope)
+        if not request.reason.strip():
+            raise InvalidArgument("reason", "is required (it is kept with the event)")
+        ledger = self._verification
+        event = None if ledger is None else ledger.acknowledge(scope, caller, request.reason)
+        if event is None:
+            raise FailedPrecondition("the scope is not quarantined on this sidecar")
+        return PB2.AcknowledgeVerificationResponse(event=event_to_pb(event))
 
     @rpc()
     async def Prewarm(self, request: PB2.PrewarmRequest, context: grpc.aio.ServicerContext) -> None:

@@ -24,6 +24,7 @@ from sidecar.config.feature_sections import (
     TelemetryConfig,
 )
 from sidecar.config.fields import setting
+from sidecar.config.verify_section import VerifyConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +332,7 @@ class Config:
     kv: KvConfig = field(default_factory=KvConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     otel_env: Mapping[str, str] = field(default_factory=dict)
     """The standard OTEL_* variables (not settings of ours; see observability/telemetry.py)."""
 

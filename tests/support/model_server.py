@@ -33,6 +33,10 @@ POST /v1/messages answers as vLLM's Messages API does (tests/support/anthropic_s
     no-done    like [[no-done]]
     mid-event  the first event, then half of the next one, and the connection closes
     reset      the first event, then the connection is reset (TCP RST)
+--noise F plays an engine that is not bitwise reproducible: each answer differs, with
+probability F, from the one answer_for gives (a random suffix; --noise-seed seeds it).
+POST /control {"system_prompt": S} plays a behaviour change under the same weights: from
+then on every prompt is answered as if S were prepended (a new default system prompt).
 GET /stats returns {"completions": N, "prompts": [...], "models": [...], "bodies": [...],
 "aborted": N} (bodies as received, byte for byte, recorded when a request arrives;
 aborted: streams whose client went away before the end).
@@ -43,6 +47,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import re
 import socket
 import struct
@@ -113,6 +118,8 @@ class _State:
         self.bodies: list[str] = []
         self.models: list[str] = []
         self.aborted = 0
+        self.system_prompt = ""
+        self.rng = random.Random(args.noise_seed)
 
 
 def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
@@ -165,6 +172,11 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length)
             req = json.loads(raw)
+            if self.path == "/control":
+                with state.lock:
+                    state.system_prompt = str(req.get("system_prompt", ""))
+                self._send(200, {"system_prompt": state.system_prompt})
+                return
             if self.path == "/v1/chat/completions":
                 prompt = chat_prompt(req["messages"])
             elif self.path == "/v1/completions":
@@ -206,7 +218,13 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 doc = {"object": "list", "data": [item], "model": model, "usage": usage}
                 self._send(200, doc | {"id": "embd-test", "created": 0})
                 return
-            text = answer_for(args.weights, prompt)
+            with state.lock:
+                said_first = state.system_prompt
+                noisy = args.noise and state.rng.random() < args.noise
+                variant = state.rng.randrange(10**9)
+            text = answer_for(args.weights, said_first + prompt)
+            if noisy:
+                text = f"{text} ~{variant}"
             if self.path == "/v1/messages":
                 self._messages(req, model, prompt, text)
                 return
@@ -365,6 +383,8 @@ def main() -> None:
     parser.add_argument("--weights", required=True)
     parser.add_argument("--delay-ms", type=int, default=0)
     parser.add_argument("--slow-s", type=float, default=5.0)
+    parser.add_argument("--noise", type=float, default=0.0)
+    parser.add_argument("--noise-seed", type=int, default=0)
     parser.add_argument(
         "--stream-fault", choices=("cut", "no-done", "mid-event", "reset"), default=""
     )

@@ -205,15 +205,19 @@ class ModelServerProcess:
         delay_ms: int = 0,
         slow_s: float = 5.0,
         stream_fault: str = "",
+        noise: float = 0.0,
     ) -> ModelServerProcess:
         """Start (on the same port after a stop) and wait until /v1/models answers.
-        `stream_fault`: how every stream breaks (model_server's --stream-fault)."""
+        `stream_fault`: how every stream breaks (model_server's --stream-fault); `noise`:
+        the fraction of answers that differ run to run (--noise)."""
         self.stop()
         self.weights = weights
         args = [sys.executable, "-m", "tests.support.model_server", "--port", str(self.port)]
         args += ["--weights", weights, "--delay-ms", str(delay_ms), "--slow-s", str(slow_s)]
         if stream_fault:
             args += ["--stream-fault", stream_fault]
+        if noise:
+            args += ["--noise", str(noise)]
         for m in models:
             args += ["--model", m]
         self.proc = subprocess.Popen(
@@ -236,6 +240,13 @@ class ModelServerProcess:
         with urllib.request.urlopen(self.url + "/stats", timeout=5) as resp:
             stats: dict[str, Any] = json.loads(resp.read())
             return stats
+
+    def change_behaviour(self, system_prompt: str) -> None:
+        """Answer from now on as if `system_prompt` were prepended (same weights)."""
+        body = json.dumps({"system_prompt": system_prompt}).encode()
+        req = urllib.request.Request(self.url + "/control", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=5):
+            pass
 
     def stop(self) -> None:
         """Terminate if running."""

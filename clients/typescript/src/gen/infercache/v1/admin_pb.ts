@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file infercache/v1/admin.proto.
  */
 export const file_infercache_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChlpbmZlcmNhY2hlL3YxL2FkbWluLnByb3RvEg1pbmZlcmNhY2hlLnYxIm8KCFNlbGVjdG9yEg4KBnRlbmFudBgBIAEoCRIVCg1tb2RlbF92ZXJzaW9uGAIgASgJEhcKD2FkYXB0ZXJfdmVyc2lvbhgDIAEoCRIWCg5wcm9tcHRfdmVyc2lvbhgEIAEoCRILCgNhbGwYBSABKAgiTgoRSW52YWxpZGF0ZVJlcXVlc3QSKQoIc2VsZWN0b3IYASABKAsyFy5pbmZlcmNhY2hlLnYxLlNlbGVjdG9yEg4KBnJlYXNvbhgCIAEoCSJHChJJbnZhbGlkYXRlUmVzcG9uc2USMQoGcmVjb3JkGAEgASgLMiEuaW5mZXJjYWNoZS52MS5JbnZhbGlkYXRpb25SZWNvcmQipgEKEkludmFsaWRhdGlvblJlY29yZBIKCgJpZBgBIAEoCRIPCgd0aW1lX21zGAIgASgEEg4KBmNhbGxlchgDIAEoCRIpCghzZWxlY3RvchgEIAEoCzIXLmluZmVyY2FjaGUudjEuU2VsZWN0b3ISDgoGcmVhc29uGAUgASgJEg0KBWVwb2NoGAYgASgEEhkKEWVzdGltYXRlZF9lbnRyaWVzGAcgASgEIkEKGExpc3RJbnZhbGlkYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCSJoChlMaXN0SW52YWxpZGF0aW9uc1Jlc3BvbnNlEjIKB3JlY29yZHMYASADKAsyIS5pbmZlcmNhY2hlLnYxLkludmFsaWRhdGlvblJlY29yZBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEQoPR2V0U3RhdHNSZXF1ZXN0IuQDChBHZXRTdGF0c1Jlc3BvbnNlEj8KCGNvdW50ZXJzGAEgAygLMi0uaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLkNvdW50ZXJzRW50cnkSDQoFZXBvY2gYAiABKAQSEQoJY29uZmlybWVkGAMgASgIEhEKCW1lbWJlcl9pZBgEIAEoCRItCgh2ZXJzaW9ucxgFIAMoCzIbLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzEicKBXRpZXJzGAYgAygLMhguaW5mZXJjYWNoZS52MS5UaWVyVXNhZ2USFgoOdXB0aW1lX3NlY29uZHMYByABKAESTAoPZ2xvYmFsX2NvdW50ZXJzGAggAygLMjMuaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLkdsb2JhbENvdW50ZXJzRW50cnkSNAoGc2VydmVyGAkgASgLMiQuaW5mZXJjYWNoZS52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UaLwoNQ291bnRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBGjUKE0dsb2JhbENvdW50ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASK/BgoMVmVyc2lvblN0YXRzEhUKDW1vZGVsX3ZlcnNpb24YASABKAkSOQoHbG9va3VwcxgCIAMoCzIoLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLkxvb2t1cHNFbnRyeRI3CgZzdG9yZXMYAyADKAsyJy5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5TdG9yZXNFbnRyeRI7CghyZWplY3RlZBgEIAMoCzIpLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLlJlamVjdGVkRW50cnkSOwoIYnlwYXNzZXMYBSADKAsyKS5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5CeXBhc3Nlc0VudHJ5EjcKBmxlYXNlcxgGIAMoCzInLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLkxlYXNlc0VudHJ5Ej8KCmRvd25zdHJlYW0YByADKAsyKy5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5Eb3duc3RyZWFtRW50cnkSEAoIZGVncmFkZWQYCCABKAQSDAoEZGVhZBgJIAEoBBIVCg1pbnZhbGlkYXRpb25zGAogASgEEhgKEHNhdmVkX2xhdGVuY3lfbXMYCyABKAQSGwoTc2F2ZWRfcHJvbXB0X3Rva2VucxgMIAEoBBIfChdzYXZlZF9jb21wbGV0aW9uX3Rva2VucxgNIAEoBBouCgxMb29rdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARotCgtTdG9yZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBGi8KDVJlamVjdGVkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARovCg1CeXBhc3Nlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEaLQoLTGVhc2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARoxCg9Eb3duc3RyZWFtRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASI5CglUaWVyVXNhZ2USDAoEbmFtZRgBIAEoCRINCgVieXRlcxgCIAEoAxIPCgdlbnRyaWVzGAMgASgDIuIBCg5QcmV3YXJtUmVxdWVzdBI1CghyZXF1ZXN0cxgBIAEoCzIhLmluZmVyY2FjaGUudjEuUHJld2FybVJlcXVlc3RMaXN0SAASOQoMZnJvbV92ZXJzaW9uGAIgASgLMiEuaW5mZXJjYWNoZS52MS5QcmV3YXJtRnJvbVZlcnNpb25IABITCgt0dGxfc2Vjb25kcxgDIAEoDRITCgtjb25jdXJyZW5jeRgEIAEoDRIZCgxtYXhfZmFpbHVyZXMYBSABKA1IAYgBAUIICgZzb3VyY2VCDwoNX21heF9mYWlsdXJlcyJqChJQcmV3YXJtUmVxdWVzdExpc3QSJQoEa2V5cxgBIAMoCzIXLmluZmVyY2FjaGUudjEuQ2FjaGVLZXkSLQoHcmVwbGF5cxgCIAMoCzIcLmluZmVyY2FjaGUudjEuUmVwbGF5UmVxdWVzdCI6ChJQcmV3YXJtRnJvbVZlcnNpb24SFQoNbW9kZWxfdmVyc2lvbhgBIAEoCRINCgV0b3BfaxgCIAEoDSKKAQoRUHJld2FybUl0ZW1SZXN1bHQSDQoFaW5kZXgYASABKA0SMgoHb3V0Y29tZRgCIAEoDjIhLmluZmVyY2FjaGUudjEuUHJld2FybUl0ZW1PdXRjb21lEg4KBnJlYXNvbhgDIAEoCRIOCgZkZXRhaWwYBCABKAkSEgoKa2V5X2RpZ2VzdBgFIAEoDCLSBAoPUHJld2FybVJlc3BvbnNlEioKBXN0YXRlGAEgASgOMhsuaW5mZXJjYWNoZS52MS5QcmV3YXJtU3RhdGUSDQoFdG90YWwYAiABKA0SDAoEZG9uZRgDIAEoDRIOCgZzdG9yZWQYBCABKA0SDwoHc2tpcHBlZBgFIAEoDRIOCgZmYWlsZWQYBiABKA0STgoRc2tpcHBlZF9ieV9yZWFzb24YByADKAsyMy5pbmZlcmNhY2hlLnYxLlByZXdhcm1SZXNwb25zZS5Ta2lwcGVkQnlSZWFzb25FbnRyeRJMChBmYWlsZWRfYnlfcmVhc29uGAggAygLMjIuaW5mZXJjYWNoZS52MS5QcmV3YXJtUmVzcG9uc2UuRmFpbGVkQnlSZWFzb25FbnRyeRISCgplbGFwc2VkX21zGAkgASgEEg4KBmV0YV9tcxgKIAEoBBIvCgVpdGVtcxgLIAMoCzIgLmluZmVyY2FjaGUudjEuUHJld2FybUl0ZW1SZXN1bHQSDQoFZXJyb3IYDCABKAkSFQoNbW9kZWxfdmVyc2lvbhgNIAEoCRIWCg5ub3RfcmVwbGF5YWJsZRgOIAEoDRIRCglyZXF1ZXN0ZWQYDyABKA0SEgoKcmVwbGF5YWJsZRgQIAEoDRo2ChRTa2lwcGVkQnlSZWFzb25FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBGjUKE0ZhaWxlZEJ5UmVhc29uRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4ASqqAQoMUHJld2FybVN0YXRlEh0KGVBSRVdBUk1fU1RBVEVfVU5TUEVDSUZJRUQQABIZChVQUkVXQVJNX1NUQVRFX1JVTk5JTkcQARIbChdQUkVXQVJNX1NUQVRFX0NPTVBMRVRFRBACEikKJVBSRVdBUk1fU1RBVEVfRkFJTFVSRV9CVURHRVRfRVhDRUVERUQQAxIYChRQUkVXQVJNX1NUQVRFX0ZBSUxFRBAEKp4BChJQcmV3YXJtSXRlbU91dGNvbWUSJAogUFJFV0FSTV9JVEVNX09VVENPTUVfVU5TUEVDSUZJRUQQABIfChtQUkVXQVJNX0lURU1fT1VUQ09NRV9TVE9SRUQQARIgChxQUkVXQVJNX0lURU1fT1VUQ09NRV9TS0lQUEVEEAISHwobUFJFV0FSTV9JVEVNX09VVENPTUVfRkFJTEVEEAMy4gIKDEFkbWluU2VydmljZRJRCgpJbnZhbGlkYXRlEiAuaW5mZXJjYWNoZS52MS5JbnZhbGlkYXRlUmVxdWVzdBohLmluZmVyY2FjaGUudjEuSW52YWxpZGF0ZVJlc3BvbnNlEmYKEUxpc3RJbnZhbGlkYXRpb25zEicuaW5mZXJjYWNoZS52MS5MaXN0SW52YWxpZGF0aW9uc1JlcXVlc3QaKC5pbmZlcmNhY2hlLnYxLkxpc3RJbnZhbGlkYXRpb25zUmVzcG9uc2USSwoIR2V0U3RhdHMSHi5pbmZlcmNhY2hlLnYxLkdldFN0YXRzUmVxdWVzdBofLmluZmVyY2FjaGUudjEuR2V0U3RhdHNSZXNwb25zZRJKCgdQcmV3YXJtEh0uaW5mZXJjYWNoZS52MS5QcmV3YXJtUmVxdWVzdBoeLmluZmVyY2FjaGUudjEuUHJld2FybVJlc3BvbnNlMAFiBnByb3RvMw", [file_infercache_v1_cache]);
+  fileDesc("ChlpbmZlcmNhY2hlL3YxL2FkbWluLnByb3RvEg1pbmZlcmNhY2hlLnYxIm8KCFNlbGVjdG9yEg4KBnRlbmFudBgBIAEoCRIVCg1tb2RlbF92ZXJzaW9uGAIgASgJEhcKD2FkYXB0ZXJfdmVyc2lvbhgDIAEoCRIWCg5wcm9tcHRfdmVyc2lvbhgEIAEoCRILCgNhbGwYBSABKAgiTgoRSW52YWxpZGF0ZVJlcXVlc3QSKQoIc2VsZWN0b3IYASABKAsyFy5pbmZlcmNhY2hlLnYxLlNlbGVjdG9yEg4KBnJlYXNvbhgCIAEoCSJHChJJbnZhbGlkYXRlUmVzcG9uc2USMQoGcmVjb3JkGAEgASgLMiEuaW5mZXJjYWNoZS52MS5JbnZhbGlkYXRpb25SZWNvcmQipgEKEkludmFsaWRhdGlvblJlY29yZBIKCgJpZBgBIAEoCRIPCgd0aW1lX21zGAIgASgEEg4KBmNhbGxlchgDIAEoCRIpCghzZWxlY3RvchgEIAEoCzIXLmluZmVyY2FjaGUudjEuU2VsZWN0b3ISDgoGcmVhc29uGAUgASgJEg0KBWVwb2NoGAYgASgEEhkKEWVzdGltYXRlZF9lbnRyaWVzGAcgASgEIkEKGExpc3RJbnZhbGlkYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCSJoChlMaXN0SW52YWxpZGF0aW9uc1Jlc3BvbnNlEjIKB3JlY29yZHMYASADKAsyIS5pbmZlcmNhY2hlLnYxLkludmFsaWRhdGlvblJlY29yZBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEQoPR2V0U3RhdHNSZXF1ZXN0IuwFChBHZXRTdGF0c1Jlc3BvbnNlEj8KCGNvdW50ZXJzGAEgAygLMi0uaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLkNvdW50ZXJzRW50cnkSDQoFZXBvY2gYAiABKAQSEQoJY29uZmlybWVkGAMgASgIEhEKCW1lbWJlcl9pZBgEIAEoCRItCgh2ZXJzaW9ucxgFIAMoCzIbLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzEicKBXRpZXJzGAYgAygLMhguaW5mZXJjYWNoZS52MS5UaWVyVXNhZ2USFgoOdXB0aW1lX3NlY29uZHMYByABKAESTAoPZ2xvYmFsX2NvdW50ZXJzGAggAygLMjMuaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLkdsb2JhbENvdW50ZXJzRW50cnkSNAoGc2VydmVyGAkgASgLMiQuaW5mZXJjYWNoZS52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2USNgoMdmVyaWZpY2F0aW9uGAogAygLMiAuaW5mZXJjYWNoZS52MS5WZXJpZmljYXRpb25TdGF0cxI9ChN2ZXJpZmljYXRpb25fZXZlbnRzGAsgAygLMiAuaW5mZXJjYWNoZS52MS5WZXJpZmljYXRpb25FdmVudBJUChN2ZXJpZmljYXRpb25fY291bnRzGAwgAygLMjcuaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLlZlcmlmaWNhdGlvbkNvdW50c0VudHJ5Gi8KDUNvdW50ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARo1ChNHbG9iYWxDb3VudGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEaOQoXVmVyaWZpY2F0aW9uQ291bnRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJSChFWZXJpZmljYXRpb25TY29wZRIVCg1tb2RlbF92ZXJzaW9uGAEgASgJEg4KBnRlbmFudBgCIAEoCRIWCg5wcm9tcHRfdmVyc2lvbhgDIAEoCSKLAgoRVmVyaWZpY2F0aW9uU3RhdHMSLwoFc2NvcGUYASABKAsyIC5pbmZlcmNhY2hlLnYxLlZlcmlmaWNhdGlvblNjb3BlEg0KBXN0YXRlGAIgASgJEg4KBmNoZWNrcxgDIAEoBBIQCghkaXZlcmdlZBgEIAEoBBIXCg9iYXNlbGluZV9jaGVja3MYBSABKAQSGQoRYmFzZWxpbmVfZGl2ZXJnZWQYBiABKAQSDgoGZXhjZXNzGAcgASgBEhQKDGV4Y2Vzc19sb3dlchgIIAEoARIUCgxleGNlc3NfdXBwZXIYCSABKAESEQoJc3RhdGlzdGljGAogASgBEhEKCXRocmVzaG9sZBgLIAEoASKXAgoRVmVyaWZpY2F0aW9uRXZlbnQSDwoHdGltZV9tcxgBIAEoBBIvCgVzY29wZRgCIAEoCzIgLmluZmVyY2FjaGUudjEuVmVyaWZpY2F0aW9uU2NvcGUSDgoGYWN0aW9uGAMgASgJEg4KBmNhbGxlchgEIAEoCRIOCgZyZWFzb24YBSABKAkSDgoGY2hlY2tzGAYgASgEEhAKCGRpdmVyZ2VkGAcgASgEEhcKD2Jhc2VsaW5lX2NoZWNrcxgIIAEoBBIZChFiYXNlbGluZV9kaXZlcmdlZBgJIAEoBBIOCgZleGNlc3MYCiABKAESFAoMZXhjZXNzX2xvd2VyGAsgASgBEhQKDGV4Y2Vzc191cHBlchgMIAEoASJhCh5BY2tub3dsZWRnZVZlcmlmaWNhdGlvblJlcXVlc3QSLwoFc2NvcGUYASABKAsyIC5pbmZlcmNhY2hlLnYxLlZlcmlmaWNhdGlvblNjb3BlEg4KBnJlYXNvbhgCIAEoCSJSCh9BY2tub3dsZWRnZVZlcmlmaWNhdGlvblJlc3BvbnNlEi8KBWV2ZW50GAEgASgLMiAuaW5mZXJjYWNoZS52MS5WZXJpZmljYXRpb25FdmVudCK/BgoMVmVyc2lvblN0YXRzEhUKDW1vZGVsX3ZlcnNpb24YASABKAkSOQoHbG9va3VwcxgCIAMoCzIoLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLkxvb2t1cHNFbnRyeRI3CgZzdG9yZXMYAyADKAsyJy5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5TdG9yZXNFbnRyeRI7CghyZWplY3RlZBgEIAMoCzIpLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLlJlamVjdGVkRW50cnkSOwoIYnlwYXNzZXMYBSADKAsyKS5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5CeXBhc3Nlc0VudHJ5EjcKBmxlYXNlcxgGIAMoCzInLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLkxlYXNlc0VudHJ5Ej8KCmRvd25zdHJlYW0YByADKAsyKy5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5Eb3duc3RyZWFtRW50cnkSEAoIZGVncmFkZWQYCCABKAQSDAoEZGVhZBgJIAEoBBIVCg1pbnZhbGlkYXRpb25zGAogASgEEhgKEHNhdmVkX2xhdGVuY3lfbXMYCyABKAQSGwoTc2F2ZWRfcHJvbXB0X3Rva2VucxgMIAEoBBIfChdzYXZlZF9jb21wbGV0aW9uX3Rva2VucxgNIAEoBBouCgxMb29rdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARotCgtTdG9yZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBGi8KDVJlamVjdGVkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARovCg1CeXBhc3Nlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEaLQoLTGVhc2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARoxCg9Eb3duc3RyZWFtRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASI5CglUaWVyVXNhZ2USDAoEbmFtZRgBIAEoCRINCgVieXRlcxgCIAEoAxIPCgdlbnRyaWVzGAMgASgDIuIBCg5QcmV3YXJtUmVxdWVzdBI1CghyZXF1ZXN0cxgBIAEoCzIhLmluZmVyY2FjaGUudjEuUHJld2FybVJlcXVlc3RMaXN0SAASOQoMZnJvbV92ZXJzaW9uGAIgASgLMiEuaW5mZXJjYWNoZS52MS5QcmV3YXJtRnJvbVZlcnNpb25IABITCgt0dGxfc2Vjb25kcxgDIAEoDRITCgtjb25jdXJyZW5jeRgEIAEoDRIZCgxtYXhfZmFpbHVyZXMYBSABKA1IAYgBAUIICgZzb3VyY2VCDwoNX21heF9mYWlsdXJlcyJqChJQcmV3YXJtUmVxdWVzdExpc3QSJQoEa2V5cxgBIAMoCzIXLmluZmVyY2FjaGUudjEuQ2FjaGVLZXkSLQoHcmVwbGF5cxgCIAMoCzIcLmluZmVyY2FjaGUudjEuUmVwbGF5UmVxdWVzdCI6ChJQcmV3YXJtRnJvbVZlcnNpb24SFQoNbW9kZWxfdmVyc2lvbhgBIAEoCRINCgV0b3BfaxgCIAEoDSKKAQoRUHJld2FybUl0ZW1SZXN1bHQSDQoFaW5kZXgYASABKA0SMgoHb3V0Y29tZRgCIAEoDjIhLmluZmVyY2FjaGUudjEuUHJld2FybUl0ZW1PdXRjb21lEg4KBnJlYXNvbhgDIAEoCRIOCgZkZXRhaWwYBCABKAkSEgoKa2V5X2RpZ2VzdBgFIAEoDCLSBAoPUHJld2FybVJlc3BvbnNlEioKBXN0YXRlGAEgASgOMhsuaW5mZXJjYWNoZS52MS5QcmV3YXJtU3RhdGUSDQoFdG90YWwYAiABKA0SDAoEZG9uZRgDIAEoDRIOCgZzdG9yZWQYBCABKA0SDwoHc2tpcHBlZBgFIAEoDRIOCgZmYWlsZWQYBiABKA0STgoRc2tpcHBlZF9ieV9yZWFzb24YByADKAsyMy5pbmZlcmNhY2hlLnYxLlByZXdhcm1SZXNwb25zZS5Ta2lwcGVkQnlSZWFzb25FbnRyeRJMChBmYWlsZWRfYnlfcmVhc29uGAggAygLMjIuaW5mZXJjYWNoZS52MS5QcmV3YXJtUmVzcG9uc2UuRmFpbGVkQnlSZWFzb25FbnRyeRISCgplbGFwc2VkX21zGAkgASgEEg4KBmV0YV9tcxgKIAEoBBIvCgVpdGVtcxgLIAMoCzIgLmluZmVyY2FjaGUudjEuUHJld2FybUl0ZW1SZXN1bHQSDQoFZXJyb3IYDCABKAkSFQoNbW9kZWxfdmVyc2lvbhgNIAEoCRIWCg5ub3RfcmVwbGF5YWJsZRgOIAEoDRIRCglyZXF1ZXN0ZWQYDyABKA0SEgoKcmVwbGF5YWJsZRgQIAEoDRo2ChRTa2lwcGVkQnlSZWFzb25FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBGjUKE0ZhaWxlZEJ5UmVhc29uRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4ASqqAQoMUHJld2FybVN0YXRlEh0KGVBSRVdBUk1fU1RBVEVfVU5TUEVDSUZJRUQQABIZChVQUkVXQVJNX1NUQVRFX1JVTk5JTkcQARIbChdQUkVXQVJNX1NUQVRFX0NPTVBMRVRFRBACEikKJVBSRVdBUk1fU1RBVEVfRkFJTFVSRV9CVURHRVRfRVhDRUVERUQQAxIYChRQUkVXQVJNX1NUQVRFX0ZBSUxFRBAEKp4BChJQcmV3YXJtSXRlbU91dGNvbWUSJAogUFJFV0FSTV9JVEVNX09VVENPTUVfVU5TUEVDSUZJRUQQABIfChtQUkVXQVJNX0lURU1fT1VUQ09NRV9TVE9SRUQQARIgChxQUkVXQVJNX0lURU1fT1VUQ09NRV9TS0lQUEVEEAISHwobUFJFV0FSTV9JVEVNX09VVENPTUVfRkFJTEVEEAMy3AMKDEFkbWluU2VydmljZRJRCgpJbnZhbGlkYXRlEiAuaW5mZXJjYWNoZS52MS5JbnZhbGlkYXRlUmVxdWVzdBohLmluZmVyY2FjaGUudjEuSW52YWxpZGF0ZVJlc3BvbnNlEmYKEUxpc3RJbnZhbGlkYXRpb25zEicuaW5mZXJjYWNoZS52MS5MaXN0SW52YWxpZGF0aW9uc1JlcXVlc3QaKC5pbmZlcmNhY2hlLnYxLkxpc3RJbnZhbGlkYXRpb25zUmVzcG9uc2USSwoIR2V0U3RhdHMSHi5pbmZlcmNhY2hlLnYxLkdldFN0YXRzUmVxdWVzdBofLmluZmVyY2FjaGUudjEuR2V0U3RhdHNSZXNwb25zZRJKCgdQcmV3YXJtEh0uaW5mZXJjYWNoZS52MS5QcmV3YXJtUmVxdWVzdBoeLmluZmVyY2FjaGUudjEuUHJld2FybVJlc3BvbnNlMAESeAoXQWNrbm93bGVkZ2VWZXJpZmljYXRpb24SLS5pbmZlcmNhY2hlLnYxLkFja25vd2xlZGdlVmVyaWZpY2F0aW9uUmVxdWVzdBouLmluZmVyY2FjaGUudjEuQWNrbm93bGVkZ2VWZXJpZmljYXRpb25SZXNwb25zZWIGcHJvdG8z", [file_infercache_v1_cache]);
 
 /**
  * Selector is a conjunction of dimensions; empty fields are unconstrained.
@@ -324,6 +324,29 @@ export type GetStatsResponse = Message<"infercache.v1.GetStatsResponse"> & {
    * @generated from field: infercache.v1.GetServerInfoResponse server = 9;
    */
   server?: GetServerInfoResponse | undefined;
+
+  /**
+   * Shadow verification (docs/verification.md): every tracked scope's figures,
+   *
+   * @generated from field: repeated infercache.v1.VerificationStats verification = 10;
+   */
+  verification: VerificationStats[];
+
+  /**
+   * the last quarantine events (quarantined, acknowledged, invalidated), oldest first,
+   *
+   * @generated from field: repeated infercache.v1.VerificationEvent verification_events = 11;
+   */
+  verificationEvents: VerificationEvent[];
+
+  /**
+   * and check outcomes by "MODEL_VERSION/KIND/RESULT" (kind hit or baseline; result
+   * same, diverged, failed, unjudged, skipped_busy, skipped_rate, skipped_concurrency,
+   * untracked).
+   *
+   * @generated from field: map<string, uint64> verification_counts = 12;
+   */
+  verificationCounts: { [key: string]: bigint };
 };
 
 /**
@@ -332,6 +355,228 @@ export type GetStatsResponse = Message<"infercache.v1.GetStatsResponse"> & {
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
   messageDesc(file_infercache_v1_admin, 7);
+
+/**
+ * What a verification budget and a quarantine apply to.
+ *
+ * @generated from message infercache.v1.VerificationScope
+ */
+export type VerificationScope = Message<"infercache.v1.VerificationScope"> & {
+  /**
+   * @generated from field: string model_version = 1;
+   */
+  modelVersion: string;
+
+  /**
+   * @generated from field: string tenant = 2;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string prompt_version = 3;
+   */
+  promptVersion: string;
+};
+
+/**
+ * Describes the message infercache.v1.VerificationScope.
+ * Use `create(VerificationScopeSchema)` to create a new message.
+ */
+export const VerificationScopeSchema: GenMessage<VerificationScope> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 8);
+
+/**
+ * A scope's evidence since its last reset. Rates are fractions; the excess is the hits'
+ * divergence rate minus the model version's baseline, with a 95% interval.
+ *
+ * @generated from message infercache.v1.VerificationStats
+ */
+export type VerificationStats = Message<"infercache.v1.VerificationStats"> & {
+  /**
+   * @generated from field: infercache.v1.VerificationScope scope = 1;
+   */
+  scope?: VerificationScope | undefined;
+
+  /**
+   * ok, suspect (checked at the confirm rate) or quarantined (hits bypassed).
+   *
+   * @generated from field: string state = 2;
+   */
+  state: string;
+
+  /**
+   * @generated from field: uint64 checks = 3;
+   */
+  checks: bigint;
+
+  /**
+   * @generated from field: uint64 diverged = 4;
+   */
+  diverged: bigint;
+
+  /**
+   * @generated from field: uint64 baseline_checks = 5;
+   */
+  baselineChecks: bigint;
+
+  /**
+   * @generated from field: uint64 baseline_diverged = 6;
+   */
+  baselineDiverged: bigint;
+
+  /**
+   * @generated from field: double excess = 7;
+   */
+  excess: number;
+
+  /**
+   * @generated from field: double excess_lower = 8;
+   */
+  excessLower: number;
+
+  /**
+   * @generated from field: double excess_upper = 9;
+   */
+  excessUpper: number;
+
+  /**
+   * The sequential test's statistic and the threshold at which it quarantines.
+   *
+   * @generated from field: double statistic = 10;
+   */
+  statistic: number;
+
+  /**
+   * @generated from field: double threshold = 11;
+   */
+  threshold: number;
+};
+
+/**
+ * Describes the message infercache.v1.VerificationStats.
+ * Use `create(VerificationStatsSchema)` to create a new message.
+ */
+export const VerificationStatsSchema: GenMessage<VerificationStats> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 9);
+
+/**
+ * A quarantine, acknowledgement or lift, with the evidence at that moment.
+ *
+ * @generated from message infercache.v1.VerificationEvent
+ */
+export type VerificationEvent = Message<"infercache.v1.VerificationEvent"> & {
+  /**
+   * @generated from field: uint64 time_ms = 1;
+   */
+  timeMs: bigint;
+
+  /**
+   * @generated from field: infercache.v1.VerificationScope scope = 2;
+   */
+  scope?: VerificationScope | undefined;
+
+  /**
+   * quarantined, acknowledged or invalidated.
+   *
+   * @generated from field: string action = 3;
+   */
+  action: string;
+
+  /**
+   * The authenticated caller of an acknowledgement; empty otherwise.
+   *
+   * @generated from field: string caller = 4;
+   */
+  caller: string;
+
+  /**
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: uint64 checks = 6;
+   */
+  checks: bigint;
+
+  /**
+   * @generated from field: uint64 diverged = 7;
+   */
+  diverged: bigint;
+
+  /**
+   * @generated from field: uint64 baseline_checks = 8;
+   */
+  baselineChecks: bigint;
+
+  /**
+   * @generated from field: uint64 baseline_diverged = 9;
+   */
+  baselineDiverged: bigint;
+
+  /**
+   * @generated from field: double excess = 10;
+   */
+  excess: number;
+
+  /**
+   * @generated from field: double excess_lower = 11;
+   */
+  excessLower: number;
+
+  /**
+   * @generated from field: double excess_upper = 12;
+   */
+  excessUpper: number;
+};
+
+/**
+ * Describes the message infercache.v1.VerificationEvent.
+ * Use `create(VerificationEventSchema)` to create a new message.
+ */
+export const VerificationEventSchema: GenMessage<VerificationEvent> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 10);
+
+/**
+ * @generated from message infercache.v1.AcknowledgeVerificationRequest
+ */
+export type AcknowledgeVerificationRequest = Message<"infercache.v1.AcknowledgeVerificationRequest"> & {
+  /**
+   * @generated from field: infercache.v1.VerificationScope scope = 1;
+   */
+  scope?: VerificationScope | undefined;
+
+  /**
+   * Required: kept with the event.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message infercache.v1.AcknowledgeVerificationRequest.
+ * Use `create(AcknowledgeVerificationRequestSchema)` to create a new message.
+ */
+export const AcknowledgeVerificationRequestSchema: GenMessage<AcknowledgeVerificationRequest> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 11);
+
+/**
+ * @generated from message infercache.v1.AcknowledgeVerificationResponse
+ */
+export type AcknowledgeVerificationResponse = Message<"infercache.v1.AcknowledgeVerificationResponse"> & {
+  /**
+   * @generated from field: infercache.v1.VerificationEvent event = 1;
+   */
+  event?: VerificationEvent | undefined;
+};
+
+/**
+ * Describes the message infercache.v1.AcknowledgeVerificationResponse.
+ * Use `create(AcknowledgeVerificationResponseSchema)` to create a new message.
+ */
+export const AcknowledgeVerificationResponseSchema: GenMessage<AcknowledgeVerificationResponse> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 12);
 
 /**
  * VersionStats is what one model version's traffic did since start.
@@ -437,7 +682,7 @@ export type VersionStats = Message<"infercache.v1.VersionStats"> & {
  * Use `create(VersionStatsSchema)` to create a new message.
  */
 export const VersionStatsSchema: GenMessage<VersionStats> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 8);
+  messageDesc(file_infercache_v1_admin, 13);
 
 /**
  * TierUsage is how much one cache tier holds.
@@ -472,7 +717,7 @@ export type TierUsage = Message<"infercache.v1.TierUsage"> & {
  * Use `create(TierUsageSchema)` to create a new message.
  */
 export const TierUsageSchema: GenMessage<TierUsage> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 9);
+  messageDesc(file_infercache_v1_admin, 14);
 
 /**
  * PrewarmRequest names the requests to replay and how.
@@ -530,7 +775,7 @@ export type PrewarmRequest = Message<"infercache.v1.PrewarmRequest"> & {
  * Use `create(PrewarmRequestSchema)` to create a new message.
  */
 export const PrewarmRequestSchema: GenMessage<PrewarmRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 10);
+  messageDesc(file_infercache_v1_admin, 15);
 
 /**
  * PrewarmRequestList carries the requests of a file source.
@@ -559,7 +804,7 @@ export type PrewarmRequestList = Message<"infercache.v1.PrewarmRequestList"> & {
  * Use `create(PrewarmRequestListSchema)` to create a new message.
  */
 export const PrewarmRequestListSchema: GenMessage<PrewarmRequestList> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 11);
+  messageDesc(file_infercache_v1_admin, 16);
 
 /**
  * PrewarmFromVersion selects recorded hot requests of an earlier version.
@@ -587,7 +832,7 @@ export type PrewarmFromVersion = Message<"infercache.v1.PrewarmFromVersion"> & {
  * Use `create(PrewarmFromVersionSchema)` to create a new message.
  */
 export const PrewarmFromVersionSchema: GenMessage<PrewarmFromVersion> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 12);
+  messageDesc(file_infercache_v1_admin, 17);
 
 /**
  * PrewarmItemResult reports one request that was not stored.
@@ -636,7 +881,7 @@ export type PrewarmItemResult = Message<"infercache.v1.PrewarmItemResult"> & {
  * Use `create(PrewarmItemResultSchema)` to create a new message.
  */
 export const PrewarmItemResultSchema: GenMessage<PrewarmItemResult> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 13);
+  messageDesc(file_infercache_v1_admin, 18);
 
 /**
  * PrewarmResponse is one progress snapshot of a run; the last message of the
@@ -766,7 +1011,7 @@ export type PrewarmResponse = Message<"infercache.v1.PrewarmResponse"> & {
  * Use `create(PrewarmResponseSchema)` to create a new message.
  */
 export const PrewarmResponseSchema: GenMessage<PrewarmResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 14);
+  messageDesc(file_infercache_v1_admin, 19);
 
 /**
  * PrewarmState says whether a run is still going and how it ended.
@@ -904,6 +1149,17 @@ export const AdminService: GenService<{
     methodKind: "server_streaming";
     input: typeof PrewarmRequestSchema;
     output: typeof PrewarmResponseSchema;
+  },
+  /**
+   * Serve a quarantined verification scope's hits again (its answers as they are now
+   * are accepted); its evidence is reset. FAILED_PRECONDITION when it is not quarantined.
+   *
+   * @generated from rpc infercache.v1.AdminService.AcknowledgeVerification
+   */
+  acknowledgeVerification: {
+    methodKind: "unary";
+    input: typeof AcknowledgeVerificationRequestSchema;
+    output: typeof AcknowledgeVerificationResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_infercache_v1_admin, 0);

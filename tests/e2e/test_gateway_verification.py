@@ -18,7 +18,7 @@ from tests.support.sidecars import admin_invalidate, run_cli
 pytestmark = pytest.mark.e2e
 
 CHAT = "/v1/chat/completions"
-FAST = {
+FAST: dict[str, Any] = {
     # Every miss computed twice and half the hits checked: the test's minutes, not hours.
     "verify_baseline_rate": "1.0",
     "verify_rate": "0.5",
@@ -151,7 +151,11 @@ def test_changed_behaviour_quarantines_the_scope_until_acknowledged_or_invalidat
 def test_natural_nondeterminism_alone_never_quarantines() -> None:
     """A model server whose answers differ run to run (5%, above the issue's 2%) and
     never drift: divergences are seen, the scope is never quarantined."""
-    unlimited = {"verify_rate": "1.0", "verify_max_per_s": "10000", "verify_max_concurrency": "32"}
+    unlimited: dict[str, Any] = {
+        "verify_rate": "1.0",
+        "verify_max_per_s": "10000",
+        "verify_max_concurrency": "32",
+    }
     pod = GatewayPod(noise=0.05, **(FAST | unlimited))
     try:
         prompts = [f"n{i} {uuid.uuid4().hex}" for i in range(80)]

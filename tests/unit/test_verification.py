@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -216,7 +217,7 @@ def test_metrics_export_the_excess_per_scope() -> None:
     )
     data = reader.get_metrics_data()
     assert data is not None
-    points = {
+    points: dict[str, list[Any]] = {
         m.name: list(m.data.data_points)
         for rm in data.resource_metrics
         for sm in rm.scope_metrics

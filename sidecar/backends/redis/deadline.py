@@ -99,7 +99,10 @@ class PatientDeadline:
         if self._look_due is None:
             redis_s = (now - self._t0) - (own_time_s() - self._own0)
             if redis_s < self._deadline_s:
-                self._handle = loop.call_at(now + self._deadline_s - redis_s, self._check)
+                # Not less than a look apart: a loop that is busy all the time spends
+                # Redis's time slowly, and must not spin on this check meanwhile.
+                left = max(self._deadline_s - redis_s, LOOK_S)
+                self._handle = loop.call_at(now + left, self._check)
                 return
         elif now - self._look_due <= LOOK_S:
             # The look came on time: the loop polled its sockets since the deadline was

@@ -12,6 +12,7 @@ from sidecar.backends.embedded_holding import EmbeddedHolding
 from sidecar.backends.redis.backend import RedisBackend, connect
 from sidecar.backends.redis.connect import RedisOptions, probe
 from sidecar.backends.redis.control import RedisControlStore
+from sidecar.backends.redis.deadline import CAP_FACTOR
 from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
@@ -60,8 +61,11 @@ def build_stores(config: Config, fleet: FleetKeys = LOCAL) -> Stores:
             config.redis.write_timeout_ms / 1000,
         )
         # One client for every store, made here from the options (credentials, TLS);
-        # the stores do not own it, Stores.close closes it.
-        client = connect(options, connect_timeout_s=max(read_s, 0.05), socket_timeout_s=write_s)
+        # the stores do not own it, Stores.close closes it. Its own timeouts are only a
+        # net under the stores' guards, as long as the longest of them (the control
+        # store's patient deadline, see backends/redis/deadline.py).
+        net_s = write_s * CAP_FACTOR
+        client = connect(options, connect_timeout_s=net_s, socket_timeout_s=net_s)
         warm = RedisWarmTier(
             options.url,
             key_prefix=config.redis.key_prefix,

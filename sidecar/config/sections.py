@@ -90,7 +90,11 @@ class RedisConfig:
         name="lookup_timeout_ms",
     )
     write_timeout_ms: int = setting(
-        500, "Warm-tier write deadline", p.positive_int, name="write_timeout_ms"
+        500,
+        "Warm-tier write deadline; also the control plane's (Invalidate, refreshes), "
+        "counted as Redis's time, not the sidecar's own CPU or scheduling delay",
+        p.positive_int,
+        name="write_timeout_ms",
     )
 
 

@@ -62,6 +62,7 @@ from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupObserver
 from sidecar.shadow.build import build_shadow
+from sidecar.shadow.data_plane import DataPlaneVerifier
 from sidecar.shadow.runner import ShadowRunner
 from sidecar.tiers.hot import HotTier
 from sidecar.verification.ledger import check_rows, metric_rows
@@ -227,6 +228,8 @@ class App:
     shadow: ShadowRunner
     """Shadow verification: its ledger (`shadow.ledger`, also the cache's quarantine
     screen) and its calls to the model server."""
+    data_verifier: DataPlaneVerifier | None = None
+    """Samples gRPC hits into shadow checks (None unless INFERCACHE_VERIFY_DATA_PLANE)."""
     rpc_stats: RpcStats = field(default_factory=RpcStats)
 
     def background(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -367,6 +370,11 @@ async def build_app(
         started=started,
         salts=salts,
         shadow=shadow,
+        data_verifier=(
+            DataPlaneVerifier(shadow, hits, cache.tenant_policy)
+            if config.verify.data_plane
+            else None
+        ),
     )
 
 

@@ -127,6 +127,7 @@ async def start_grpc(app: App) -> GrpcPlanes:
         observer=RpcObserver(cache_api.SERVICE, telemetry, app.rpc_stats),
         streams=StreamSettings.from_config(config),
         recorder=app.recorder,
+        verifier=app.data_verifier,
     )
     add_decoded(cache_pb2_grpc.add_CacheServiceServicer_to_server, servicer, server)
     data_services = [CACHE_SERVICE]

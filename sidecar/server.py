@@ -164,6 +164,7 @@ async def start_grpc(app: App) -> GrpcPlanes:
             started=app.started,
             server_info=lambda: server_info_pb(app.identity.pod, app.stores.warm.name),
             verification=app.shadow.ledger,
+            verification_log=None if app.audit is None else app.audit.log,
         )
         add_decoded(admin_pb2_grpc.add_AdminServiceServicer_to_server, admin_servicer, admin_server)
         _add_health_and_reflection(admin_server, health_servicer, [ADMIN_SERVICE])

@@ -13,6 +13,8 @@ import pytest
 from infercache.v1 import cache_pb2 as pb
 
 from tests.support.data_plane import DataPlanePod, wait_for
+from tests.support.processes import RedisServer
+from tests.support.sidecars import run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -102,5 +104,56 @@ def test_shadow_calls_never_delay_the_grpc_lookup() -> None:
             assert time.monotonic() - t0 < 0.3
         wait_for(lambda: pod.upstream_calls() >= before + 8)
         wait_for(lambda: pod.counts().get("hit/same", 0) >= 8)
+    finally:
+        pod.stop()
+
+
+def drift_until_quarantined(pod: DataPlanePod, keys: list[pb.CacheKey]) -> None:
+    """Change the model server's behaviour and look the keys up until their scope is
+    quarantined (BYPASS verification_failed)."""
+    pod.upstream.change_behaviour("system: You are terse.\n")
+    for i in range(400):
+        if pod.client.lookup(keys[i % len(keys)]).outcome == pb.LOOKUP_OUTCOME_BYPASS:
+            return
+        time.sleep(0.01)
+    pytest.fail("the changed model server was never noticed")
+
+
+def test_quarantine_events_outlive_a_restart_with_redis(redis_server: RedisServer) -> None:
+    """With Redis, a quarantine and its acknowledgement are written to the fleet's signed
+    event log with the sidecar's member id: after the sidecar restarts (its ledger empty)
+    `infercache stats` still lists both."""
+    pod = DataPlanePod(redis_server.url, **FAST)
+    try:
+        keys = [pod.fill(f"a{i} {uuid.uuid4().hex}") for i in range(20)]
+        wait_for(lambda: baseline_checks(pod) >= len(keys))
+        drift_until_quarantined(pod, keys)
+        (scope,) = pod.verification()["scopes"]
+        ack = run_cli(
+            "acknowledge-verification",
+            "--admin",
+            pod.sidecar.admin_target,
+            "--model-version",
+            scope["scope"]["model_version"],
+            "--tenant",
+            "acme",
+            "--prompt-version",
+            "p1",
+            "--reason",
+            "the new system prompt is intended",
+        )
+        assert ack.returncode == 0, ack.stderr
+        before = pod.verification()["events"]
+        assert [e["action"] for e in before] == ["quarantined", "acknowledged"]
+        pod.restart()
+        found = pod.verification()
+        assert found["scopes"] == []  # a new ledger...
+        after = found["events"]  # ...and the events it did not raise
+        assert [e["action"] for e in after] == ["quarantined", "acknowledged"]
+        assert after == before
+        assert after[1]["caller"] == "deployer"
+        member = after[0]["member_id"]
+        assert member
+        assert after[1]["member_id"] == member
     finally:
         pod.stop()

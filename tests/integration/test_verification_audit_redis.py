@@ -5,6 +5,7 @@ altered without the fleet secret left out."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
 
@@ -76,7 +77,7 @@ async def test_an_altered_event_is_left_out(client: RedisBackend) -> None:
     await log.append("member-a", event("quarantined", 1))
     await log.append("member-a", event("quarantined", 2))
     key = "t:{meta}:verify-audit"
-    rows = await client.redis.xrange(key)
+    rows = cast(list[tuple[bytes, dict[bytes, bytes]]], await client.redis.xrange(key))
     _, fields = rows[0]
     forged = fields[b"event"].replace(b'"quarantined"', b'"acknowledged"')
     await client.redis.xadd(key, {b"member": b"member-a", b"event": forged, b"tag": fields[b"tag"]})

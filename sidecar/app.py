@@ -61,9 +61,11 @@ from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupObserver
-from sidecar.shadow.build import build_shadow
+from sidecar.shadow.build import build_audit, build_shadow
+from sidecar.shadow.data_plane import DataPlaneVerifier
 from sidecar.shadow.runner import ShadowRunner
 from sidecar.tiers.hot import HotTier
+from sidecar.verification.audit import EventWriter
 from sidecar.verification.ledger import check_rows, metric_rows
 from sidecar.wire.openai.cache_salt import TenantSalts
 
@@ -227,6 +229,10 @@ class App:
     shadow: ShadowRunner
     """Shadow verification: its ledger (`shadow.ledger`, also the cache's quarantine
     screen) and its calls to the model server."""
+    data_verifier: DataPlaneVerifier | None = None
+    """Samples gRPC hits into shadow checks (None unless INFERCACHE_VERIFY_DATA_PLANE)."""
+    audit: EventWriter | None = None
+    """Writes verification events to the fleet's durable log (None: embedded store)."""
     rpc_stats: RpcStats = field(default_factory=RpcStats)
 
     def background(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -249,6 +255,8 @@ class App:
     async def close(self) -> None:
         """Flush and close what the parts own (after serving has stopped)."""
         await self.shadow.close()
+        if self.audit is not None:
+            await self.audit.close()  # the last events in before the store closes
         await self.cache.drain()
         if self.recorder is not None:
             await self.recorder.close()  # the last counts go in: the next version reads them
@@ -306,7 +314,8 @@ async def build_app(
         observers=() if recorder is None else (recorder,),
         pod=identity,
     )
-    shadow = build_shadow(config, lambda: rules.epoch, cache.clock_ms)
+    audit = build_audit(config, stores, fleet, freshness.member_id)
+    shadow = build_shadow(config, lambda: rules.epoch, cache.clock_ms, audit)
     cache.verification = shadow.ledger
     register_verification_metrics(
         telemetry.meter,
@@ -367,6 +376,12 @@ async def build_app(
         started=started,
         salts=salts,
         shadow=shadow,
+        audit=audit,
+        data_verifier=(
+            DataPlaneVerifier(shadow, hits, cache.tenant_policy)
+            if config.verify.data_plane
+            else None
+        ),
     )
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from infercache.v1 import admin_pb2 as PB2
 
 from sidecar.errors import InvalidArgument
+from sidecar.verification.audit import AuditedEvent
 from sidecar.verification.ledger import Event, Ledger, Scope, ScopeReport
 
 
@@ -22,9 +25,10 @@ def _scope_pb(scope: Scope) -> PB2.VerificationScope:
     )
 
 
-def event_to_pb(event: Event) -> PB2.VerificationEvent:
-    """One audited event."""
+def event_to_pb(event: Event, member_id: str = "") -> PB2.VerificationEvent:
+    """One audited event (`member_id`: the sidecar whose ledger raised it)."""
     return PB2.VerificationEvent(
+        member_id=member_id,
         time_ms=event.time_ms,
         scope=_scope_pb(event.scope),
         action=event.action,
@@ -56,9 +60,10 @@ def _report_to_pb(r: ScopeReport) -> PB2.VerificationStats:
     )
 
 
-def fill_stats(resp: PB2.GetStatsResponse, ledger: Ledger) -> None:
-    """Add the ledger's scopes, events and check counts to a GetStats answer."""
+def fill_stats(resp: PB2.GetStatsResponse, ledger: Ledger, events: Sequence[AuditedEvent]) -> None:
+    """Add the ledger's scopes and check counts and `events` (oldest first) to a GetStats
+    answer."""
     resp.verification.extend(_report_to_pb(r) for r in ledger.reports())
-    resp.verification_events.extend(event_to_pb(e) for e in list(ledger.events))
+    resp.verification_events.extend(event_to_pb(a.event, a.member_id) for a in events)
     for (version, kind, result), n in list(ledger.counts.items()):
         resp.verification_counts[f"{version}/{kind}/{result}"] = n

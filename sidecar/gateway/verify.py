@@ -1,10 +1,9 @@
 """Which gateway hits and misses shadow verification re-computes (docs/verification.md).
 
-Eligible: a chat or text completion whose answer is meant to be reproducible
-(temperature 0 or a seed), that declares no side effects and no real-time dependence
-(sending it again would repeat an action, or its answer is meant to change), of a tenant
-whose verify rate is above 0. The body re-sent is the one the model server got for the
-client (the tenant's cache_salt included), made only for a request that is sampled.
+Eligible: a chat or text completion that sidecar/verification/eligibility.py admits
+(reproducible, no side effects, no real-time dependence, a tenant rate above 0). The
+body re-sent is the one the model server got for the client (the tenant's cache_salt
+included), made only for a request that is sampled.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from sidecar.entries import Entry
 from sidecar.keys import CacheKey
 from sidecar.policy.cacheability import TenantPolicy
 from sidecar.shadow.runner import ShadowRunner
+from sidecar.verification.eligibility import budget, hit_rate
 from sidecar.verification.ledger import Scope
 from sidecar.wire.openai.answers import UpstreamCall
 from sidecar.wire.openai.keys import KeyedRequest
@@ -43,13 +43,9 @@ class GatewayVerifier:
 
     def _rate(self, endpoint: str, kr: KeyedRequest, key: CacheKey) -> float:
         """The tenant's verify rate for this request; 0 when it is not eligible."""
-        if endpoint not in PATHS or (key.temperature != 0.0 and not key.seeded):
+        if endpoint not in PATHS:
             return 0.0
-        traits = kr.traits
-        if traits.side_effects or traits.real_time:
-            return 0.0
-        rate = self._policy(key.tenant).verify_rate
-        return self._settings.rate if rate is None else rate
+        return hit_rate(key, kr.traits, self._policy(key.tenant), self._settings)
 
     def after_hit(
         self, endpoint: str, kr: KeyedRequest, key: CacheKey, entry: Entry, body: Sent
@@ -62,10 +58,9 @@ class GatewayVerifier:
         ledger = self.runner.ledger
         if not ledger.hit_due(scope, rate) or not self.runner.admit(key.model_version, "hit"):
             return
-        budget = self._policy(key.tenant).verify_budget
-        budget = self._settings.budget if budget is None else budget
+        allowed = budget(self._policy(key.tenant), self._settings)
         call = UpstreamCall(PATHS[endpoint], JSON, body.sent)
-        self.runner.check_hit(scope, self.runner.call(call), entry.payload, budget)
+        self.runner.check_hit(scope, self.runner.call(call), entry.payload, allowed)
 
     def after_miss(
         self, endpoint: str, kr: KeyedRequest, key: CacheKey, answer: bytes, body: Sent

@@ -20,12 +20,15 @@ from sidecar.prewarm.upstream import ModelServer, UpstreamFailure
 from sidecar.verification.ledger import Event, Ledger, Scope
 from sidecar.verification.sampling import TokenBucket
 from sidecar.wire.openai.answers import UpstreamCall
-from sidecar.wire.openai.compare import Comparable, comparable
+from sidecar.wire.openai.compare import Comparable, comparable, first_text
 
 log = structlog.get_logger("infercache.verification")
 
 Fresh = Callable[[], Awaitable[bytes | None]]
 """Makes the shadow call; the fresh answer's bytes, or None when there is none to judge."""
+Replay = Callable[[], Awaitable[UpstreamCall | str]]
+"""Finds the request to re-send (a hit record's): the call, or why there is none (the
+check's result label: no_record, unjudged, failed)."""
 
 
 def log_event(event: Event) -> None:
@@ -100,9 +103,19 @@ class ShadowRunner:
         self.ledger.started(scope)
         self._spawn(self._hit(scope, fresh, cached, budget))
 
-    def check_miss(self, model_version: str, fresh: Fresh, first: bytes) -> None:
-        """Compare a second computation of a miss with its first (admitted already)."""
-        self._spawn(self._miss(model_version, fresh, first))
+    def check_miss(
+        self, model_version: str, fresh: Fresh, first: bytes, *, raw_text: bool = False
+    ) -> None:
+        """Compare a second computation of a miss with its first (admitted already);
+        `raw_text` as in check_replay."""
+        self._spawn(self._miss(model_version, fresh, first, raw_text))
+
+    def check_replay(self, scope: Scope, replay: Replay, cached: bytes, budget: float) -> None:
+        """A gRPC hit (admitted already): find its recorded request, re-send it, compare.
+        A cached value that is not an OpenAI answer is compared, exactly, with the fresh
+        answer's first choice text (the text form a caller may store)."""
+        self.ledger.started(scope)
+        self._spawn(self._replayed(scope, replay, cached, budget))
 
     async def _hit(self, scope: Scope, fresh: Fresh, cached: bytes, budget: float) -> None:
         try:
@@ -112,15 +125,31 @@ class ShadowRunner:
         if verdict is not None:
             self.ledger.record_hit(scope, verdict, budget)
 
-    async def _miss(self, model_version: str, fresh: Fresh, first: bytes) -> None:
-        verdict = await self._judge(model_version, "baseline", fresh, first)
+    async def _replayed(self, scope: Scope, replay: Replay, cached: bytes, budget: float) -> None:
+        version = scope.model_version
+        try:
+            found = await replay()
+            if isinstance(found, str):
+                self.ledger.count(version, "hit", found)
+                return
+            verdict = await self._judge(version, "hit", self.call(found), cached, raw_text=True)
+        finally:
+            self.ledger.finished(scope)
+        if verdict is not None:
+            self.ledger.record_hit(scope, verdict, budget)
+
+    async def _miss(self, model_version: str, fresh: Fresh, first: bytes, raw_text: bool) -> None:
+        verdict = await self._judge(model_version, "baseline", fresh, first, raw_text=raw_text)
         if verdict is not None:
             self.ledger.record_baseline(model_version, verdict)
 
-    async def _judge(self, model_version: str, kind: str, fresh: Fresh, old: bytes) -> bool | None:
-        """True when the answers diverge; None (counted) when there is nothing to judge."""
+    async def _judge(
+        self, model_version: str, kind: str, fresh: Fresh, old: bytes, *, raw_text: bool = False
+    ) -> bool | None:
+        """True when the answers diverge; None (counted) when there is nothing to judge.
+        `raw_text`: an `old` that is no OpenAI answer is the first choice's text."""
         before = comparable(old)
-        if before is None:
+        if before is None and not raw_text:
             self.ledger.count(model_version, kind, "unjudged")
             return None
         try:
@@ -134,6 +163,8 @@ class ShadowRunner:
             # A cut stream or an error body is no evidence about the model's answer.
             self.ledger.count(model_version, kind, "failed")
             return None
+        if before is None:
+            return old != first_text(after)
         return before != after
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:

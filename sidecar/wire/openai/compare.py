@@ -55,6 +55,12 @@ def same_answer(a: bytes, b: bytes) -> bool | None:
     return left == right
 
 
+def first_text(answer: Comparable) -> bytes:
+    """The first choice's text as UTF-8: what a caller that stores the text form keeps
+    (INFERCACHE_PREWARM_PAYLOAD=text, answers.parse_answer)."""
+    return answer[0][1].encode("utf-8") if answer else b""
+
+
 def _from_events(payload: bytes) -> Comparable | None:
     splitter = EventSplitter(len(payload) + 1)
     events = splitter.feed(payload if payload.endswith(b"\n\n") else payload + b"\n\n")

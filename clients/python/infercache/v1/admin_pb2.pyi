@@ -184,7 +184,7 @@ class VerificationStats(_message.Message):
     def __init__(self, scope: _Optional[_Union[VerificationScope, _Mapping]] = ..., state: _Optional[str] = ..., checks: _Optional[int] = ..., diverged: _Optional[int] = ..., baseline_checks: _Optional[int] = ..., baseline_diverged: _Optional[int] = ..., excess: _Optional[float] = ..., excess_lower: _Optional[float] = ..., excess_upper: _Optional[float] = ..., statistic: _Optional[float] = ..., threshold: _Optional[float] = ...) -> None: ...
 
 class VerificationEvent(_message.Message):
-    __slots__ = ("time_ms", "scope", "action", "caller", "reason", "checks", "diverged", "baseline_checks", "baseline_diverged", "excess", "excess_lower", "excess_upper")
+    __slots__ = ("time_ms", "scope", "action", "caller", "reason", "checks", "diverged", "baseline_checks", "baseline_diverged", "excess", "excess_lower", "excess_upper", "member_id")
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +197,7 @@ class VerificationEvent(_message.Message):
     EXCESS_FIELD_NUMBER: _ClassVar[int]
     EXCESS_LOWER_FIELD_NUMBER: _ClassVar[int]
     EXCESS_UPPER_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     time_ms: int
     scope: VerificationScope
     action: str
@@ -209,7 +210,8 @@ class VerificationEvent(_message.Message):
     excess: float
     excess_lower: float
     excess_upper: float
-    def __init__(self, time_ms: _Optional[int] = ..., scope: _Optional[_Union[VerificationScope, _Mapping]] = ..., action: _Optional[str] = ..., caller: _Optional[str] = ..., reason: _Optional[str] = ..., checks: _Optional[int] = ..., diverged: _Optional[int] = ..., baseline_checks: _Optional[int] = ..., baseline_diverged: _Optional[int] = ..., excess: _Optional[float] = ..., excess_lower: _Optional[float] = ..., excess_upper: _Optional[float] = ...) -> None: ...
+    member_id: str
+    def __init__(self, time_ms: _Optional[int] = ..., scope: _Optional[_Union[VerificationScope, _Mapping]] = ..., action: _Optional[str] = ..., caller: _Optional[str] = ..., reason: _Optional[str] = ..., checks: _Optional[int] = ..., diverged: _Optional[int] = ..., baseline_checks: _Optional[int] = ..., baseline_diverged: _Optional[int] = ..., excess: _Optional[float] = ..., excess_lower: _Optional[float] = ..., excess_upper: _Optional[float] = ..., member_id: _Optional[str] = ...) -> None: ...
 
 class AcknowledgeVerificationRequest(_message.Message):
     __slots__ = ("scope", "reason")

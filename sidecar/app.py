@@ -18,7 +18,7 @@ import structlog
 from sidecar.api.cache_codec import key_request_from_record
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
-from sidecar.backends.stores import Stores, build_stores, probe_stores
+from sidecar.backends.stores import Stores, build_audit, build_stores, probe_stores
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
 from sidecar.fleet import fleet_keys, lease_signer, readopt_secret
@@ -61,7 +61,7 @@ from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupObserver
-from sidecar.shadow.build import build_audit, build_shadow
+from sidecar.shadow.build import build_shadow
 from sidecar.shadow.data_plane import DataPlaneVerifier
 from sidecar.shadow.runner import ShadowRunner
 from sidecar.tiers.hot import HotTier

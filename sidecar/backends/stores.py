@@ -13,6 +13,7 @@ from sidecar.backends.redis.backend import RedisBackend, connect
 from sidecar.backends.redis.connect import RedisOptions, probe
 from sidecar.backends.redis.control import RedisControlStore
 from sidecar.backends.redis.deadline import CAP_FACTOR
+from sidecar.backends.redis.verify_audit import RedisEventLog
 from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
@@ -20,6 +21,7 @@ from sidecar.invalidation.store import ControlStore
 from sidecar.macs import LOCAL, FleetKeys
 from sidecar.tiers.base import HoldingStore, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
+from sidecar.verification.audit import EventWriter
 
 log = structlog.get_logger("infercache.app")
 
@@ -107,3 +109,19 @@ async def probe_stores(stores: Stores, config: Config) -> None:
         await client.aclose()
     if problem is not None:
         log.warning("redis_unreachable_at_start", error=problem)
+
+
+def build_audit(
+    config: Config, stores: Stores, fleet: FleetKeys, member_id: str
+) -> EventWriter | None:
+    """The durable log of verification events, as `member_id`: the fleet's Redis, signed
+    with its secret; None for the embedded store (events stay in the ledger's memory)."""
+    if stores.redis is None:
+        return None
+    log = RedisEventLog(
+        stores.redis,
+        key_prefix=config.redis.key_prefix,
+        timeout_s=config.redis.write_timeout_ms / 1000,
+        keys=fleet,
+    )
+    return EventWriter(log, member_id)

@@ -10,10 +10,7 @@ from collections.abc import Callable
 # measured) while callers' Lookups wait.
 import anyio._backends._asyncio  # noqa: F401
 
-from sidecar.backends.redis.verify_audit import RedisEventLog
-from sidecar.backends.stores import Stores
 from sidecar.config import Config
-from sidecar.macs import FleetKeys
 from sidecar.prewarm.upstream import HttpModelServer
 from sidecar.shadow.runner import ShadowRunner, log_event
 from sidecar.verification.audit import EventWriter
@@ -22,22 +19,6 @@ from sidecar.verification.settings import VerifySettings
 
 HEADROOM = 1024 * 1024
 """A fresh answer may be this much larger than the largest storable payload (framing)."""
-
-
-def build_audit(
-    config: Config, stores: Stores, fleet: FleetKeys, member_id: str
-) -> EventWriter | None:
-    """The durable log of verification events, as `member_id`: the fleet's Redis, signed
-    with its secret; None for the embedded store (events stay in the ledger's memory)."""
-    if stores.redis is None:
-        return None
-    log = RedisEventLog(
-        stores.redis,
-        key_prefix=config.redis.key_prefix,
-        timeout_s=config.redis.write_timeout_ms / 1000,
-        keys=fleet,
-    )
-    return EventWriter(log, member_id)
 
 
 def build_shadow(

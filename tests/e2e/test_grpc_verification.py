@@ -145,6 +145,8 @@ def test_quarantine_events_outlive_a_restart_with_redis(redis_server: RedisServe
             "the new system prompt is intended",
         )
         assert ack.returncode == 0, ack.stderr
+        # The log is written in the background (a bounded queue): wait until both are in.
+        wait_for(lambda: len(pod.verification()["events"]) >= 2)
         before = pod.verification()["events"]
         assert [e["action"] for e in before] == ["quarantined", "acknowledged"]
         pod.restart()

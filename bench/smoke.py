@@ -50,6 +50,13 @@ BENCHES: dict[str, tuple[str, ...]] = {
     "fingerprint": ("fast_detects", "full_detects", "reshard_stable", "full_vs_read"),
     "hit_recording": ("off_us", "no_retain_vs_off", "counted_vs_off", "counted_redis_vs_off"),
     "policy": ("builtin_vs_unchecked", "file_1k_vs_unchecked", "bypass_all_vs_unchecked"),
+    "verification": (
+        "drift_wrong_hits_served",
+        "drift_detect_s",
+        "noise_false_quarantines",
+        "shadow_upstream_calls_per_hit",
+        "hit_p50_with_vs_without",
+    ),
     "gateway": (
         "hit_p50_vs_litellm",
         "hit_rps_vs_litellm",

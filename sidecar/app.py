@@ -18,7 +18,7 @@ import structlog
 from sidecar.api.cache_codec import key_request_from_record
 from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.backends.redis.kv_warm import RedisKvWarmStore
-from sidecar.backends.stores import Stores, build_stores, probe_stores
+from sidecar.backends.stores import Stores, build_audit, build_stores, probe_stores
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
 from sidecar.fleet import fleet_keys, lease_signer, readopt_secret
@@ -45,6 +45,7 @@ from sidecar.observability.metrics import (
     register_event_metrics,
     register_kv_metrics,
     register_metrics,
+    register_verification_metrics,
 )
 from sidecar.observability.stats import CacheStats, RpcStats
 from sidecar.observability.telemetry import Telemetry
@@ -60,7 +61,12 @@ from sidecar.prewarm.upstream import HttpModelServer, ModelServer
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
 from sidecar.results.types import LookupObserver
+from sidecar.shadow.build import build_shadow
+from sidecar.shadow.data_plane import DataPlaneVerifier
+from sidecar.shadow.runner import ShadowRunner
 from sidecar.tiers.hot import HotTier
+from sidecar.verification.audit import EventWriter
+from sidecar.verification.ledger import check_rows, metric_rows
 from sidecar.wire.openai.cache_salt import TenantSalts
 
 log = structlog.get_logger("infercache.app")
@@ -220,6 +226,13 @@ class App:
     started: float
     salts: TenantSalts
     """Each tenant's cache_salt in what the gateway and prewarm send the model server."""
+    shadow: ShadowRunner
+    """Shadow verification: its ledger (`shadow.ledger`, also the cache's quarantine
+    screen) and its calls to the model server."""
+    data_verifier: DataPlaneVerifier | None = None
+    """Samples gRPC hits into shadow checks (None unless INFERCACHE_VERIFY_DATA_PLANE)."""
+    audit: EventWriter | None = None
+    """Writes verification events to the fleet's durable log (None: embedded store)."""
     rpc_stats: RpcStats = field(default_factory=RpcStats)
 
     def background(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
@@ -241,6 +254,9 @@ class App:
 
     async def close(self) -> None:
         """Flush and close what the parts own (after serving has stopped)."""
+        await self.shadow.close()
+        if self.audit is not None:
+            await self.audit.close()  # the last events in before the store closes
         await self.cache.drain()
         if self.recorder is not None:
             await self.recorder.close()  # the last counts go in: the next version reads them
@@ -298,6 +314,14 @@ async def build_app(
         observers=() if recorder is None else (recorder,),
         pod=identity,
     )
+    audit = build_audit(config, stores, fleet, freshness.member_id)
+    shadow = build_shadow(config, lambda: rules.epoch, cache.clock_ms, audit)
+    cache.verification = shadow.ledger
+    register_verification_metrics(
+        telemetry.meter,
+        lambda: metric_rows(shadow.ledger, cache.stats.version),
+        lambda: check_rows(shadow.ledger, cache.stats.version),
+    )
     usage = TierUsageMonitor(cache.hot, stores.warm)
     register_metrics(telemetry.meter, cache.stats, usage.current)
     register_event_metrics(telemetry.meter, "identity", identity.stats)
@@ -351,6 +375,13 @@ async def build_app(
         reclaimer=reclaimer,
         started=started,
         salts=salts,
+        shadow=shadow,
+        audit=audit,
+        data_verifier=(
+            DataPlaneVerifier(shadow, hits, cache.tenant_policy)
+            if config.verify.data_plane
+            else None
+        ),
     )
 
 

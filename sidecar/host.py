@@ -5,6 +5,7 @@ them all in order (listeners drain, then the stores close)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import time
 from dataclasses import dataclass
@@ -199,6 +200,11 @@ async def serve(config: Config, pod: PodIdentity | None = None) -> int:
     policy = policy_watcher(config)
     await policy.load_initial()
     running = await start_server(config, pod or await identify_pod(config), policy=policy)
+    # What the start built (modules, the app, its tables) lives until exit: out of the
+    # collector's sight, a full collection no longer walks it. Measured: with it in
+    # sight, full collections paused a busy sidecar's event loop for 0.1-0.15 s.
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

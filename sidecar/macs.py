@@ -25,7 +25,17 @@ TAG_LEN = 32
 MIN_SECRET_BYTES = 32
 """A fleet secret shorter than this is refused (INFERCACHE_FLEET_SECRET_FILE)."""
 
-PURPOSES = ("entry", "kv-block", "hit-record", "rule", "head", "audit", "lease", "tenant-salt")
+PURPOSES = (
+    "entry",
+    "kv-block",
+    "hit-record",
+    "rule",
+    "head",
+    "audit",
+    "lease",
+    "tenant-salt",
+    "verify-audit",
+)
 """The kinds of value a tag is made for: one derived key each."""
 
 _DEV_SECRET = b"infercache insecure development fleet secret: anyone can forge with it"

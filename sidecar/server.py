@@ -127,6 +127,7 @@ async def start_grpc(app: App) -> GrpcPlanes:
         observer=RpcObserver(cache_api.SERVICE, telemetry, app.rpc_stats),
         streams=StreamSettings.from_config(config),
         recorder=app.recorder,
+        verifier=app.data_verifier,
     )
     add_decoded(cache_pb2_grpc.add_CacheServiceServicer_to_server, servicer, server)
     data_services = [CACHE_SERVICE]
@@ -162,6 +163,8 @@ async def start_grpc(app: App) -> GrpcPlanes:
             observer=RpcObserver(admin_api.SERVICE, telemetry, app.rpc_stats),
             started=app.started,
             server_info=lambda: server_info_pb(app.identity.pod, app.stores.warm.name),
+            verification=app.shadow.ledger,
+            verification_log=None if app.audit is None else app.audit.log,
         )
         add_decoded(admin_pb2_grpc.add_AdminServiceServicer_to_server, admin_servicer, admin_server)
         _add_health_and_reflection(admin_server, health_servicer, [ADMIN_SERVICE])

@@ -54,7 +54,8 @@ def engine_forks(venv: Path) -> ForkServer:
 def make_models(venv: Path, root: Path, *, smoke: bool) -> None:
     """Generate weight versions 1 and 2 of the bench model into root/v1 and root/v2."""
     argv = [str(root), *(["--smoke"] if smoke else [])]
-    code, output = engine_forks(venv).run("bench.connector.model", argv, timeout_s=600)
+    forks = engine_forks(venv)
+    code, output = forks.run("bench.connector.model", argv, engine_env(), timeout_s=600)
     if code != 0:
         raise RuntimeError(f"model generation failed:\n{output[-3000:]}")
 
@@ -93,7 +94,8 @@ class Engine(EngineProcess):
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         # Forked (its own session, dying with the bench) from the one fork server of this
         # venv and environment, which imported vLLM once for every engine of the run.
-        self.proc = engine_forks(venv).fork("bench.connector.engine", argv, self._log)
+        forks = engine_forks(venv)
+        self.proc = forks.fork("bench.connector.engine", argv, self._log, engine_env())
 
     def wait_ready(self) -> float:
         """Until the engine answers; seconds since it was started."""

@@ -23,6 +23,7 @@ from bench.fingerprint.methods import (
     plain_read,
     warm_times,
 )
+from bench.fingerprint.startup import startup_window
 from bench.harness.report import print_summary
 
 
@@ -78,6 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="~8 MiB, one round; cold only through posix_fadvise (no global drop_caches)",
     )
+    parser.add_argument(
+        "--startup",
+        action="store_true",
+        help="only the base checkpoint and how long a sidecar start waits for its full hash",
+    )
     args = parser.parse_args(argv)
     size = parse_size("8MiB") if args.smoke else parse_size("128MiB") if args.quick else args.size
     cold_repeat = 1 if args.quick or args.smoke else 3
@@ -88,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         builder = Builder(root, size)
         t0 = time.perf_counter()
         base = builder.write_base()
+        if args.startup:
+            return startup_only(builder, base, args.smoke)
         built = [(label, change, build()) for label, change, build in variants(builder)]
         shard_bytes = sum(p.stat().st_size for p in base.glob("*.safetensors"))
         print(
@@ -147,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio_cold = (
             "n/a" if full_cold is None or read_cold is None else f"{read_cold / full_cold:.2f}"
         )
+        window = startup_window(base, root, evictor, rounds=1 if args.smoke else 3)
         pairs = {
             "size_gib": f"{shard_bytes / 2**30:.2f}",
             "tensors": len(builder.specs),
@@ -165,10 +174,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             "full_vs_read_cold": ratio_cold,
             "hash_ceiling_vs_read": f"{read_warm / ceiling:.2f}",
             "cold": evictor.how,
+            **window,
             "load1": f"{os.getloadavg()[0]:.1f}",
         }
         print()
         print_summary(pairs)
+    return 0
+
+
+def startup_only(builder: Builder, base: Path, smoke: bool) -> int:
+    """--startup: the sidecar's start-up window on the base checkpoint alone."""
+    shard_bytes = sum(p.stat().st_size for p in base.glob("*.safetensors"))
+    print(f"checkpoint: {len(builder.specs)} tensors, {shard_bytes / 2**30:.2f} GiB")
+    evictor = Evictor(("fadvise",) if smoke else ("drop_caches", "fadvise"))
+    window = startup_window(base, builder.root, evictor, rounds=1 if smoke else 3)
+    pairs = {"size_gib": f"{shard_bytes / 2**30:.2f}", "cpus": os.cpu_count() or 1, **window}
+    print_summary({**pairs, "load1": f"{os.getloadavg()[0]:.1f}"})
     return 0
 
 

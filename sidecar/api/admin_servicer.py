@@ -17,12 +17,15 @@ from sidecar.api.auth import AdminAuth
 from sidecar.api.observe import Attributes, RpcObserver
 from sidecar.api.prewarm_codec import items_from_pb, options_from_pb, progress_to_pb
 from sidecar.api.rpc import rpc
-from sidecar.errors import FailedPrecondition, InvalidArgument
+from sidecar.api.verification_codec import event_to_pb, fill_stats, scope_from_pb
+from sidecar.errors import FailedPrecondition, InvalidArgument, TierUnavailable
 from sidecar.invalidation.invalidator import Invalidator
 from sidecar.observability.stats import CacheStats, RpcStats
 from sidecar.observability.telemetry import Telemetry
 from sidecar.observability.usage import TierUsage
 from sidecar.prewarm.runner import Prewarmer, PrewarmRun
+from sidecar.verification.audit import AuditedEvent, EventLog
+from sidecar.verification.ledger import MAX_EVENTS, Ledger
 
 SERVICE = PB2.DESCRIPTOR.services_by_name["AdminService"].full_name
 
@@ -43,8 +46,15 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         observer: RpcObserver | None = None,
         started: float | None = None,
         server_info: Callable[[], cache_pb2.GetServerInfoResponse] | None = None,
+        verification: Ledger | None = None,
+        verification_log: EventLog | None = None,
     ) -> None:
-        """`server_info`: what GetStats reports as `server` (GetServerInfo's answer)."""
+        """`server_info`: what GetStats reports as `server` (GetServerInfo's answer);
+        `verification`: shadow verification's state (GetStats, AcknowledgeVerification);
+        `verification_log`: the fleet's durable event log GetStats lists (None: the
+        ledger's own events)."""
+        self._verification = verification
+        self._verification_log = verification_log
         self._invalidator = invalidator
         self._auth = auth
         self._stats = stats
@@ -102,7 +112,37 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         resp.uptime_seconds = time.monotonic() - self._started
         if self._server_info is not None:
             resp.server.CopyFrom(self._server_info())
+        if self._verification is not None:
+            events = await self._verification_events(self._verification, resp.member_id)
+            fill_stats(resp, self._verification, events)
         return resp
+
+    async def _verification_events(self, ledger: Ledger, member_id: str) -> list[AuditedEvent]:
+        """The fleet's newest events from the durable log, oldest first; this sidecar's
+        own (in memory) without one or when it does not answer."""
+        if self._verification_log is not None:
+            try:
+                found = await self._verification_log.newest(MAX_EVENTS)
+                return found[::-1]
+            except TierUnavailable as exc:
+                log.warning("verification_events_unavailable", error=str(exc))
+        return [AuditedEvent(member_id, e) for e in list(ledger.events)]
+
+    @rpc()
+    async def AcknowledgeVerification(
+        self, request: PB2.AcknowledgeVerificationRequest, context: grpc.aio.ServicerContext
+    ) -> PB2.AcknowledgeVerificationResponse:
+        """Serve a quarantined scope's hits again (audited with the caller and reason)."""
+        caller = self._caller(context)
+        scope = scope_from_pb(request.scope)
+        if not request.reason.strip():
+            raise InvalidArgument("reason", "is required (it is kept with the event)")
+        ledger = self._verification
+        event = None if ledger is None else ledger.acknowledge(scope, caller, request.reason)
+        if event is None:
+            raise FailedPrecondition("the scope is not quarantined on this sidecar")
+        member_id = self._invalidator.freshness.member_id
+        return PB2.AcknowledgeVerificationResponse(event=event_to_pb(event, member_id))
 
     @rpc()
     async def Prewarm(self, request: PB2.PrewarmRequest, context: grpc.aio.ServicerContext) -> None:

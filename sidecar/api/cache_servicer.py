@@ -38,6 +38,7 @@ from sidecar.prewarm.hits import HitRecorder
 from sidecar.results.cache import ResultCache
 from sidecar.results.feedback import DownstreamFeedback
 from sidecar.results.types import LookupQuery, StoreStatus
+from sidecar.shadow.data_plane import DataPlaneVerifier
 
 __all__ = ["CACHE_MARKER", "CacheServicer"]
 
@@ -67,9 +68,12 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         keys: KeyResolver | None = None,
         observer: RpcObserver | None = None,
         recorder: HitRecorder | None = None,
+        verifier: DataPlaneVerifier | None = None,
     ) -> None:
-        """`recorder` keeps the model-server requests Stores attach (None: not kept)."""
+        """`recorder` keeps the model-server requests Stores attach (None: not kept);
+        `verifier` samples hits into shadow checks (None: INFERCACHE_VERIFY_DATA_PLANE off)."""
         self._cache = cache
+        self._verifier = verifier
         self._keys = keys or KeyResolver(PodIdentity(), KeyLimits())
         self._max_batch = max_batch
         self._recorder = recorder
@@ -85,6 +89,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
             self._describer,
             streams,
             recorder,
+            verifier,
         )
 
     def _key(self, key: PB2.CacheKey) -> CacheKey:
@@ -124,7 +129,10 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         """One key: HIT, MISS (with a lease) or BYPASS."""
         query = query_from_pb(request, self._keys)
         REQUEST_KEY.set(query.key)
-        return lookup_result_to_pb(await self._cache.lookup(query))
+        result = await self._cache.lookup(query)
+        if self._verifier is not None:
+            self._verifier.after_lookup((query,), (result,))  # checks run after the answer
+        return lookup_result_to_pb(result)
 
     @rpc(describe=_describe_batch)
     async def LookupBatch(
@@ -145,7 +153,10 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
                 raise InvalidArgument(f"requests[{i}].{exc.field}", exc.problem) from exc
         if queries:
             REQUEST_KEY.set(queries[0].key)
-        return lookup_batch_to_pb(await self._cache.lookup_many(queries))
+        results = await self._cache.lookup_many(queries)
+        if self._verifier is not None:
+            self._verifier.after_lookup(queries, results)
+        return lookup_batch_to_pb(results)
 
     @rpc(describe=_describe_store)
     async def Store(
@@ -179,6 +190,12 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
                 ttl_s=result.ttl_s,
                 private=traits.private_data,
             )
+        if (
+            replay is not None
+            and self._verifier is not None
+            and result.status is StoreStatus.STORED
+        ):
+            self._verifier.after_store(key, traits, replay, request.payload)
         return store_result_to_pb(result)
 
     async def LookupStream(

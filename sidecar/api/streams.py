@@ -56,6 +56,7 @@ from sidecar.results.stream_store import (
     store_stream,
 )
 from sidecar.results.types import StoreStatus
+from sidecar.shadow.data_plane import DataPlaneVerifier
 
 log = structlog.get_logger("infercache.api")
 
@@ -110,9 +111,11 @@ class StreamRpcs:
         describer: CacheDescriber,
         settings: StreamSettings,
         recorder: HitRecorder | None = None,
+        verifier: DataPlaneVerifier | None = None,
     ) -> None:
         self._cache = cache
         self._recorder = recorder
+        self._verifier = verifier
         self._keys = keys
         self.observer = observer
         self._describer = describer
@@ -181,6 +184,8 @@ class StreamRpcs:
         REQUEST_KEY.set(key)
         result = await self._cache.lookup(query)
         await context.send_initial_metadata(((CACHE_MARKER, result.outcome.value),))
+        if self._verifier is not None:
+            self._verifier.after_lookup((query,), (result,))  # a task of its own
         entry = result.entry if result.tier is not None else None
         return _Head(header_to_pb(result, key.model_version), entry, key.model_version)
 

@@ -12,6 +12,8 @@ from sidecar.backends.embedded_holding import EmbeddedHolding
 from sidecar.backends.redis.backend import RedisBackend, connect
 from sidecar.backends.redis.connect import RedisOptions, probe
 from sidecar.backends.redis.control import RedisControlStore
+from sidecar.backends.redis.deadline import CAP_FACTOR
+from sidecar.backends.redis.verify_audit import RedisEventLog
 from sidecar.backends.redis.warm import RedisWarmTier
 from sidecar.config import Config
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
@@ -19,6 +21,7 @@ from sidecar.invalidation.store import ControlStore
 from sidecar.macs import LOCAL, FleetKeys
 from sidecar.tiers.base import HoldingStore, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
+from sidecar.verification.audit import EventWriter
 
 log = structlog.get_logger("infercache.app")
 
@@ -60,8 +63,11 @@ def build_stores(config: Config, fleet: FleetKeys = LOCAL) -> Stores:
             config.redis.write_timeout_ms / 1000,
         )
         # One client for every store, made here from the options (credentials, TLS);
-        # the stores do not own it, Stores.close closes it.
-        client = connect(options, connect_timeout_s=max(read_s, 0.05), socket_timeout_s=write_s)
+        # the stores do not own it, Stores.close closes it. Its own timeouts are only a
+        # net under the stores' guards, as long as the longest of them (the control
+        # store's patient deadline, see backends/redis/deadline.py).
+        net_s = write_s * CAP_FACTOR
+        client = connect(options, connect_timeout_s=net_s, socket_timeout_s=net_s)
         warm = RedisWarmTier(
             options.url,
             key_prefix=config.redis.key_prefix,
@@ -103,3 +109,19 @@ async def probe_stores(stores: Stores, config: Config) -> None:
         await client.aclose()
     if problem is not None:
         log.warning("redis_unreachable_at_start", error=problem)
+
+
+def build_audit(
+    config: Config, stores: Stores, fleet: FleetKeys, member_id: str
+) -> EventWriter | None:
+    """The durable log of verification events, as `member_id`: the fleet's Redis, signed
+    with its secret; None for the embedded store (events stay in the ledger's memory)."""
+    if stores.redis is None:
+        return None
+    log = RedisEventLog(
+        stores.redis,
+        key_prefix=config.redis.key_prefix,
+        timeout_s=config.redis.write_timeout_ms / 1000,
+        keys=fleet,
+    )
+    return EventWriter(log, member_id)

@@ -57,8 +57,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--mode",
         choices=("fast", "full"),
-        default="fast",
-        help="fast: sampled tensor bytes (default); full: BLAKE3 of every byte",
+        default="full",
+        help="full: BLAKE3 of every byte (default); fast: sampled tensor bytes",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     cache = parser.add_mutually_exclusive_group()

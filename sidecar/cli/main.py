@@ -13,6 +13,7 @@ from sidecar import __version__
 from sidecar.cli import admin as admin_cli
 from sidecar.cli import fingerprint as fingerprint_cli
 from sidecar.cli import prewarm as prewarm_cli
+from sidecar.cli import verification as verification_cli
 from sidecar.config import SETTINGS, ConfigError, load_config, unknown_variables
 from sidecar.fingerprint import FingerprintError
 from sidecar.policy.file import PolicyError
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_serve(sub)
     admin_cli.add_parsers(sub)
+    verification_cli.add_parser(sub)
     prewarm_cli.add_parser(sub)
     fingerprint_cli.add_parser(sub)
     return parser

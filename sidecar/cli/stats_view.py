@@ -14,6 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from sidecar.cli.verification_view import verification_dict, verification_table
 from sidecar.observability.stats import NO_VERSION, OTHER_VERSION
 
 
@@ -47,6 +48,7 @@ def stats_dict(resp: PB2.GetStatsResponse) -> dict[str, Any]:
             "adapter_versions": dict(sorted(resp.server.adapter_versions.items())),
             "warm_tier": resp.server.warm_tier,
         },
+        "verification": verification_dict(resp),
     }
 
 
@@ -212,6 +214,9 @@ def stats_table(resp: PB2.GetStatsResponse, source: str) -> Group:
     parts: list[Any] = [header, reads, writes]
     if reasons.row_count:
         parts.append(reasons)
+    checked = verification_table(resp, short_version, _table)
+    if checked is not None:
+        parts.append(checked)
     parts.append(footer)
     # Plain lines, folded only at the terminal's edge (a fingerprint is 68 characters).
     parts += [Text(line, overflow="fold") for line in version_notes(resp)]

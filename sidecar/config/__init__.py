@@ -40,6 +40,7 @@ from sidecar.config.sections import (
     TiersConfig,
     TtlConfig,
 )
+from sidecar.config.verify_section import VerifyConfig
 
 __all__ = [
     "DEFAULTS",
@@ -66,6 +67,7 @@ __all__ = [
     "TelemetryConfig",
     "TiersConfig",
     "TtlConfig",
+    "VerifyConfig",
     "check_consistency",
     "format_bytes",
     "load_config",

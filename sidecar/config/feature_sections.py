@@ -28,8 +28,12 @@ class IdentityConfig:
         "LoRA adapters to fingerprint at start, NAME=DIR pairs (also --adapter NAME=DIR)",
         p.path_map,
     )
+    # Full by default: fast mode samples bytes and can miss a few rows edited in place
+    # (a vocabulary extension), and the identity that keys every cache must not.
     fingerprint_mode: Literal["fast", "full"] = setting(
-        "fast", "fast (sampled) or full (every byte)", p.fingerprint_mode
+        "full",
+        "full (every byte) or fast (sampled: can miss a few edited rows)",
+        p.fingerprint_mode,
     )
     fingerprint_cache_file: str | None = setting(
         None,

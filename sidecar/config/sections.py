@@ -24,6 +24,7 @@ from sidecar.config.feature_sections import (
     TelemetryConfig,
 )
 from sidecar.config.fields import setting
+from sidecar.config.verify_section import VerifyConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,11 @@ class RedisConfig:
         name="lookup_timeout_ms",
     )
     write_timeout_ms: int = setting(
-        500, "Warm-tier write deadline", p.positive_int, name="write_timeout_ms"
+        500,
+        "Warm-tier write deadline; also the control plane's (Invalidate, refreshes), "
+        "counted as Redis's time, not the sidecar's own CPU or scheduling delay",
+        p.positive_int,
+        name="write_timeout_ms",
     )
 
 
@@ -338,6 +343,7 @@ class Config:
     kv: KvConfig = field(default_factory=KvConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     otel_env: Mapping[str, str] = field(default_factory=dict)
     """The standard OTEL_* variables (not settings of ours; see observability/telemetry.py)."""
 

@@ -109,7 +109,7 @@ def fingerprint(
     path: StrPath,
     *,
     kind: Kind = "model",
-    mode: Mode = "fast",
+    mode: Mode = "full",
     cache_file: StrPath | None = None,
     threads: int | None = None,
     serving: Mapping[str, Any] | None = None,
@@ -119,8 +119,9 @@ def fingerprint(
     `serving`: the serving options the operator declared (load_serving_config), a
     component of their own; without them a fingerprint is what it always was.
 
-    mode="fast" hashes names, dtypes, shapes and sampled bytes of every tensor;
-    mode="full" hashes every byte with BLAKE3, memoised in `cache_file` when given
+    mode="full" (the default) hashes every byte with BLAKE3, memoised in `cache_file`
+    when given; mode="fast" hashes names, dtypes, shapes and sampled bytes of every tensor
+    (it can miss an edit of a few rows: an explicit opt-in)
     (see default_cache_file()). `threads`: most threads reading at once; default: all
     cores but at least FULL_MIN_THREADS in full mode, FAST_COLD_THREADS in fast mode
     (which reads on one thread while the page cache is warm). Blocking; call
@@ -176,7 +177,7 @@ async def fingerprint_async(
     path: StrPath,
     *,
     kind: Kind = "model",
-    mode: Mode = "fast",
+    mode: Mode = "full",
     cache_file: StrPath | None = None,
     threads: int | None = None,
     serving: Mapping[str, Any] | None = None,

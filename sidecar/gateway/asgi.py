@@ -8,7 +8,9 @@ before the body is read; a body over the limit is 413 without being read whole, 
 one that does not arrive whole within its deadline is 408 (both close the connection:
 what is left of the body is not read as a next request). While a request is served, a watcher
 waits for the client to go away and then cancels it (and the upstream call with it),
-unless the client already has the whole response.
+unless the client already has the whole response. An HTTP/1.0 request is answered
+without chunked framing (http10.py); one the server's shutdown cuts before its response
+started is a 503 to retry.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sidecar.gateway.body import check_framing
 from sidecar.gateway.errors import HttpError
 from sidecar.gateway.flow import Flow
 from sidecar.gateway.headers import SINGLE_HEADERS, request_headers
+from sidecar.gateway.http10 import HTTP_10, HeldReply
 from sidecar.gateway.reply import JSON, Headers, Reply
 from sidecar.wire.anthropic.keys import MESSAGES, MESSAGES_PATH
 
@@ -75,7 +78,7 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # lifespan is off; websockets are not served
-        reply = _reply(send)
+        reply = _reply(send, scope, self.flow.settings.max_payload_bytes)
         anthropic = scope.get("path", "").startswith(MESSAGES_PATH)
         try:
             await self._route(scope, receive, reply)
@@ -84,7 +87,13 @@ class GatewayApp:
         except _ClientGone:
             return
         except asyncio.CancelledError:
-            raise
+            # Only the server's shutdown cancels from outside (a client gone is taken
+            # back in _until_disconnect): the request outlived the grace period. Answered
+            # with a status to retry by when none went out yet, not uvicorn's plain-text
+            # 500; a response under way is left unfinished as after any late failure.
+            # Not raised on: nobody awaits this task, and uvicorn would log a traceback.
+            log.info("gateway_cut_at_shutdown", path=scope.get("path"), started=reply.started)
+            await _error(reply, _shutting_down(), anthropic)
         except TimeoutError:
             timeout_s = self.flow.upstream.timeout_s
             await _error(
@@ -146,18 +155,23 @@ class GatewayApp:
         await _until_disconnect(work, receive, reply)
 
 
-def _reply(send: Send) -> Reply:
+def _reply(send: Send, scope: Scope, hold_cap: int) -> Reply:
+    """The Reply writing through `send`; for an HTTP/1.0 request one that never needs
+    chunked framing (http10.py), holding whole answers up to `hold_cap` bytes."""
+
     async def start(status: int, headers: Headers) -> None:
         await send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(data: bytes, more: bool) -> None:
         await send({"type": "http.response.body", "body": data, "more_body": more})
 
+    if scope.get("http_version") == HTTP_10:
+        return HeldReply(start, body, hold_cap)
     return Reply(start, body)
 
 
 async def _error(reply: Reply, exc: HttpError, anthropic: bool = False) -> None:
-    if reply.started:
+    if reply.started and not reply.retract():
         # Too late for a status. The response is left unfinished, so uvicorn closes the
         # connection without the final chunk: a client sees a broken response (the SDKs
         # raise), never a clean end of a truncated body or of a stream without [DONE].
@@ -168,6 +182,17 @@ async def _error(reply: Reply, exc: HttpError, anthropic: bool = False) -> None:
         headers.append((b"www-authenticate", b"Bearer"))
     status, body = anthropic_error(exc) if anthropic else (exc.status, exc.body())
     await reply.whole(status, headers, body)
+
+
+def _shutting_down() -> HttpError:
+    return HttpError(
+        503,
+        "the gateway is shutting down and cut this request at the end of its grace "
+        "period (INFERCACHE_GRACE_PERIOD_S): send it again",
+        kind="server_error",
+        code="shutting_down",
+        headers=[(b"retry-after", b"1"), *_CLOSE],
+    )
 
 
 class _ClientGone(Exception):

@@ -19,6 +19,7 @@ from sidecar.gateway.records import KeyEncoder, Recording
 from sidecar.gateway.service import GatewayServer
 from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.upstream import Upstream
+from sidecar.gateway.verify import GatewayVerifier
 from sidecar.observability.metrics import register_gateway_metrics
 
 
@@ -66,6 +67,10 @@ class Gateway:
             recording,
             app.salts,
         )
+        # Shadow calls yield to the requests of clients (docs/verification.md).
+        busy = config.verify.busy_calls
+        app.shadow.busy = lambda: self.upstream.in_flight >= busy
+        self.flow.verifier = GatewayVerifier(app.shadow, app.cache.tenant_policy)
         self.server = GatewayServer(
             GatewayApp(
                 self.flow,

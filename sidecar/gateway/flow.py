@@ -38,6 +38,7 @@ from sidecar.gateway.stats import GatewayStats
 from sidecar.gateway.tee import Answer, tee_body, tee_stream, whole_answer
 from sidecar.gateway.unknown_fields import unknown_fields_headers
 from sidecar.gateway.upstream import Upstream
+from sidecar.gateway.verify import NO_VERIFIER, GatewayVerifier, NoVerifier
 from sidecar.identity.resolver import KeyResolver
 from sidecar.keys import CacheKey
 from sidecar.results.cache import ResultCache
@@ -142,6 +143,7 @@ class Flow:
         self.settings = settings
         self.stats = stats
         self.recording = recording
+        self.verifier: GatewayVerifier | NoVerifier = NO_VERIFIER  # build.py sets it
 
     def tenant(self, headers: Mapping[bytes, bytes], endpoint: str | None = None) -> str:
         """The request's tenant from its credentials (401 HttpError otherwise); the
@@ -266,6 +268,7 @@ class Flow:
                 age = (str(result.age_ms // 1000)).encode()
                 await serve(reply, [*info, (b"age", age)])
                 self.stats.count("hit")
+                self.verifier.after_hit(endpoint, kr, key, result.entry, body)
                 return
             lease = self.cache.fresh_lease(key)
         if planner.refused:
@@ -344,6 +347,7 @@ class Flow:
                     if answer is not None:
                         answer = whole(answer, kr) if ok else None
             if answer is not None and asked.write:
+                self.verifier.after_miss(endpoint, kr, key, answer.payload, body)
                 stored = await self._store(endpoint, body, kr, key, lease, answer, started_ms)
         finally:
             if not stored:

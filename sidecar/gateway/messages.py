@@ -60,7 +60,8 @@ async def tee_message_stream(
             collector.feed(piece, int((time.monotonic() - t0) * 1000))
             reply.answered = reply.answered or collector.complete
         tail = (tail + piece[-_TAIL_BYTES:])[-_TAIL_BYTES:]
-        await reply.send(piece, not ended())
+        # Only a piece that ends the stream may end the response (see tee_stream).
+        await reply.send(piece, not (ended() and _ENDS_WITH_STOP.search(tail)))
     if not _ENDS_WITH_STOP.search(tail):
         raise HttpError(
             502,

@@ -44,6 +44,12 @@ class Reply:
         if not self.finished:
             await self.send(b"", False)
 
+    def retract(self) -> bool:
+        """Take back a start no byte of which reached the client yet, so that an error
+        can still answer with its own status; False when it did (always, here: a
+        HeldReply, http10.py, holds some)."""
+        return False
+
     async def whole(self, status: int, headers: Headers, body: bytes) -> None:
         """A complete response in one go, with its Content-Length (not chunked: an
         HTTP/1.0 client cannot read chunked framing, RFC 9112 7.1)."""

@@ -64,8 +64,9 @@ async def tee_response_stream(
         collector.feed(piece, int((time.monotonic() - t0) * 1000))
         # Before the send: a client that closes on the last event must find it set.
         reply.answered = reply.answered or collector.complete
-        await reply.send(piece, not ended())
-    if collector.followed and not collector.ended:
+        # Only a piece that ends the stream may end the response (see tee_stream).
+        await reply.send(piece, not (ended() and _finished(collector)))
+    if not _finished(collector):
         raise HttpError(
             502,
             "the model server's stream ended before its response.completed event",
@@ -75,6 +76,11 @@ async def tee_response_stream(
     await reply.end()
     got = collector.result()
     return None if got is None else Answer(got.payload, got.chunks, got.finish_reason)
+
+
+def _finished(collector: ResponsesStreamCollector) -> bool:
+    """The stream reached a terminal event (or is too long to follow: not judged)."""
+    return collector.ended or not collector.followed
 
 
 def plan_response_hit(

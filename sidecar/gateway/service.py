@@ -1,5 +1,5 @@
-"""The gateway's listener: uvicorn (httptools parser) serving GatewayApp inside the
-sidecar's own event loop.
+"""The gateway's listener: uvicorn (httptools parser; HTTP/1.0 answered unchunked,
+http10.py) serving GatewayApp inside the sidecar's own event loop.
 
 uvicorn is run on a socket bound here (so a port taken is an error naming the
 setting, and port 0 works), and without its signal handling: the sidecar owns
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from sidecar.gateway.asgi import GatewayApp
+from sidecar.gateway.http10 import Http10Protocol
 
 CLEANUP_S = 5.0
 """How long a stop waits for the cleanup of requests cut at the end of the grace period."""
@@ -73,7 +74,8 @@ class GatewayServer:
         self.port: int = self._sock.getsockname()[1]
         config = uvicorn.Config(
             app,
-            http="httptools",
+            # httptools, with HTTP/1.0 answers never chunked (http10.py).
+            http=Http10Protocol,
             lifespan="off",
             log_config=None,
             access_log=False,

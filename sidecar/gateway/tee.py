@@ -100,7 +100,10 @@ async def tee_stream(
             # Before the send: a client that closes on [DONE] must find it set.
             reply.answered = reply.answered or collector.complete
         tail = (tail + piece[-_TAIL_BYTES:])[-_TAIL_BYTES:]  # never a copy of a whole piece
-        await reply.send(piece, not ended())
+        # The upstream's last piece ends the client's response only when it ends the
+        # stream too; else the response stays open until the check below leaves it
+        # unfinished (an upstream framing its body by length ends both at once).
+        await reply.send(piece, not (ended() and _ENDS_WITH_DONE.search(tail)))
     if not _ENDS_WITH_DONE.search(tail):
         # The upstream ended cleanly but its stream did not (a server that closes a
         # close-delimited body early): the client must not see a clean end either, or

@@ -115,6 +115,8 @@ class Upstream:
         self._api_key = api_key
         self._pool: ConnectionPool | None = None
         self._heads: dict[tuple[str, str], bytes] = {}
+        self.in_flight = 0
+        """Calls open now (shadow verification yields to them: sidecar/shadow)."""
 
     def _connections(self) -> ConnectionPool:
         # Made on first use: its semaphore belongs to the running event loop.
@@ -182,7 +184,12 @@ class Upstream:
         `timeout_s`. Leaving the block early (an error, a client gone) closes the
         connection instead of returning a half-read one to the pool.
         """
-        conn = await self._send(self._request(method, path, body))
+        self.in_flight += 1
+        try:
+            conn = await self._send(self._request(method, path, body))
+        except BaseException:
+            self.in_flight -= 1
+            raise
         try:
             encoding = conn.headers.get(b"content-encoding", b"").decode("latin-1")
             encoding = encoding.strip().lower()
@@ -196,6 +203,7 @@ class Upstream:
             kind = conn.headers.get(b"content-type", b"application/json").decode("latin-1")
             yield UpstreamReply(conn.status, kind, conn, encoding)
         finally:
+            self.in_flight -= 1
             if not conn.complete:
                 conn.close()
             self._connections().release(conn)

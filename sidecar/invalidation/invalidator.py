@@ -84,16 +84,23 @@ class Invalidator:
             raise InvalidArgument(
                 "reason", f"is {len(reason)} characters; the limit is {MAX_REASON_CHARS}"
             )
-        estimate = await self._estimate(selector)
+        # The estimate's reads run beside the refresh: a Redis that does not answer fails
+        # the Invalidate after one deadline, not after the estimate's and the refresh's.
+        estimating = asyncio.create_task(self._estimate(selector))
         try:
             # The heartbeat in refresh() restores the store's epoch if the store lost
             # it, so the new rule is numbered above every entry this sidecar stamped.
             await self.freshness.refresh()
+            estimate = await estimating
             record = await self.control.commit_invalidation(selector, reason, caller, estimate)
         except StoreDistrusted as exc:
             raise Unavailable(f"store distrusted, nothing was invalidated: {exc}") from exc
         except TierUnavailable as exc:
             raise Unavailable(f"store unreachable, nothing was invalidated: {exc}") from exc
+        finally:
+            if not estimating.done():
+                estimating.cancel()
+                await asyncio.wait([estimating])
         self.freshness.rules.add(Rule(record.epoch, selector, record.time_ms))
         self.stats.count_invalidation(selector.model_version or "")
         log.info(

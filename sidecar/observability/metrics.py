@@ -252,3 +252,45 @@ def register_gateway_metrics(
         callbacks=[lambda options: [Observation(unknown_fields())]],
         description="Request body fields the key table does not know (keyed in extra)",
     )
+
+
+ScopeRows = Callable[[], Iterable[tuple[dict[str, str], float, float, float, bool]]]
+"""Per verification scope: its labels, the excess estimate, lower and upper bound, and
+whether it is quarantined (sidecar/verification)."""
+
+
+def register_verification_metrics(
+    meter: Meter, scopes: ScopeRows, checks: Callable[[], Iterable[tuple[tuple[str, ...], int]]]
+) -> None:
+    """Shadow verification: `infercache_verify_divergence_excess{model_version,tenant,
+    prompt_version,bound}` (bound: estimate, lower, upper), `infercache_verify_quarantined`
+    and `infercache_verify_checks_total{model_version,kind,result}`. The scope labels are
+    bounded by INFERCACHE_VERIFY_MAX_SCOPES, the versions as for every other metric."""
+
+    def excess(options: CallbackOptions) -> Iterator[Observation]:
+        for labels, estimate, lower, upper, _ in scopes():
+            yield Observation(estimate, labels | {"bound": "estimate"})
+            yield Observation(lower, labels | {"bound": "lower"})
+            yield Observation(upper, labels | {"bound": "upper"})
+
+    def quarantined(options: CallbackOptions) -> Iterator[Observation]:
+        for labels, *_, held in scopes():
+            yield Observation(1 if held else 0, labels)
+
+    meter.create_observable_gauge(
+        PREFIX + "verify.divergence_excess",
+        callbacks=[excess],
+        description="Hits' divergence from fresh answers minus the engine's own (misses "
+        "computed twice), per scope, with a 95% interval (fraction)",
+    )
+    meter.create_observable_gauge(
+        PREFIX + "verify.quarantined",
+        callbacks=[quarantined],
+        description="1 while a scope's hits are not served (verification_failed)",
+    )
+    meter.create_observable_counter(
+        PREFIX + "verify.checks",
+        callbacks=[_family(lambda: list(checks()), ("model_version", "kind", "result"))],
+        description="Shadow checks by kind (hit, baseline) and result (same, diverged, "
+        "failed, unjudged, skipped_busy, skipped_rate, skipped_concurrency, untracked)",
+    )

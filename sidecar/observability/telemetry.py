@@ -18,14 +18,19 @@ OTEL_TRACES_SAMPLER(_ARG), OTEL_EXPORTER_OTLP_*, OTEL_METRIC_EXPORT_INTERVAL):
   scrapeable at INFERCACHE_METRICS_LISTEN (/metrics) unless that is empty.
 - OTEL_EXPORTER_OTLP_PROTOCOL (or the per-signal variable): http/protobuf (the
   spec's default) or grpc. The exporters are the optional extra `otlp`.
+- On stop the exporters get FLUSH_BUDGET_S to send what is pending; then their
+  retries are cut short, so that a collector that is not there does not hold the
+  process past its grace period (the SDK alone retries for up to 10 s per signal).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.trace import NoOpTracerProvider
@@ -33,8 +38,14 @@ from opentelemetry.trace import NoOpTracerProvider
 from sidecar import __version__
 from sidecar.config import ConfigError
 
+log = structlog.get_logger("infercache.telemetry")
+
 SERVICE_NAME = "infercache"
 INSTRUMENTATION_SCOPE = "infercache"
+FLUSH_BUDGET_S = 0.5
+"""How long stopping waits for the exporters' last flush before cutting their retries."""
+_CUT_WAIT_S = 0.2
+"""How long it then waits for the providers to notice (an export already on the wire)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +82,36 @@ class TelemetrySetup:
     registry: Any = None
     """The prometheus_client CollectorRegistry behind /metrics (None when disabled)."""
     _closers: list[Callable[[], None]] = field(default_factory=list)
+    _exporters: list[Any] = field(default_factory=list)
+    """The OTLP/console exporters, whose shutdown() cuts their export retries short."""
 
-    def shutdown(self) -> None:
-        """Flush exporters and stop the /metrics server; idempotent."""
-        while self._closers:
-            self._closers.pop()()
+    def shutdown(self, budget_s: float = FLUSH_BUDGET_S) -> None:
+        """Flush exporters and stop the /metrics server, within about `budget_s`; idempotent.
+
+        The providers shut down on a daemon thread: past the budget the exporters are
+        shut down under them (their retry back-off ends at once) and, should an export
+        still hang, the thread is left behind; it never holds the process's exit."""
+        closers, self._closers = self._closers, []
+        if not closers:
+            return
+        done = threading.Event()
+
+        def close_all() -> None:
+            try:
+                while closers:
+                    closers.pop()()
+            finally:
+                done.set()
+
+        threading.Thread(target=close_all, name="telemetry-shutdown", daemon=True).start()
+        if done.wait(budget_s):
+            return
+        for exporter in self._exporters:
+            exporter.shutdown()
+        if not done.wait(_CUT_WAIT_S):
+            log.warning("telemetry_flush_abandoned", budget_s=budget_s)
+            return
+        log.warning("telemetry_flush_cut_short", budget_s=budget_s)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -189,13 +225,15 @@ def configure_telemetry(
     if trace_kinds:
         sdk_tracer = TracerProvider(resource=resource)  # sampler from OTEL_TRACES_SAMPLER
         for kind in trace_kinds:
-            sdk_tracer.add_span_processor(BatchSpanProcessor(_span_exporter(kind, otel_env)))
+            exporter = _span_exporter(kind, otel_env)
+            setup._exporters.append(exporter)
+            sdk_tracer.add_span_processor(BatchSpanProcessor(exporter))
         setup._closers.append(sdk_tracer.shutdown)
         tracer_provider = sdk_tracer
 
-    readers: list[MetricReader] = [
-        PeriodicExportingMetricReader(_metric_exporter(kind, otel_env)) for kind in metric_kinds
-    ]
+    metric_exporters = [_metric_exporter(kind, otel_env) for kind in metric_kinds]
+    setup._exporters.extend(metric_exporters)
+    readers: list[MetricReader] = [PeriodicExportingMetricReader(e) for e in metric_exporters]
     registry = None
     if metrics_listen:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader

@@ -30,6 +30,8 @@ class BypassReason(Enum):
     REAL_TIME = "real_time"
     TOOLS = "tools"
     ENTRY_TOO_LARGE = "entry_too_large"
+    VERIFICATION_FAILED = "verification_failed"
+    """The scope's hits diverged from fresh answers beyond its budget (docs/verification.md)."""
 
     __hash__ = object.__hash__  # identity hash: members are singletons (see cache.Outcome)
 
@@ -118,6 +120,13 @@ class TenantPolicy:
     gateway_cache_mode: str | None = None
     """The OpenAI gateway's cache mode for requests that name none (GATEWAY_CACHE_MODES);
     None = read-write."""
+    verify_rate: float | None = None
+    """Fraction of reproducible hits re-computed and compared (docs/verification.md);
+    None = INFERCACHE_VERIFY_RATE, 0 = never (a tenant whose requests must not be sent
+    to the model server again)."""
+    verify_budget: float | None = None
+    """Excess divergence its scopes may show before their hits stop; None =
+    INFERCACHE_VERIFY_BUDGET."""
     inert: bool = field(init=False, repr=False, compare=False)
     """Derived: only declared traits can bypass a request (lets the hot path skip checks)."""
 

@@ -10,6 +10,8 @@
       max_entry_bytes: 1MiB   # bytes, or a size with KiB/MiB/GiB (KB/MB/GB)
       retain_inputs: false
       gateway_cache_mode: read-write   # the gateway's mode when a request names none
+      verify_rate: 0.01       # hits re-computed and compared (docs/verification.md)
+      verify_budget: 0.05     # excess divergence before a scope's hits stop
     tenants:
       acme: {max_ttl_s: 600, retain_inputs: true}   # only the named fields change
 
@@ -140,6 +142,13 @@ class _Reader:
             )
         return value
 
+    def fraction(self, node: yaml.Node, field: str) -> float:
+        if isinstance(node, yaml.ScalarNode) and node.tag in (_TAG + "float", _TAG + "int"):
+            value = float(node.value)
+            if 0.0 <= value <= 1.0:
+                return value
+        raise self.fail(node, field, f"expected a number in [0, 1], got {_kind(node)}")
+
     def cache_mode(self, node: yaml.Node, field: str) -> str:
         if isinstance(node, yaml.ScalarNode) and node.value in GATEWAY_CACHE_MODES:
             return str(node.value)
@@ -156,6 +165,8 @@ class _Reader:
             "max_entry_bytes": self.size,
             "retain_inputs": self.boolean,
             "gateway_cache_mode": self.cache_mode,
+            "verify_rate": self.fraction,
+            "verify_budget": self.fraction,
         }
         out: dict[str, Any] = {}
         lines: dict[str, yaml.Node] = {}

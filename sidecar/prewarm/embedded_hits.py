@@ -97,6 +97,13 @@ class EmbeddedHitStore:
             out.append(HotRequest(digest, hits, request))
         return out
 
+    async def record(self, model_version: str, digest: KeyDigest) -> bytes | None:
+        """The record while it lives (nothing here can be altered from outside)."""
+        now = self._clock_ms()
+        ranking = self._versions.get(model_version)
+        kept = None if ranking is None else ranking.requests.get(digest)
+        return kept[0] if kept is not None and kept[1] > now else None
+
     def _expire(self, now: int) -> None:
         for version in [v for v, r in self._versions.items() if r.expires_at_ms <= now]:
             del self._versions[version]

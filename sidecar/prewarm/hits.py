@@ -88,6 +88,12 @@ class HitStore(Protocol):
         """The k most-hit requests of `model_version`, most hit first."""
         ...
 
+    async def record(self, model_version: str, digest: KeyDigest) -> bytes | None:
+        """The record attached to `digest` under `model_version` (records.encode), read
+        through the same check as `top` (a record that fails it reads as absent); None
+        when there is none."""
+        ...
+
 
 class HitRecorder:
     """Keeps attached requests and counts hits, writing the retainable ones in the

@@ -34,7 +34,7 @@ from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.chunks import check_finish_reason, chunk_table
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.observers import LookupCounter
-from sidecar.results.screen import screen_doubt, screen_policy
+from sidecar.results.screen import screen_doubt, screen_policy, screen_quarantine
 from sidecar.results.single_flight import HoldTry, SingleFlight
 from sidecar.results.tier_reader import TierReader
 from sidecar.results.types import (
@@ -47,6 +47,7 @@ from sidecar.results.types import (
 )
 from sidecar.tiers.base import HoldingStore, WarmItem, WarmTier
 from sidecar.tiers.hot import HotTier
+from sidecar.verification.ledger import Ledger
 
 log = structlog.get_logger("infercache.cache")
 
@@ -120,6 +121,8 @@ class ResultCache:
         # lookup call costs what the inline counting it replaced did.
         self._count = LookupCounter(self.stats).observe
         self._observers = tuple(observers)
+        self.verification: Ledger | None = None
+        """Shadow verification's state: lookups in a quarantined scope are BYPASS."""
 
     def _admit_new_identity(self, old: PodIdentity, new: PodIdentity) -> None:
         self.stats.admit(new.model_version)  # a re-measured model is the pod's own too
@@ -174,7 +177,11 @@ class ResultCache:
 
     def _screen(self, queries: Sequence[LookupQuery]) -> list[LookupResult | None] | None:
         """BYPASS results by position, or None when the policy lets every query through."""
-        return screen_policy(self.policy.current, self.stats, queries)
+        out = screen_policy(self.policy.current, self.stats, queries)
+        ledger = self.verification
+        if ledger is not None and ledger.quarantined:
+            out = screen_quarantine(ledger, self.rules, self.stats, queries, out)
+        return out
 
     async def _find_unbypassed(
         self,

@@ -1,14 +1,17 @@
 """Answers a lookup gets before any tier is read: BYPASS from the cacheability
-policy, and a degraded MISS for keys relying on a fingerprint being re-measured."""
+policy or from a verification quarantine, and a degraded MISS for keys relying on a
+fingerprint being re-measured."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from sidecar.identity.cell import IdentityCell
+from sidecar.invalidation.rules import RuleSet
 from sidecar.observability.stats import CacheStats
-from sidecar.policy.cacheability import NO_TRAITS, Policy
+from sidecar.policy.cacheability import NO_TRAITS, Bypass, BypassReason, Policy
 from sidecar.results.types import LookupQuery, LookupResult, Outcome
+from sidecar.verification.ledger import SCOPE_ADAPTER, Ledger, Scope
 
 Decided = list[LookupResult | None]
 """Answers by position (None: not decided yet, the tiers answer)."""
@@ -55,4 +58,39 @@ def screen_doubt(
             out = out or [None] * len(queries)
             out[i] = LookupResult(Outcome.MISS, key.digest, degraded=True)
             identity.stats.stale_lookup_misses += 1
+    return out
+
+
+_QUARANTINED = Bypass(
+    BypassReason.VERIFICATION_FAILED,
+    "hits of this model version, tenant and prompt version diverged from fresh answers "
+    "beyond the verification budget",
+)
+
+
+def screen_quarantine(
+    ledger: Ledger,
+    rules: RuleSet,
+    stats: CacheStats,
+    queries: Sequence[LookupQuery],
+    out: Decided | None,
+) -> Decided | None:
+    """Add a BYPASS for each undecided key of a quarantined scope; a scope an Invalidate
+    has covered since its quarantine is released instead (sidecar/verification)."""
+    quarantined = ledger.quarantined
+    for i, q in enumerate(queries):
+        if out is not None and out[i] is not None:
+            continue
+        key = q.key
+        scope = Scope(key.model_version, key.tenant, key.prompt_version)
+        tally = quarantined.get(scope)
+        if tally is None:
+            continue
+        dims = (key.tenant, key.model_version, SCOPE_ADAPTER, key.prompt_version)
+        if rules.newest_matching(dims) > tally.since_epoch:
+            ledger.invalidated(scope)
+            continue
+        out = out or [None] * len(queries)
+        out[i] = LookupResult(Outcome.BYPASS, key.digest, bypass=_QUARANTINED)
+        stats.count_bypass(key.model_version, _QUARANTINED.reason.value)
     return out

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.bad_upstream import BadUpstream
 from tests.support.gateway import API_KEYS, MODEL, GatewayPod
-from tests.support.raw_http import request
+from tests.support.raw_http import request, request_http10
 
 pytestmark = pytest.mark.e2e
 
@@ -109,6 +109,17 @@ def test_upstream_closing_mid_body_is_not_stored(pod: GatewayPod, bad: BadUpstre
     status, _, raw = send(pod, doc)
     # Either refused before the status, or the response breaks off (not a clean end).
     assert status == 502 or raw == INCOMPLETE, (status, raw)
+    assert_not_stored(pod, bad, doc)
+
+
+def test_http10_upstream_closing_mid_body_is_a_502(pod: GatewayPod, bad: BadUpstream) -> None:
+    """For an HTTP/1.0 client a whole answer is held until its end (to send its
+    Content-Length), so one the model server cuts mid-body has sent nothing yet: the
+    client gets the 502 with its length, never a truncated 200 (it was chunked)."""
+    doc = body("[[cut-body]]")
+    resp = request_http10(pod.port, "POST", CHAT, [AUTH, JSON_TYPE], json.dumps(doc).encode())
+    assert (resp.status, resp.framing) == (502, "length"), (resp.status, resp.body)
+    assert json.loads(resp.body)["error"]["code"] == "upstream_unreachable"
     assert_not_stored(pod, bad, doc)
 
 

@@ -380,10 +380,10 @@ def test_the_vllm_connectors_link_attaches_to_its_tenants_domain(tmp_path: Path)
     try:
         proc.wait_ready()
         refused = [link(""), link(str(tmp_path / "globex" / "infercache-kv-domain.key"))]
-        assert [r.tier() for r in refused] == [None, None]
+        assert [r.attach_now() for r in refused] == [None, None]
         assert [r.failures for r in refused] == [1, 1]
         granted = link(str(tmp_path / "acme" / "infercache-kv-domain.key"))
-        tier = granted.tier()
+        tier = granted.attach_now()
         assert tier is not None
         try:
             assert tier.trust_domain == "acme"

@@ -81,3 +81,20 @@ async def test_trims_over_budget_and_everything_expires(client: RedisBackend) ->
     listed = await all_keys(client, "t:*")
     never_hit = [k for k in listed if k.endswith(digest(7).hex())]
     assert 0 < await client.redis.pttl(never_hit[0]) <= 5_000
+
+
+async def test_record_reads_one_record_through_its_tag(client: RedisBackend) -> None:
+    """record() returns the attached record of a digest under its version; another
+    version, a digest without one, and a record altered in Redis (its tag no longer
+    verifies) read as absent, the last counted as rejected."""
+    store = RedisHitStore(client, key_prefix="t:", max_per_version=10, ttl_ms=60_000, timeout_s=2)
+    await store.attach("fp1-v1", digest(1), b"req1", 30_000)
+    assert await store.record("fp1-v1", digest(1)) == b"req1"
+    assert await store.record("fp1-v2", digest(1)) is None
+    assert await store.record("fp1-v1", digest(2)) is None
+    (name,) = await all_keys(client, "t:*:q:*")
+    stored = await client.redis.get(name)
+    assert isinstance(stored, bytes)
+    await client.redis.set(name, stored[:-4] + b"evil")
+    assert await store.record("fp1-v1", digest(1)) is None
+    assert store.rejected_records == 1

@@ -8,6 +8,7 @@ Markers in the prompt, besides model_server's [[error]], [[slow]], [[wrong-model
     [[stop=R]]       stop_reason R (`null`: none, as vLLM says of an aborted generation)
     [[cached=K]]     usage says K of the prompt's tokens were read from the prefix cache
     [[cut]]          (stream) ends after the first text delta: no message_stop
+    [[no-end]]       (stream) every event but the last, message_stop
     [[error-event]]  (stream) an error event after the first text delta, the rest after it
 """
 
@@ -112,6 +113,8 @@ def message_events(model: str, prompt: str, pieces: list[str]) -> list[bytes]:
     events.append(_event("message_stop", {}))
     if "[[cut]]" in prompt:
         events = events[:3]
+    if "[[no-end]]" in prompt:
+        events = events[:-1]
     if "[[error-event]]" in prompt:
         error = {"error": {"type": "internal_error", "message": "engine died"}}
         events = [*events[:3], _event("error", error), *events[3:]]

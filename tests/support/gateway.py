@@ -49,13 +49,16 @@ class GatewayPod:
         delay_ms: int = 0,
         slow_s: float = 5.0,
         model_seed: int = 1,
+        noise: float = 0.0,
         **settings: Any,
     ) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="ic-gw-")
         root = Path(self._dir.name)
         self.model_dir = write_model(root / "model", llama_tensors(layers=1, seed=model_seed))
         self.keys_file = write_keys(root / "keys")
-        self.upstream = ModelServerProcess().start(weights, delay_ms=delay_ms, slow_s=slow_s)
+        self.upstream = ModelServerProcess().start(
+            weights, delay_ms=delay_ms, slow_s=slow_s, noise=noise
+        )
         self.redis_url = redis_url
         self.settings: dict[str, Any] = {
             "model_path": str(self.model_dir),

@@ -21,6 +21,8 @@ A prompt containing one of these markers changes the answer:
                      x-ratelimit-remaining-requests: 0
     [[finish=R]]     every choice finishes with finish_reason R (e.g. abort, error,
                      content_filter) instead of stop; body and stream otherwise as usual
+    [[framed]]       (stream, every API) the whole stream in one write framed by its
+                     Content-Length: the body's end arrives with its last event
 POST /v1/responses answers as vLLM does (tests/support/model_server_responses.py).
 `stream: true` answers with SSE chunks of the same text, one per word (a usage chunk
 when stream_options.include_usage); `n` asks for n choices (choice i > 0 says " #i"
@@ -31,6 +33,10 @@ POST /v1/messages answers as vLLM's Messages API does (tests/support/anthropic_s
     no-done    like [[no-done]]
     mid-event  the first event, then half of the next one, and the connection closes
     reset      the first event, then the connection is reset (TCP RST)
+--noise F plays an engine that is not bitwise reproducible: each answer differs, with
+probability F, from the one answer_for gives (a random suffix; --noise-seed seeds it).
+POST /control {"system_prompt": S} plays a behaviour change under the same weights: from
+then on every prompt is answered as if S were prepended (a new default system prompt).
 GET /stats returns {"completions": N, "prompts": [...], "models": [...], "bodies": [...],
 "aborted": N} (bodies as received, byte for byte, recorded when a request arrives;
 aborted: streams whose client went away before the end).
@@ -41,6 +47,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import re
 import socket
 import struct
@@ -111,6 +118,8 @@ class _State:
         self.bodies: list[str] = []
         self.models: list[str] = []
         self.aborted = 0
+        self.system_prompt = ""
+        self.rng = random.Random(args.noise_seed)
 
 
 def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
@@ -136,6 +145,16 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _framed(self, events: list[bytes]) -> None:
+            # As a server (or a proxy) that buffers a stream sends it: the framing's end
+            # arrives with the last event, not after it.
+            body = b"".join(events)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_GET(self) -> None:
             if self.path == "/v1/models":
                 listed = [{"id": m, "object": "model", "owned_by": "test"} for m in args.model]
@@ -153,6 +172,11 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length)
             req = json.loads(raw)
+            if self.path == "/control":
+                with state.lock:
+                    state.system_prompt = str(req.get("system_prompt", ""))
+                self._send(200, {"system_prompt": state.system_prompt})
+                return
             if self.path == "/v1/chat/completions":
                 prompt = chat_prompt(req["messages"])
             elif self.path == "/v1/completions":
@@ -194,7 +218,13 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 doc = {"object": "list", "data": [item], "model": model, "usage": usage}
                 self._send(200, doc | {"id": "embd-test", "created": 0})
                 return
-            text = answer_for(args.weights, prompt)
+            with state.lock:
+                said_first = state.system_prompt
+                noisy = args.noise and state.rng.random() < args.noise
+                variant = state.rng.randrange(10**9)
+            text = answer_for(args.weights, said_first + prompt)
+            if noisy:
+                text = f"{text} ~{variant}"
             if self.path == "/v1/messages":
                 self._messages(req, model, prompt, text)
                 return
@@ -233,6 +263,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if not req.get("stream"):
                 self._send(200, message_body(model, prompt, text))
                 return
+            if "[[framed]]" in prompt:
+                self._framed(message_events(model, prompt, stream_pieces(text)))
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
@@ -245,6 +278,9 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
         def _responses(self, req: dict[str, Any], model: str, prompt: str, text: str) -> None:
             if not req.get("stream"):
                 self._send(200, responses.whole_answer(req, model, prompt, text))
+                return
+            if "[[framed]]" in prompt:
+                self._framed(responses.stream_events(req, model, prompt, stream_pieces(text)))
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -294,6 +330,12 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 events = events[:1]
             if "[[error-event]]" in prompt:
                 events = [*events[:1], {"error": {"message": "engine died", "code": 500}}]
+            if "[[framed]]" in prompt:
+                framed = [b"data: " + json.dumps(event).encode() + b"\n\n" for event in events]
+                if "[[cut]]" not in prompt and "[[no-done]]" not in prompt:
+                    framed.append(b"data: [DONE]\n\n")
+                self._framed(framed)
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
@@ -341,6 +383,8 @@ def main() -> None:
     parser.add_argument("--weights", required=True)
     parser.add_argument("--delay-ms", type=int, default=0)
     parser.add_argument("--slow-s", type=float, default=5.0)
+    parser.add_argument("--noise", type=float, default=0.0)
+    parser.add_argument("--noise-seed", type=int, default=0)
     parser.add_argument(
         "--stream-fault", choices=("cut", "no-done", "mid-event", "reset"), default=""
     )

@@ -12,6 +12,7 @@ Markers in the prompt (besides model_server.py's [[error]], [[slow]], ...):
     [[finish=length]]  status "incomplete", incomplete_details max_output_tokens (as
                        vLLM answers a response cut at max_output_tokens)
     [[cut]]            (stream) ends after the first delta: no response.completed
+    [[no-end]]         (stream) every event but the last, response.completed
     [[error-event]]    (stream) an `error` event after the first delta
     [[call]]           the answer is a function_call item (name "lookup") instead of text
 """
@@ -159,6 +160,8 @@ def stream_events(req: dict[str, Any], model: str, prompt: str, pieces: list[str
     events.append({"type": "response.completed", "response": final})
     if "[[cut]]" in prompt:
         events = events[:5]
+    if "[[no-end]]" in prompt:
+        events = events[:-1]
     if "[[error-event]]" in prompt:
         error = {"type": "error", "code": "InternalServerError", "message": "engine died"}
         events = [*events[:5], error | {"param": None}]

@@ -7,8 +7,10 @@ bench/ imports these too, so they depend on nothing but the standard library.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -22,12 +24,49 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
+_PORTS = range(10000, 20000)
+"""Where free_port hands ports out: below the kernel's ephemeral range (32768 and up on
+Linux), so no port the kernel picks for another process's bind(0) or connect() can be one
+of ours, and below 20000 so that a Redis Cluster node's bus (port + 10000) is never a port
+this allocator gives out."""
+
+_PORTS_COUNTER = Path(tempfile.gettempdir()) / f"infercache-test-ports-{os.getuid()}"
+"""The next port to try, shared by every process of this user on the machine (parallel
+pytest workers, the processes they start, benches, other checkouts' runs) under flock."""
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        try:
+            s.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port in TIME_WAIT is skipped too
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now and no other process was handed recently.
+
+    The kernel's bind(0) picks at random, so two parallel test workers could both be given
+    a port that is free for an instant, and the second server to bind it fails. A counter
+    under an exclusive lock hands each port to one caller; it comes round again only after
+    the other 9,999 have been handed out, long after its first holder bound it or let go."""
+    with open(_PORTS_COUNTER, "a+", encoding="ascii") as counter:
+        fcntl.flock(counter, fcntl.LOCK_EX)  # released when the file closes
+        counter.seek(0)
+        text = counter.read().strip()
+        step = int(text) if text.isdigit() else random.randrange(len(_PORTS))
+        for _ in range(len(_PORTS)):
+            port = _PORTS[step % len(_PORTS)]
+            step += 1
+            if _bindable(port):
+                break
+        else:
+            raise RuntimeError(f"no free port in {_PORTS}")
+        counter.seek(0)
+        counter.truncate()
+        counter.write(str(step % len(_PORTS)))
+    return port
 
 
 def listening_ports(pid: int) -> set[int] | None:
@@ -166,15 +205,19 @@ class ModelServerProcess:
         delay_ms: int = 0,
         slow_s: float = 5.0,
         stream_fault: str = "",
+        noise: float = 0.0,
     ) -> ModelServerProcess:
         """Start (on the same port after a stop) and wait until /v1/models answers.
-        `stream_fault`: how every stream breaks (model_server's --stream-fault)."""
+        `stream_fault`: how every stream breaks (model_server's --stream-fault); `noise`:
+        the fraction of answers that differ run to run (--noise)."""
         self.stop()
         self.weights = weights
         args = [sys.executable, "-m", "tests.support.model_server", "--port", str(self.port)]
         args += ["--weights", weights, "--delay-ms", str(delay_ms), "--slow-s", str(slow_s)]
         if stream_fault:
             args += ["--stream-fault", stream_fault]
+        if noise:
+            args += ["--noise", str(noise)]
         for m in models:
             args += ["--model", m]
         self.proc = subprocess.Popen(
@@ -197,6 +240,13 @@ class ModelServerProcess:
         with urllib.request.urlopen(self.url + "/stats", timeout=5) as resp:
             stats: dict[str, Any] = json.loads(resp.read())
             return stats
+
+    def change_behaviour(self, system_prompt: str) -> None:
+        """Answer from now on as if `system_prompt` were prepended (same weights)."""
+        body = json.dumps({"system_prompt": system_prompt}).encode()
+        req = urllib.request.Request(self.url + "/control", data=body, method="POST")
+        with urllib.request.urlopen(req, timeout=5):
+            pass
 
     def stop(self) -> None:
         """Terminate if running."""

@@ -102,3 +102,57 @@ def refused(
     if code is not None:
         assert err["code"] == code, err
     return err
+
+
+@dataclass(frozen=True)
+class Http10Response:
+    """A response read the way a strict HTTP/1.0 client reads it (RFC 1945: a body is
+    framed by Content-Length or ends when the server closes; no chunked coding)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    framing: str
+    """"length" (Content-Length) or "close" (the body ended when the connection did)."""
+
+    def header(self, name: str) -> str | None:
+        """The first value of header `name`, None when absent."""
+        return next((v for k, v in self.headers if k == name.lower()), None)
+
+
+def request_http10(
+    port: int, method: str, path: str, headers: list[tuple[str, str]], body: bytes = b""
+) -> Http10Response:
+    """One `HTTP/1.0` request (its body framed by Content-Length), the response read
+    until the server closes the connection. AssertionError when the response is not
+    one an HTTP/1.0 client can read: Transfer-Encoding (RFC 9112 6.1 forbids it on an
+    answer to 1.0), or a Content-Length the body does not match exactly."""
+    lines = [f"{method} {path} HTTP/1.0", f"Host: 127.0.0.1:{port}"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    if body or method == "POST":
+        lines.append(f"Content-Length: {len(body)}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head + body)
+        data = b""
+        while piece := sock.recv(65536):
+            data += piece
+    raw_head, sep, rest = data.partition(b"\r\n\r\n")
+    assert sep, data[:200]
+    status_line, *header_lines = raw_head.decode("latin-1").split("\r\n")
+    version, code, _ = status_line.split(" ", 2)
+    assert version in ("HTTP/1.0", "HTTP/1.1"), status_line
+    found = []
+    for line in header_lines:
+        name, colon, value = line.partition(":")
+        assert colon, line
+        assert name == name.strip(), line  # no space before the colon (RFC 9112 5.1)
+        found.append((name.lower(), value.strip()))
+    names = [name for name, _ in found]
+    assert "transfer-encoding" not in names, found
+    if "content-length" not in names:
+        return Http10Response(int(code), found, rest, "close")
+    assert names.count("content-length") == 1, found
+    length = int(dict(found)["content-length"])
+    assert len(rest) == length, (length, rest[:200])
+    return Http10Response(int(code), found, rest, "length")

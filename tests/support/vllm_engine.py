@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from tests.support.processes import REPO, stop_process
 from tests.support.vllm_forkserver import ForkedChild, fork_server
+from tests.support.vllm_stall import stall_run
 
 MARK = "@@infercache-engine "
 BLOCK_SIZE = 32
@@ -63,8 +64,9 @@ class EngineProcess:
         if lora:
             argv.append("--lora")
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        server = fork_server(sys.executable, engine_env())
-        self.proc: ForkedChild = server.fork("tests.support.vllm_engine", argv, self._log)
+        env = engine_env()
+        server = fork_server(sys.executable, env)
+        self.proc: ForkedChild = server.fork("tests.support.vllm_engine", argv, self._log, env)
         self._timeout_s = timeout_s
         self.request({"op": "ping"})
 
@@ -158,12 +160,16 @@ def _stats(llm: Any) -> dict[str, Any]:
         out |= {"lookups": side.lookups, "matched_tokens": side.matched_tokens}
         out |= {"scheduler_attaches": scheduler.link.attaches}
         out |= {"scheduler_failures": scheduler.link.failures}
+        out |= {"scheduler_back_offs": scheduler.link.back_offs}
     if has_kv_transfer_group():
         worker = get_kv_transfer_group()
         if getattr(worker, "worker", None) is not None:
             out |= {"loaded_blocks": worker.worker.loaded_blocks}
             out |= {"torn_blocks": worker.worker.torn_blocks}
             out |= {"saved_blocks": worker.worker.saved_blocks}
+            out |= {"worker_attaches": worker.link.attaches}
+            out |= {"worker_failures": worker.link.failures}
+            out |= {"worker_back_offs": worker.link.back_offs}
     return out
 
 
@@ -184,6 +190,8 @@ def _serve(llm: Any) -> None:
                 answer: dict[str, Any] = {"ok": True}
             elif op == "stats":
                 answer = _stats(llm)
+            elif op == "stall":
+                answer = stall_run(llm, command)
             elif op == "generate":
                 params = SamplingParams(temperature=0.0, max_tokens=command["max_tokens"])
                 prompt: dict[str, Any] = {}

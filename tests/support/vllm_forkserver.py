@@ -10,8 +10,13 @@ state exists before the fork: the connector modules are imported in the child), 
 `python -m <module> <args>` as its own program, and has its stdin, stdout and stderr
 from the caller (passed over a Unix socket).
 
+One server serves every environment: a child takes the environment its request names
+(vLLM reads its settings when an engine is built, in the child, not at import), so tests
+with different variables share one server instead of one ~590 MB server each. Only
+PYTHONPATH is fixed per server: it shaped sys.path before the import.
+
 Protocol, one SOCK_SEQPACKET connection per child: the caller sends a JSON
-{"module", "argv"} with three file descriptors; the server answers "pid N" once the
+{"module", "argv", "env"} with three file descriptors; the server answers "pid N" once the
 child runs and "exit N" when it has ended (then closes). The server exits when its
 stdin closes (its caller is gone) and is SIGKILLed with it on Linux; a child dies with
 the server. ForkServer and ForkedChild (the caller's end) need only the standard library.
@@ -138,14 +143,17 @@ class ForkServer:
                 raise RuntimeError(f"the vLLM fork server did not listen in {timeout_s} s")
             time.sleep(0.1)
 
-    def fork(self, module: str, argv: Sequence[str], stderr: IO[bytes]) -> ForkedChild:
-        """`python -m module argv...` as a forked child, stdin and stdout piped to us."""
+    def fork(
+        self, module: str, argv: Sequence[str], stderr: IO[bytes], env: Mapping[str, str]
+    ) -> ForkedChild:
+        """`python -m module argv...` as a forked child in `env`, stdin and stdout piped to us."""
         conn = self._connect(timeout_s=240)
         child_in, our_in = os.pipe()
         our_out, child_out = os.pipe()
         try:
-            request = json.dumps({"module": module, "argv": list(argv)}).encode()
-            socket.send_fds(conn, [request], [child_in, child_out, stderr.fileno()])
+            request = json.dumps({"module": module, "argv": list(argv), "env": dict(env)})
+            request_bytes = request.encode()
+            socket.send_fds(conn, [request_bytes], [child_in, child_out, stderr.fileno()])
         finally:
             os.close(child_in)
             os.close(child_out)
@@ -153,10 +161,12 @@ class ForkServer:
         stdout = open(our_out, encoding="utf-8")  # noqa: SIM115
         return ForkedChild(conn, stdin, stdout)
 
-    def run(self, module: str, argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
-        """`python -m module argv...` to its end: (exit status, its stdout then stderr)."""
+    def run(
+        self, module: str, argv: Sequence[str], env: Mapping[str, str], timeout_s: float
+    ) -> tuple[int, str]:
+        """`python -m module argv...` in `env` to its end: (exit status, its stdout then stderr)."""
         with tempfile.TemporaryFile() as err:
-            child = self.fork(module, argv, err)
+            child = self.fork(module, argv, err, env)
             child.stdin.close()
             out = child.stdout.read()
             child.stdout.close()
@@ -182,13 +192,13 @@ class ForkServer:
         self._dir.cleanup()
 
 
-_servers: dict[tuple[str, tuple[tuple[str, str], ...]], ForkServer] = {}
+_servers: dict[tuple[str, str], ForkServer] = {}
 
 
 def fork_server(python: str, env: Mapping[str, str]) -> ForkServer:
-    """This process's fork server for that interpreter and environment (started on first
-    use, stopped at exit)."""
-    key = (python, tuple(sorted(env.items())))
+    """This process's fork server for that interpreter and PYTHONPATH (started on first use,
+    in `env`, stopped at exit); each fork names its own environment."""
+    key = (python, env.get("PYTHONPATH", ""))
     if key not in _servers:
         _servers[key] = ForkServer(python, env)
         if len(_servers) == 1:
@@ -212,6 +222,8 @@ def _child(fds: list[int], request: dict[str, Any]) -> None:
             os.dup2(fd, target)
             os.close(fd)
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in request["env"].items()})
         module, argv = str(request["module"]), [str(a) for a in request["argv"]]
         sys.argv = [module, *argv]
         runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -43,8 +44,16 @@ INFERCACHE = Path(os.environ.get("INFERCACHE_BIN", str(REPO / ".venv" / "bin" / 
 class SidecarServer:
     """One sidecar process; start() again after kill() reuses the port."""
 
-    def __init__(self, *, model_path: Path | None = None, redis_url: str | None = None) -> None:
-        """`model_path`: the sidecar fingerprints it at start (--model-path)."""
+    def __init__(
+        self,
+        *,
+        model_path: Path | None = None,
+        redis_url: str | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
+        """`model_path`: the sidecar fingerprints it at start (--model-path); `args`: more
+        `infercache serve` flags (change them between kill() and start())."""
+        self.args = list(args)
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
         self._model_path, self._redis_url = model_path, redis_url
@@ -62,6 +71,7 @@ class SidecarServer:
             argv += ["--model-path", str(self._model_path)]
         if self._redis_url is not None:
             argv += ["--redis-url", self._redis_url, "--fleet-secret-file", FLEET_SECRET_FILE]
+        argv += self.args
         env = {k: v for k, v in os.environ.items() if not k.startswith("INFERCACHE_")}
         self.proc = subprocess.Popen(
             argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log

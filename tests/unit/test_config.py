@@ -494,6 +494,17 @@ HISTORICAL_VARIABLES = [
     "ADMIN_TLS_CLIENT_CA_FILE",
     # Issue 26 item 1: a single-flight hold lapses unless its holder renews it (new).
     "LEASE_HOLD_TTL_MS",
+    # Issue 29: shadow verification of hits (new).
+    "VERIFY_RATE",
+    "VERIFY_BASELINE_RATE",
+    "VERIFY_CONFIRM_RATE",
+    "VERIFY_BUDGET",
+    "VERIFY_FALSE_ALARM",
+    "VERIFY_MAX_CONCURRENCY",
+    "VERIFY_MAX_PER_S",
+    "VERIFY_BUSY_CALLS",
+    "VERIFY_MAX_SCOPES",
+    "VERIFY_DATA_PLANE",
 ]
 
 

@@ -67,6 +67,9 @@ class FakeStore:
     async def top(self, model_version: str, k: int) -> list[HotRequest]:
         return []
 
+    async def record(self, model_version: str, digest: KeyDigest) -> bytes | None:
+        return None
+
 
 def _hit(r: KeyRequest) -> tuple[LookupQuery, LookupResult]:
     key = build_key(r)
@@ -258,3 +261,15 @@ def test_tally_eta_and_reports() -> None:
     assert (p.done, p.stored, p.failed, p.eta_ms) == (2, 1, 1, 1000)
     assert [i.reason for i in p.items] == ["upstream_timeout"]
     assert t.snapshot(RunState.RUNNING, elapsed_ms=1000).items == ()
+
+
+async def test_embedded_record_lives_as_long_as_attached() -> None:
+    """The embedded store's record() returns a digest's record until it expires."""
+    now = [0]
+    store = EmbeddedHitStore(max_per_version=4, ttl_ms=10_000, clock_ms=lambda: now[0])
+    await store.attach("v1", KeyDigest(bytes([1]) * 32), b"r1", 500)
+    assert await store.record("v1", KeyDigest(bytes([1]) * 32)) == b"r1"
+    assert await store.record("v1", KeyDigest(bytes([2]) * 32)) is None
+    assert await store.record("v2", KeyDigest(bytes([1]) * 32)) is None
+    now[0] = 500
+    assert await store.record("v1", KeyDigest(bytes([1]) * 32)) is None

@@ -6,6 +6,7 @@ cached token counted is one the connector loaded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from tests.support.processes import RedisServer
 from tests.support.vllm_engine import BLOCK_SIZE, EngineProcess
-from tests.support.vllm_model import PROMPTS, Models, replace_weights
+from tests.support.vllm_model import PROMPTS, VOCAB, Models, replace_weights
 from tests.support.vllm_sidecar import SidecarServer
 
 LOADABLE = (len(PROMPTS["a"]) - 1) // BLOCK_SIZE * BLOCK_SIZE
@@ -86,3 +87,58 @@ def test_example_connector_serves_stale_kv_after_a_weight_update(
         engine.close()
     assert out["cached"] > 0, "ExampleConnector loaded v1's KV into the v2 engine"
     assert out["tokens"] != reference["v2"]["c"], "and v2's answer is silently wrong"
+
+
+def _edit_embedding_rows_in_place(model: Path, tokens: list[int]) -> None:
+    """Negate the embedding rows of `tokens` in model.safetensors, writing into the file
+    itself (same inode: what an in-place vocabulary edit does)."""
+    path = model / "model.safetensors"
+    with path.open("r+b") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        entry = json.loads(f.read(header_len))["model.embed_tokens.weight"]
+        assert entry["dtype"] == "F32"
+        row_bytes = entry["shape"][1] * 4
+        base = 8 + header_len + entry["data_offsets"][0]
+        for token in tokens:
+            f.seek(base + token * row_bytes)
+            row = f.read(row_bytes)
+            flipped = bytes(b ^ 0x80 if i % 4 == 3 else b for i, b in enumerate(row))
+            f.seek(base + token * row_bytes)
+            f.write(flipped)  # the sign bit of every float32 of the row
+
+
+def test_eight_embedding_rows_edited_in_place_load_no_stale_kv_at_default_settings(
+    served_dir: Path, reference: Outputs, warm_sidecar: SidecarServer
+) -> None:
+    """The blind spot of the sampled fingerprint: 8 rows of the embedding, none of them in a
+    sampled window, edited in place. At default settings (full content hash) a fresh
+    engine loads none of the old KV and answers as an engine without any cache does."""
+    from sidecar.fingerprint import fingerprint
+    from sidecar.fingerprint.hashing import sample_spans
+
+    extra = {"sidecar": warm_sidecar.target}
+    first = run(served_dir, extra, ["a"])
+    assert first[0]["tokens"] == reference["v1"]["a"]
+    assert run(served_dir, extra, ["a"])[0]["cached"] == LOADABLE  # v1's KV is there
+
+    # Rows of tokens of prompt a's first block that no fast-mode window touches.
+    row_bytes = 128 * 4
+    windows = sample_spans(VOCAB * row_bytes)
+    sampled = {
+        r for off, n in windows for r in range(off // row_bytes, (off + n - 1) // row_bytes + 1)
+    }
+    rows = [t for t in dict.fromkeys(PROMPTS["a"][:BLOCK_SIZE]) if t not in sampled][:8]
+    assert len(rows) == 8
+    fast_before = fingerprint(served_dir, mode="fast").value
+    _edit_embedding_rows_in_place(served_dir, rows)
+    assert fingerprint(served_dir, mode="fast").value == fast_before, "fast mode cannot see it"
+
+    plain = EngineProcess(served_dir)  # no connector: what the edited weights answer
+    try:
+        (expected,) = plain.generate([PROMPTS["a"]])
+    finally:
+        plain.close()
+    assert expected["tokens"] != reference["v1"]["a"], "the edit must change the answer"
+    (after,) = run(served_dir, extra, ["a"])
+    assert after["cached"] == 0, "no token of the old weights' KV may be loaded"
+    assert after["tokens"] == expected["tokens"]

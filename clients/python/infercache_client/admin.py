@@ -154,6 +154,26 @@ class AdminClient:
         )
         return resp.record
 
+    def acknowledge_verification(
+        self,
+        model_version: str,
+        tenant: str,
+        prompt_version: str,
+        reason: str,
+        *,
+        timeout: float | None = 30.0,
+    ) -> PB2.VerificationEvent:
+        """Serve a quarantined verification scope's hits again; the audited event."""
+        scope = PB2.VerificationScope(
+            model_version=model_version, tenant=tenant, prompt_version=prompt_version
+        )
+        resp: PB2.AcknowledgeVerificationResponse = self._stub.AcknowledgeVerification(
+            PB2.AcknowledgeVerificationRequest(scope=scope, reason=reason),
+            metadata=self._metadata,
+            timeout=timeout,
+        )
+        return resp.event
+
     def invalidations(
         self, limit: int, *, timeout: float | None = 30.0
     ) -> list[PB2.InvalidationRecord]:

@@ -3,7 +3,9 @@
 Failure policy: every call has a deadline. A failure opens a small circuit for
 a growing pause (capped at one second) during which calls fail at once instead
 of each paying the deadline; the first call after the pause probes Redis again,
-so the sidecar heals without a restart.
+so the sidecar heals without a restart. A patient guard (the control plane's) counts
+its deadline as Redis's time, not the sidecar's own CPU or scheduling delay
+(deadline.py): a busy host is not a Redis outage.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from types import TracebackType
 
 from redis.exceptions import RedisClusterException, RedisError
 
+from sidecar.backends.redis.deadline import PatientDeadline
 from sidecar.config import DEFAULTS
 from sidecar.errors import StoreDistrusted, TierTimeout, TierUnavailable
 from sidecar.keys import KeyDigest
@@ -70,8 +73,11 @@ class RedisKeys:
 class RedisGuard:
     """Maps Redis errors and deadline overruns to TierUnavailable, and runs the circuit."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, *, patient: bool = False) -> None:
+        """`patient`: deadlines count Redis's time only (deadline.py), for calls off the
+        lookup path, where the wall-clock bound is not a request's latency budget."""
         self._what = what
+        self.patient = patient
         self._pause_until = 0.0
         self._pause_s = _MIN_PAUSE_S
         self.failures = 0
@@ -104,11 +110,14 @@ class _Guarded:
     def __init__(self, guard: RedisGuard, deadline_s: float) -> None:
         self._guard = guard
         self._deadline_s = deadline_s
-        self._timeout: asyncio.Timeout | None = None
+        self._timeout: asyncio.Timeout | PatientDeadline | None = None
 
     async def __aenter__(self) -> None:
         self._guard.check()
-        self._timeout = asyncio.timeout(self._deadline_s)
+        if self._guard.patient:
+            self._timeout = PatientDeadline(self._deadline_s)
+        else:
+            self._timeout = asyncio.timeout(self._deadline_s)
         await self._timeout.__aenter__()
 
     async def __aexit__(
@@ -125,6 +134,8 @@ class _Guarded:
             exc = timed_out
         if isinstance(exc, TimeoutError):  # the deadline's, or one the body raised
             guard._trip()
+            if isinstance(self._timeout, PatientDeadline):
+                raise TierTimeout(f"{guard._what}: {self._timeout.describe()}") from exc
             raise TierTimeout(
                 f"{guard._what}: no answer within {self._deadline_s * 1000:.0f} ms"
             ) from exc

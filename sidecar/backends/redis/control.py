@@ -38,6 +38,7 @@ from sidecar.backends.redis import control_scripts as scripts
 from sidecar.backends.redis.backend import RedisBackend, connect
 from sidecar.backends.redis.client import RedisGuard, RedisKeys, parse_epoch
 from sidecar.backends.redis.control_chain import RedisRuleChain
+from sidecar.backends.redis.deadline import CAP_FACTOR
 from sidecar.config import DEFAULTS
 from sidecar.errors import TierUnavailable
 from sidecar.invalidation.chain import ChainSeal
@@ -72,10 +73,13 @@ class RedisControlStore:
         # Holder keys are touched on the lookup path: same short deadline as reads.
         self._lookup_timeout = lookup_timeout_s
         self._owns_client = client is None
-        self.client = client or connect(
-            url, connect_timeout_s=timeout_s, socket_timeout_s=timeout_s
-        )
-        self._guard = RedisGuard("redis control store")
+        # redis-py's own timeouts are only a net: the patient guard decides (it may
+        # wait up to CAP_FACTOR deadlines on a busy host, see deadline.py).
+        net_s = timeout_s * CAP_FACTOR
+        self.client = client or connect(url, connect_timeout_s=net_s, socket_timeout_s=net_s)
+        # The control plane's deadline counts Redis's time, not the sidecar's own CPU
+        # or scheduling delay: a busy host must not fail an Invalidate (deadline.py).
+        self._guard = RedisGuard("redis control store", patient=True)
         # Holder keys: own circuits, so a slow take (lookup deadline) fails neither the
         # next release (write deadline) nor the next Invalidate or heartbeat.
         self._hold_guard = RedisGuard("redis holder keys (take)")

@@ -123,6 +123,13 @@ class RedisHitStore:
             out.append(HotRequest(digest, int(score), self._open(model_version, digest, value)))
         return out
 
+    async def record(self, model_version: str, digest: KeyDigest) -> bytes | None:
+        """GET of the record, its tag verified (shadow verification of gRPC hits)."""
+        key = self._base(model_version) + "q:" + digest.hex()
+        async with self._guard(self._timeout_s):
+            value = cast(bytes | None, await self._client.get(key))
+        return self._open(model_version, digest, value)
+
     def _open(self, model_version: str, digest: KeyDigest, value: bytes | None) -> bytes | None:
         """The record a stored value holds if its tag verifies for this version and digest."""
         if value is None:

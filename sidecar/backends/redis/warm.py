@@ -62,7 +62,7 @@ class RedisWarmTier:
         # overruns the short read deadline must not fail the next Store untried.
         self._read_guard = RedisGuard("redis warm tier reads")
         self._write_guard = RedisGuard("redis warm tier writes")
-        self._scan_guard = RedisGuard("redis warm tier scans")
+        self._scan_guard = RedisGuard("redis warm tier scans", patient=True)
         self.foreign_keys = 0
         """Keys under the entry prefix that are not this tier's entries (skipped by scans)."""
         self._epoch_key = self.keys.meta("epoch").encode()

@@ -99,7 +99,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("counters", "epoch", "confirmed", "member_id", "versions", "tiers", "uptime_seconds", "global_counters", "server")
+    __slots__ = ("counters", "epoch", "confirmed", "member_id", "versions", "tiers", "uptime_seconds", "global_counters", "server", "verification", "verification_events", "verification_counts")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +108,13 @@ class GetStatsResponse(_message.Message):
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     class GlobalCountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class VerificationCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +130,9 @@ class GetStatsResponse(_message.Message):
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     SERVER_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_COUNTS_FIELD_NUMBER: _ClassVar[int]
     counters: _containers.ScalarMap[str, int]
     epoch: int
     confirmed: bool
@@ -132,7 +142,90 @@ class GetStatsResponse(_message.Message):
     uptime_seconds: float
     global_counters: _containers.ScalarMap[str, int]
     server: _cache_pb2.GetServerInfoResponse
-    def __init__(self, counters: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ..., confirmed: _Optional[bool] = ..., member_id: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[VersionStats, _Mapping]]] = ..., tiers: _Optional[_Iterable[_Union[TierUsage, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., global_counters: _Optional[_Mapping[str, int]] = ..., server: _Optional[_Union[_cache_pb2.GetServerInfoResponse, _Mapping]] = ...) -> None: ...
+    verification: _containers.RepeatedCompositeFieldContainer[VerificationStats]
+    verification_events: _containers.RepeatedCompositeFieldContainer[VerificationEvent]
+    verification_counts: _containers.ScalarMap[str, int]
+    def __init__(self, counters: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ..., confirmed: _Optional[bool] = ..., member_id: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[VersionStats, _Mapping]]] = ..., tiers: _Optional[_Iterable[_Union[TierUsage, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., global_counters: _Optional[_Mapping[str, int]] = ..., server: _Optional[_Union[_cache_pb2.GetServerInfoResponse, _Mapping]] = ..., verification: _Optional[_Iterable[_Union[VerificationStats, _Mapping]]] = ..., verification_events: _Optional[_Iterable[_Union[VerificationEvent, _Mapping]]] = ..., verification_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class VerificationScope(_message.Message):
+    __slots__ = ("model_version", "tenant", "prompt_version")
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    model_version: str
+    tenant: str
+    prompt_version: str
+    def __init__(self, model_version: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt_version: _Optional[str] = ...) -> None: ...
+
+class VerificationStats(_message.Message):
+    __slots__ = ("scope", "state", "checks", "diverged", "baseline_checks", "baseline_diverged", "excess", "excess_lower", "excess_upper", "statistic", "threshold")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    DIVERGED_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_CHECKS_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_DIVERGED_FIELD_NUMBER: _ClassVar[int]
+    EXCESS_FIELD_NUMBER: _ClassVar[int]
+    EXCESS_LOWER_FIELD_NUMBER: _ClassVar[int]
+    EXCESS_UPPER_FIELD_NUMBER: _ClassVar[int]
+    STATISTIC_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    scope: VerificationScope
+    state: str
+    checks: int
+    diverged: int
+    baseline_checks: int
+    baseline_diverged: int
+    excess: float
+    excess_lower: float
+    excess_upper: float
+    statistic: float
+    threshold: float
+    def __init__(self, scope: _Optional[_Union[VerificationScope, _Mapping]] = ..., state: _Optional[str] = ..., checks: _Optional[int] = ..., diverged: _Optional[int] = ..., baseline_checks: _Optional[int] = ..., baseline_diverged: _Optional[int] = ..., excess: _Optional[float] = ..., excess_lower: _Optional[float] = ..., excess_upper: _Optional[float] = ..., statistic: _Optional[float] = ..., threshold: _Optional[float] = ...) -> None: ...
+
+class VerificationEvent(_message.Message):
+    __slots__ = ("time_ms", "scope", "action", "caller", "reason", "checks", "diverged", "baseline_checks", "baseline_diverged", "excess", "excess_lower", "excess_upper", "member_id")
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    DIVERGED_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_CHECKS_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_DIVERGED_FIELD_NUMBER: _ClassVar[int]
+    EXCESS_FIELD_NUMBER: _ClassVar[int]
+    EXCESS_LOWER_FIELD_NUMBER: _ClassVar[int]
+    EXCESS_UPPER_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    time_ms: int
+    scope: VerificationScope
+    action: str
+    caller: str
+    reason: str
+    checks: int
+    diverged: int
+    baseline_checks: int
+    baseline_diverged: int
+    excess: float
+    excess_lower: float
+    excess_upper: float
+    member_id: str
+    def __init__(self, time_ms: _Optional[int] = ..., scope: _Optional[_Union[VerificationScope, _Mapping]] = ..., action: _Optional[str] = ..., caller: _Optional[str] = ..., reason: _Optional[str] = ..., checks: _Optional[int] = ..., diverged: _Optional[int] = ..., baseline_checks: _Optional[int] = ..., baseline_diverged: _Optional[int] = ..., excess: _Optional[float] = ..., excess_lower: _Optional[float] = ..., excess_upper: _Optional[float] = ..., member_id: _Optional[str] = ...) -> None: ...
+
+class AcknowledgeVerificationRequest(_message.Message):
+    __slots__ = ("scope", "reason")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    scope: VerificationScope
+    reason: str
+    def __init__(self, scope: _Optional[_Union[VerificationScope, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AcknowledgeVerificationResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: VerificationEvent
+    def __init__(self, event: _Optional[_Union[VerificationEvent, _Mapping]] = ...) -> None: ...
 
 class VersionStats(_message.Message):
     __slots__ = ("model_version", "lookups", "stores", "rejected", "bypasses", "leases", "downstream", "degraded", "dead", "invalidations", "saved_latency_ms", "saved_prompt_tokens", "saved_completion_tokens")

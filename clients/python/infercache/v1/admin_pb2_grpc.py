@@ -55,6 +55,11 @@ class AdminServiceStub:
                 request_serializer=infercache_dot_v1_dot_admin__pb2.PrewarmRequest.SerializeToString,
                 response_deserializer=infercache_dot_v1_dot_admin__pb2.PrewarmResponse.FromString,
                 _registered_method=True)
+        self.AcknowledgeVerification = channel.unary_unary(
+                '/infercache.v1.AdminService/AcknowledgeVerification',
+                request_serializer=infercache_dot_v1_dot_admin__pb2.AcknowledgeVerificationRequest.SerializeToString,
+                response_deserializer=infercache_dot_v1_dot_admin__pb2.AcknowledgeVerificationResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -94,6 +99,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcknowledgeVerification(self, request, context):
+        """Serve a quarantined verification scope's hits again (its answers as they are now
+        are accepted); its evidence is reset. FAILED_PRECONDITION when it is not quarantined.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -116,6 +129,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.Prewarm,
                     request_deserializer=infercache_dot_v1_dot_admin__pb2.PrewarmRequest.FromString,
                     response_serializer=infercache_dot_v1_dot_admin__pb2.PrewarmResponse.SerializeToString,
+            ),
+            'AcknowledgeVerification': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcknowledgeVerification,
+                    request_deserializer=infercache_dot_v1_dot_admin__pb2.AcknowledgeVerificationRequest.FromString,
+                    response_serializer=infercache_dot_v1_dot_admin__pb2.AcknowledgeVerificationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -227,6 +245,33 @@ class AdminService:
             '/infercache.v1.AdminService/Prewarm',
             infercache_dot_v1_dot_admin__pb2.PrewarmRequest.SerializeToString,
             infercache_dot_v1_dot_admin__pb2.PrewarmResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcknowledgeVerification(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/infercache.v1.AdminService/AcknowledgeVerification',
+            infercache_dot_v1_dot_admin__pb2.AcknowledgeVerificationRequest.SerializeToString,
+            infercache_dot_v1_dot_admin__pb2.AcknowledgeVerificationResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,7 @@ class BypassReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BYPASS_REASON_REAL_TIME: _ClassVar[BypassReason]
     BYPASS_REASON_TOOLS: _ClassVar[BypassReason]
     BYPASS_REASON_ENTRY_TOO_LARGE: _ClassVar[BypassReason]
+    BYPASS_REASON_VERIFICATION_FAILED: _ClassVar[BypassReason]
 
 class StoreOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -83,6 +84,7 @@ BYPASS_REASON_PRIVATE_DATA: BypassReason
 BYPASS_REASON_REAL_TIME: BypassReason
 BYPASS_REASON_TOOLS: BypassReason
 BYPASS_REASON_ENTRY_TOO_LARGE: BypassReason
+BYPASS_REASON_VERIFICATION_FAILED: BypassReason
 STORE_OUTCOME_UNSPECIFIED: StoreOutcome
 STORE_OUTCOME_STORED: StoreOutcome
 STORE_OUTCOME_WRITE_FAILED: StoreOutcome

@@ -209,8 +209,10 @@ class HotTier:
         cache_salt: str = "",
         lease_ttl_ms: int = 0,
         hot_only: bool = False,
+        timeout_s: float | None = None,
     ) -> PrefixMatch:
-        """Longest cached prefix of `block_hashes` (chain_hashes output), pinned under a lease."""
+        """Longest cached prefix of `block_hashes` (chain_hashes output), pinned under a
+        lease. `timeout_s` overrides the client's deadline for this call."""
         req = PB2.LookupPrefixRequest(
             attachment_id=self.attachment_id,
             tenant=tenant,
@@ -219,7 +221,8 @@ class HotTier:
             lease_ttl_ms=lease_ttl_ms,
             hot_only=hot_only,
         )
-        resp: PB2.LookupPrefixResponse = self._stub.LookupPrefix(req, timeout=self._timeout_s)
+        timeout = self._timeout_s if timeout_s is None else timeout_s
+        resp: PB2.LookupPrefixResponse = self._stub.LookupPrefix(req, timeout=timeout)
         lease = Lease.from_pb(resp.lease)
         self._track(lease)
         return PrefixMatch(

@@ -4,8 +4,9 @@
         "kv_connector_module_path": "infercache_client.vllm", "kv_role": "kv_both",
         "kv_connector_extra_config": {"sidecar": "127.0.0.1:50051"}}'
 
-Every timeout bounds what a slow or dead sidecar can cost a request: the scheduler
-never waits longer than lookup_timeout_s on a lookup, and after a failure it stops
+Every timeout bounds what a slow or dead sidecar can cost a request: nothing on vLLM's
+scheduler path waits longer than lookup_timeout_s for the sidecar, attaches (after the
+one at engine start) run in the background, and after a deadline the connector stops
 asking for retry_s (vLLM serves with 0 external tokens meanwhile).
 """
 
@@ -55,13 +56,15 @@ class ConnectorConfig:
     rpc_timeout_s: float = 2.0
     """Deadline of every other RPC (pinning, allocate, commit, release)."""
     attach_timeout_s: float = 5.0
-    """Deadline of AttachHotTier (the pool is created on the first attach)."""
+    """Deadline of AttachHotTier (the pool is created on the first attach); only the
+    attach at engine start waits for it, later ones run in the background."""
     retry_s: float = 1.0
-    """After a failed RPC, how long the connector leaves the sidecar alone."""
+    """After a deadline or a refused attach, how long the connector leaves the sidecar
+    alone (an attachment the sidecar forgot is replaced at once)."""
     model_fingerprint: str = ""
     """Declare this fingerprint instead of computing it from the model directory
     (`infercache fingerprint DIR`); only for a model vLLM loads from elsewhere."""
-    fingerprint_mode: str = "fast"
+    fingerprint_mode: str = "full"
     """fast or full: must be the mode the sidecar fingerprints its --model-path with."""
     domain_key_file: str = ""
     """The trust domain's key file (`<INFERCACHE_KV_SHM_DIR>/<domain>/infercache-kv-domain.key`)

@@ -56,6 +56,9 @@ class InfercacheConnector(KVConnectorBase_V1):
             tenant=self.config.tenant,
             domain_key_file=self.config.domain_key_file,
         )
+        # Attach now, at engine start, so the first request finds the pool; every later
+        # attach runs in the background (a frozen sidecar never stalls the engine loop).
+        self.link.attach_now()
         self.scheduler: SchedulerSide | None = None
         self.worker: WorkerSide | None = None
         if is_scheduler:
@@ -67,6 +70,7 @@ class InfercacheConnector(KVConnectorBase_V1):
                 tenant=self.config.tenant,
                 block_size=layout.tokens_per_block,
                 adapters=AdapterFingerprints(self.config.fingerprint_mode),
+                lookup_timeout_s=self.config.lookup_timeout_s,
             )
         else:
             self.worker = WorkerSide(
@@ -128,6 +132,8 @@ class InfercacheConnector(KVConnectorBase_V1):
 
     def shutdown(self) -> None:
         """Detach from the sidecar."""
+        if self.scheduler is not None:
+            self.scheduler.close()
         self.link.close()
 
     # -- scheduler side ------------------------------------------------------------
@@ -135,7 +141,8 @@ class InfercacheConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(
         self, request: Any, num_computed_tokens: int
     ) -> tuple[int | None, bool]:
-        """Tokens loadable from the sidecar beyond the local prefix cache's."""
+        """Tokens loadable from the sidecar beyond the local prefix cache's (None: not
+        known yet, vLLM asks again next step)."""
         assert self.scheduler is not None
         return self.scheduler.get_num_new_matched_tokens(request, num_computed_tokens), False
 

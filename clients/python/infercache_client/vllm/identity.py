@@ -27,15 +27,23 @@ class FingerprintUnavailable(RuntimeError):
 
 def _fingerprint_dir(path: str, *, kind: Literal["model", "adapter"], mode: str) -> str:
     try:
-        from sidecar.fingerprint import fingerprint
+        from sidecar.fingerprint import default_cache_file, fingerprint
     except ImportError as exc:
         raise FingerprintUnavailable(
             "the infercache vLLM connector fingerprints the weights vLLM loaded with "
             "sidecar.fingerprint: install infercache-client[vllm] (it pulls in infercache), "
             "or set kv_connector_extra_config.model_fingerprint"
         ) from exc
+    # Full mode reads every byte: the memo (the sidecar's default file, keyed by each
+    # shard's inode, size, mtime and ctime) spares an engine restart the rehash.
+    full = mode == "full"
     try:
-        value: str = fingerprint(path, kind=kind, mode="full" if mode == "full" else "fast").value
+        value: str = fingerprint(
+            path,
+            kind=kind,
+            mode="full" if full else "fast",
+            cache_file=default_cache_file(os.environ) if full else None,
+        ).value
     except (OSError, ValueError) as exc:
         raise FingerprintUnavailable(f"cannot fingerprint {path}: {exc}") from exc
     return value

@@ -1,16 +1,18 @@
 """The scheduler half: prefix lookups, pins, and what to load and save each step.
 
 - get_num_new_matched_tokens asks the sidecar for the longest cached prefix and lets go
-  of it at once (the lookup's lease is released before returning: vLLM may ask again,
-  or never schedule the request, so nothing may stay pinned).
+  of it at once (the lookup's lease is released: vLLM may ask again, or never schedule
+  the request, so nothing may stay pinned). The lookup runs off the engine loop
+  (probes.py): until it answers, vLLM is told to ask again (None).
 - update_state_after_alloc pins the promised blocks with a second lookup; any block the
   sidecar no longer has (evicted, sidecar gone) is sent to the worker as failed, which
   reports it through get_block_ids_with_load_errors and vLLM recomputes from there.
 - build_connector_meta hands the worker the loads and the prompt blocks that this step
   completes (saved once each); request_finished releases the pins.
 
-Every sidecar call is bounded by lookup_timeout_s; a failure makes the link back off,
-during which requests see 0 external tokens.
+No call here waits longer than lookup_timeout_s for the sidecar (the pin; the probe's
+wait is shorter, releases and attaches never wait): while the link has no attachment
+(backing off, or attaching in the background) requests see 0 external tokens at once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from infercache_client.vllm.chain import ChainScope, request_chain
 from infercache_client.vllm.identity import AdapterFingerprints
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec, SaveSpec
+from infercache_client.vllm.probes import INLINE_WAIT_S, PrefixProbes
 
 log = logging.getLogger("infercache_client.vllm")
 
@@ -52,10 +55,18 @@ class SchedulerSide:
     """State and sidecar calls of the scheduler-role connector."""
 
     def __init__(
-        self, link: SidecarLink, *, tenant: str, block_size: int, adapters: AdapterFingerprints
+        self,
+        link: SidecarLink,
+        *,
+        tenant: str,
+        block_size: int,
+        adapters: AdapterFingerprints,
+        lookup_timeout_s: float,
     ) -> None:
-        """`link` is attached lazily; `tenant` scopes every block."""
+        """`link` is attached lazily; `tenant` scopes every block; `lookup_timeout_s`
+        bounds a probe from the moment vLLM first asks."""
         self._link = link
+        self._probes = PrefixProbes(link, tenant=tenant, timeout_s=lookup_timeout_s)
         self._tenant = tenant
         self._block_size = block_size
         self._adapters = adapters
@@ -85,31 +96,32 @@ class SchedulerSide:
         limit = tier.max_chain_blocks if tier is not None else 0
         return request_chain(prompt, self._block_size, scope, limit), salt
 
-    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> int:
-        """External tokens beyond `num_computed_tokens` the sidecar holds (nothing pinned)."""
-        self._matches.pop(request.request_id, None)
-        chain = self._chain(request)
-        if chain is None:
-            return 0
-        hashes, salt = chain
-        # The last prompt token is always computed (its logits sample the next token).
-        usable = min(len(hashes), (len(request.prompt_token_ids) - 1) // self._block_size)
-        local = num_computed_tokens // self._block_size
-        if usable <= local:
-            return 0
-        tenant = self._tenant
-
-        def probe(tier: Any) -> int:
-            match = tier.lookup_prefix(tenant, hashes[:usable], cache_salt=salt)
-            if match.lease is not None:
-                tier.release(match.lease.lease_id)
-            return int(match.matched_blocks)
-
-        matched = self._link.call("prefix lookup", probe)
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> int | None:
+        """External tokens beyond `num_computed_tokens` the sidecar holds (nothing pinned),
+        or None while the lookup has not answered (vLLM asks again next step)."""
+        req_id = request.request_id
+        self._matches.pop(req_id, None)
+        wait_s = 0.0
+        if not self._probes.running(req_id):
+            chain = self._chain(request)
+            if chain is None:
+                return 0
+            hashes, salt = chain
+            # The last prompt token is always computed (its logits sample the next token).
+            usable = min(len(hashes), (len(request.prompt_token_ids) - 1) // self._block_size)
+            if usable <= num_computed_tokens // self._block_size:
+                return 0
+            self._probes.start(req_id, hashes, salt, usable)
+            wait_s = INLINE_WAIT_S
+        answer = self._probes.take(req_id, wait_s)
+        if answer is None:
+            return None
+        matched, hashes = answer
         self.lookups += 1
-        if not matched or matched <= local:
+        local = num_computed_tokens // self._block_size
+        if matched <= local:
             return 0
-        self._matches[request.request_id] = _Match(hashes, local, matched)
+        self._matches[req_id] = _Match(hashes, local, matched)
         external = matched * self._block_size - num_computed_tokens
         self.matched_tokens += external
         return external
@@ -212,6 +224,7 @@ class SchedulerSide:
 
     def request_finished(self, request: Any) -> None:
         """Release the request's pins and forget it."""
+        self._probes.forget(request.request_id)
         self._matches.pop(request.request_id, None)
         state = self._requests.pop(request.request_id, None)
         if state is not None:
@@ -222,3 +235,7 @@ class SchedulerSide:
             tier, lease_id = state.lease
             state.lease = None
             self._link.release(tier, lease_id)
+
+    def close(self) -> None:
+        """Stop the probes' threads."""
+        self._probes.close()

@@ -3,10 +3,13 @@
 Loads run in start_load_kv, before the forward pass reads the cache (all layers at
 once: on the CPU pool a copy is a memcpy, there is no transfer to overlap); saves run
 in wait_for_save, after the forward pass wrote every layer: allocate slots, copy,
-commit, release. A block that cannot be loaded (its slots belong to a pool this
+commit, release (each RPC bounded by rpc_timeout_s; the link never attaches on the
+forward pass, see link.py). A block that cannot be loaded (its slots belong to a pool this
 worker is not attached to, a copy failed, the scheduler could not pin it) is
 reported by get_block_ids_with_load_errors and vLLM recomputes it; a save that fails
-is dropped (a later miss, never a wrong hit: uncommitted slots are never published).
+is dropped (a later miss, never a wrong hit: uncommitted slots are never published);
+one that finds its attachment gone (the sidecar restarted) is dropped too, and the
+link attaches again at once.
 """
 
 from __future__ import annotations
@@ -103,12 +106,12 @@ class WorkerSide:
         if tier is None or layout is None:
             return None
         if tier.pool_id != spec.pool_id:
-            # The scheduler half attached after a sidecar restart: this half follows.
+            # The scheduler half attached after a sidecar restart: this half follows, in
+            # the background (the forward pass never waits for an attach); this load is
+            # recomputed.
+            log.info("infercache: slots of pool %s, not this worker's pool", spec.pool_id)
             self._link.reset(tier)
-            tier = self._link.tier()
-            if tier is None or tier.pool_id != spec.pool_id:
-                log.info("infercache: slots of pool %s, not this worker's pool", spec.pool_id)
-                return None
+            return None
         try:
             load_blocks(layout, self._layers, tier.pool, spec.slot_ids, spec.block_ids)
         except Exception as exc:  # a bad slot id or a torn mapping: recompute

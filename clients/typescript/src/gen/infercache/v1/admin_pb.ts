@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file infercache/v1/admin.proto.
  */
 export const file_infercache_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChlpbmZlcmNhY2hlL3YxL2FkbWluLnByb3RvEg1pbmZlcmNhY2hlLnYxIm8KCFNlbGVjdG9yEg4KBnRlbmFudBgBIAEoCRIVCg1tb2RlbF92ZXJzaW9uGAIgASgJEhcKD2FkYXB0ZXJfdmVyc2lvbhgDIAEoCRIWCg5wcm9tcHRfdmVyc2lvbhgEIAEoCRILCgNhbGwYBSABKAgiTgoRSW52YWxpZGF0ZVJlcXVlc3QSKQoIc2VsZWN0b3IYASABKAsyFy5pbmZlcmNhY2hlLnYxLlNlbGVjdG9yEg4KBnJlYXNvbhgCIAEoCSJHChJJbnZhbGlkYXRlUmVzcG9uc2USMQoGcmVjb3JkGAEgASgLMiEuaW5mZXJjYWNoZS52MS5JbnZhbGlkYXRpb25SZWNvcmQipgEKEkludmFsaWRhdGlvblJlY29yZBIKCgJpZBgBIAEoCRIPCgd0aW1lX21zGAIgASgEEg4KBmNhbGxlchgDIAEoCRIpCghzZWxlY3RvchgEIAEoCzIXLmluZmVyY2FjaGUudjEuU2VsZWN0b3ISDgoGcmVhc29uGAUgASgJEg0KBWVwb2NoGAYgASgEEhkKEWVzdGltYXRlZF9lbnRyaWVzGAcgASgEIkEKGExpc3RJbnZhbGlkYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCSJoChlMaXN0SW52YWxpZGF0aW9uc1Jlc3BvbnNlEjIKB3JlY29yZHMYASADKAsyIS5pbmZlcmNhY2hlLnYxLkludmFsaWRhdGlvblJlY29yZBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEQoPR2V0U3RhdHNSZXF1ZXN0IuQDChBHZXRTdGF0c1Jlc3BvbnNlEj8KCGNvdW50ZXJzGAEgAygLMi0uaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLkNvdW50ZXJzRW50cnkSDQoFZXBvY2gYAiABKAQSEQoJY29uZmlybWVkGAMgASgIEhEKCW1lbWJlcl9pZBgEIAEoCRItCgh2ZXJzaW9ucxgFIAMoCzIbLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzEicKBXRpZXJzGAYgAygLMhguaW5mZXJjYWNoZS52MS5UaWVyVXNhZ2USFgoOdXB0aW1lX3NlY29uZHMYByABKAESTAoPZ2xvYmFsX2NvdW50ZXJzGAggAygLMjMuaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLkdsb2JhbENvdW50ZXJzRW50cnkSNAoGc2VydmVyGAkgASgLMiQuaW5mZXJjYWNoZS52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2UaLwoNQ291bnRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBGjUKE0dsb2JhbENvdW50ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASK/BgoMVmVyc2lvblN0YXRzEhUKDW1vZGVsX3ZlcnNpb24YASABKAkSOQoHbG9va3VwcxgCIAMoCzIoLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLkxvb2t1cHNFbnRyeRI3CgZzdG9yZXMYAyADKAsyJy5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5TdG9yZXNFbnRyeRI7CghyZWplY3RlZBgEIAMoCzIpLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLlJlamVjdGVkRW50cnkSOwoIYnlwYXNzZXMYBSADKAsyKS5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5CeXBhc3Nlc0VudHJ5EjcKBmxlYXNlcxgGIAMoCzInLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzLkxlYXNlc0VudHJ5Ej8KCmRvd25zdHJlYW0YByADKAsyKy5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5Eb3duc3RyZWFtRW50cnkSEAoIZGVncmFkZWQYCCABKAQSDAoEZGVhZBgJIAEoBBIVCg1pbnZhbGlkYXRpb25zGAogASgEEhgKEHNhdmVkX2xhdGVuY3lfbXMYCyABKAQSGwoTc2F2ZWRfcHJvbXB0X3Rva2VucxgMIAEoBBIfChdzYXZlZF9jb21wbGV0aW9uX3Rva2VucxgNIAEoBBouCgxMb29rdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARotCgtTdG9yZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBGi8KDVJlamVjdGVkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARovCg1CeXBhc3Nlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEaLQoLTGVhc2VzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARoxCg9Eb3duc3RyZWFtRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASI5CglUaWVyVXNhZ2USDAoEbmFtZRgBIAEoCRINCgVieXRlcxgCIAEoAxIPCgdlbnRyaWVzGAMgASgDIuIBCg5QcmV3YXJtUmVxdWVzdBI1CghyZXF1ZXN0cxgBIAEoCzIhLmluZmVyY2FjaGUudjEuUHJld2FybVJlcXVlc3RMaXN0SAASOQoMZnJvbV92ZXJzaW9uGAIgASgLMiEuaW5mZXJjYWNoZS52MS5QcmV3YXJtRnJvbVZlcnNpb25IABITCgt0dGxfc2Vjb25kcxgDIAEoDRITCgtjb25jdXJyZW5jeRgEIAEoDRIZCgxtYXhfZmFpbHVyZXMYBSABKA1IAYgBAUIICgZzb3VyY2VCDwoNX21heF9mYWlsdXJlcyJqChJQcmV3YXJtUmVxdWVzdExpc3QSJQoEa2V5cxgBIAMoCzIXLmluZmVyY2FjaGUudjEuQ2FjaGVLZXkSLQoHcmVwbGF5cxgCIAMoCzIcLmluZmVyY2FjaGUudjEuUmVwbGF5UmVxdWVzdCI6ChJQcmV3YXJtRnJvbVZlcnNpb24SFQoNbW9kZWxfdmVyc2lvbhgBIAEoCRINCgV0b3BfaxgCIAEoDSKKAQoRUHJld2FybUl0ZW1SZXN1bHQSDQoFaW5kZXgYASABKA0SMgoHb3V0Y29tZRgCIAEoDjIhLmluZmVyY2FjaGUudjEuUHJld2FybUl0ZW1PdXRjb21lEg4KBnJlYXNvbhgDIAEoCRIOCgZkZXRhaWwYBCABKAkSEgoKa2V5X2RpZ2VzdBgFIAEoDCLSBAoPUHJld2FybVJlc3BvbnNlEioKBXN0YXRlGAEgASgOMhsuaW5mZXJjYWNoZS52MS5QcmV3YXJtU3RhdGUSDQoFdG90YWwYAiABKA0SDAoEZG9uZRgDIAEoDRIOCgZzdG9yZWQYBCABKA0SDwoHc2tpcHBlZBgFIAEoDRIOCgZmYWlsZWQYBiABKA0STgoRc2tpcHBlZF9ieV9yZWFzb24YByADKAsyMy5pbmZlcmNhY2hlLnYxLlByZXdhcm1SZXNwb25zZS5Ta2lwcGVkQnlSZWFzb25FbnRyeRJMChBmYWlsZWRfYnlfcmVhc29uGAggAygLMjIuaW5mZXJjYWNoZS52MS5QcmV3YXJtUmVzcG9uc2UuRmFpbGVkQnlSZWFzb25FbnRyeRISCgplbGFwc2VkX21zGAkgASgEEg4KBmV0YV9tcxgKIAEoBBIvCgVpdGVtcxgLIAMoCzIgLmluZmVyY2FjaGUudjEuUHJld2FybUl0ZW1SZXN1bHQSDQoFZXJyb3IYDCABKAkSFQoNbW9kZWxfdmVyc2lvbhgNIAEoCRIWCg5ub3RfcmVwbGF5YWJsZRgOIAEoDRIRCglyZXF1ZXN0ZWQYDyABKA0SEgoKcmVwbGF5YWJsZRgQIAEoDRo2ChRTa2lwcGVkQnlSZWFzb25FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBGjUKE0ZhaWxlZEJ5UmVhc29uRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4ASqqAQoMUHJld2FybVN0YXRlEh0KGVBSRVdBUk1fU1RBVEVfVU5TUEVDSUZJRUQQABIZChVQUkVXQVJNX1NUQVRFX1JVTk5JTkcQARIbChdQUkVXQVJNX1NUQVRFX0NPTVBMRVRFRBACEikKJVBSRVdBUk1fU1RBVEVfRkFJTFVSRV9CVURHRVRfRVhDRUVERUQQAxIYChRQUkVXQVJNX1NUQVRFX0ZBSUxFRBAEKp4BChJQcmV3YXJtSXRlbU91dGNvbWUSJAogUFJFV0FSTV9JVEVNX09VVENPTUVfVU5TUEVDSUZJRUQQABIfChtQUkVXQVJNX0lURU1fT1VUQ09NRV9TVE9SRUQQARIgChxQUkVXQVJNX0lURU1fT1VUQ09NRV9TS0lQUEVEEAISHwobUFJFV0FSTV9JVEVNX09VVENPTUVfRkFJTEVEEAMy4gIKDEFkbWluU2VydmljZRJRCgpJbnZhbGlkYXRlEiAuaW5mZXJjYWNoZS52MS5JbnZhbGlkYXRlUmVxdWVzdBohLmluZmVyY2FjaGUudjEuSW52YWxpZGF0ZVJlc3BvbnNlEmYKEUxpc3RJbnZhbGlkYXRpb25zEicuaW5mZXJjYWNoZS52MS5MaXN0SW52YWxpZGF0aW9uc1JlcXVlc3QaKC5pbmZlcmNhY2hlLnYxLkxpc3RJbnZhbGlkYXRpb25zUmVzcG9uc2USSwoIR2V0U3RhdHMSHi5pbmZlcmNhY2hlLnYxLkdldFN0YXRzUmVxdWVzdBofLmluZmVyY2FjaGUudjEuR2V0U3RhdHNSZXNwb25zZRJKCgdQcmV3YXJtEh0uaW5mZXJjYWNoZS52MS5QcmV3YXJtUmVxdWVzdBoeLmluZmVyY2FjaGUudjEuUHJld2FybVJlc3BvbnNlMAFiBnByb3RvMw", [file_infercache_v1_cache]);
+  fileDesc("ChlpbmZlcmNhY2hlL3YxL2FkbWluLnByb3RvEg1pbmZlcmNhY2hlLnYxIm8KCFNlbGVjdG9yEg4KBnRlbmFudBgBIAEoCRIVCg1tb2RlbF92ZXJzaW9uGAIgASgJEhcKD2FkYXB0ZXJfdmVyc2lvbhgDIAEoCRIWCg5wcm9tcHRfdmVyc2lvbhgEIAEoCRILCgNhbGwYBSABKAgiTgoRSW52YWxpZGF0ZVJlcXVlc3QSKQoIc2VsZWN0b3IYASABKAsyFy5pbmZlcmNhY2hlLnYxLlNlbGVjdG9yEg4KBnJlYXNvbhgCIAEoCSJHChJJbnZhbGlkYXRlUmVzcG9uc2USMQoGcmVjb3JkGAEgASgLMiEuaW5mZXJjYWNoZS52MS5JbnZhbGlkYXRpb25SZWNvcmQipgEKEkludmFsaWRhdGlvblJlY29yZBIKCgJpZBgBIAEoCRIPCgd0aW1lX21zGAIgASgEEg4KBmNhbGxlchgDIAEoCRIpCghzZWxlY3RvchgEIAEoCzIXLmluZmVyY2FjaGUudjEuU2VsZWN0b3ISDgoGcmVhc29uGAUgASgJEg0KBWVwb2NoGAYgASgEEhkKEWVzdGltYXRlZF9lbnRyaWVzGAcgASgEIkEKGExpc3RJbnZhbGlkYXRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCSJoChlMaXN0SW52YWxpZGF0aW9uc1Jlc3BvbnNlEjIKB3JlY29yZHMYASADKAsyIS5pbmZlcmNhY2hlLnYxLkludmFsaWRhdGlvblJlY29yZBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEQoPR2V0U3RhdHNSZXF1ZXN0IuwFChBHZXRTdGF0c1Jlc3BvbnNlEj8KCGNvdW50ZXJzGAEgAygLMi0uaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLkNvdW50ZXJzRW50cnkSDQoFZXBvY2gYAiABKAQSEQoJY29uZmlybWVkGAMgASgIEhEKCW1lbWJlcl9pZBgEIAEoCRItCgh2ZXJzaW9ucxgFIAMoCzIbLmluZmVyY2FjaGUudjEuVmVyc2lvblN0YXRzEicKBXRpZXJzGAYgAygLMhguaW5mZXJjYWNoZS52MS5UaWVyVXNhZ2USFgoOdXB0aW1lX3NlY29uZHMYByABKAESTAoPZ2xvYmFsX2NvdW50ZXJzGAggAygLMjMuaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLkdsb2JhbENvdW50ZXJzRW50cnkSNAoGc2VydmVyGAkgASgLMiQuaW5mZXJjYWNoZS52MS5HZXRTZXJ2ZXJJbmZvUmVzcG9uc2USNgoMdmVyaWZpY2F0aW9uGAogAygLMiAuaW5mZXJjYWNoZS52MS5WZXJpZmljYXRpb25TdGF0cxI9ChN2ZXJpZmljYXRpb25fZXZlbnRzGAsgAygLMiAuaW5mZXJjYWNoZS52MS5WZXJpZmljYXRpb25FdmVudBJUChN2ZXJpZmljYXRpb25fY291bnRzGAwgAygLMjcuaW5mZXJjYWNoZS52MS5HZXRTdGF0c1Jlc3BvbnNlLlZlcmlmaWNhdGlvbkNvdW50c0VudHJ5Gi8KDUNvdW50ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARo1ChNHbG9iYWxDb3VudGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEaOQoXVmVyaWZpY2F0aW9uQ291bnRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJSChFWZXJpZmljYXRpb25TY29wZRIVCg1tb2RlbF92ZXJzaW9uGAEgASgJEg4KBnRlbmFudBgCIAEoCRIWCg5wcm9tcHRfdmVyc2lvbhgDIAEoCSKLAgoRVmVyaWZpY2F0aW9uU3RhdHMSLwoFc2NvcGUYASABKAsyIC5pbmZlcmNhY2hlLnYxLlZlcmlmaWNhdGlvblNjb3BlEg0KBXN0YXRlGAIgASgJEg4KBmNoZWNrcxgDIAEoBBIQCghkaXZlcmdlZBgEIAEoBBIXCg9iYXNlbGluZV9jaGVja3MYBSABKAQSGQoRYmFzZWxpbmVfZGl2ZXJnZWQYBiABKAQSDgoGZXhjZXNzGAcgASgBEhQKDGV4Y2Vzc19sb3dlchgIIAEoARIUCgxleGNlc3NfdXBwZXIYCSABKAESEQoJc3RhdGlzdGljGAogASgBEhEKCXRocmVzaG9sZBgLIAEoASKqAgoRVmVyaWZpY2F0aW9uRXZlbnQSDwoHdGltZV9tcxgBIAEoBBIvCgVzY29wZRgCIAEoCzIgLmluZmVyY2FjaGUudjEuVmVyaWZpY2F0aW9uU2NvcGUSDgoGYWN0aW9uGAMgASgJEg4KBmNhbGxlchgEIAEoCRIOCgZyZWFzb24YBSABKAkSDgoGY2hlY2tzGAYgASgEEhAKCGRpdmVyZ2VkGAcgASgEEhcKD2Jhc2VsaW5lX2NoZWNrcxgIIAEoBBIZChFiYXNlbGluZV9kaXZlcmdlZBgJIAEoBBIOCgZleGNlc3MYCiABKAESFAoMZXhjZXNzX2xvd2VyGAsgASgBEhQKDGV4Y2Vzc191cHBlchgMIAEoARIRCgltZW1iZXJfaWQYDSABKAkiYQoeQWNrbm93bGVkZ2VWZXJpZmljYXRpb25SZXF1ZXN0Ei8KBXNjb3BlGAEgASgLMiAuaW5mZXJjYWNoZS52MS5WZXJpZmljYXRpb25TY29wZRIOCgZyZWFzb24YAiABKAkiUgofQWNrbm93bGVkZ2VWZXJpZmljYXRpb25SZXNwb25zZRIvCgVldmVudBgBIAEoCzIgLmluZmVyY2FjaGUudjEuVmVyaWZpY2F0aW9uRXZlbnQivwYKDFZlcnNpb25TdGF0cxIVCg1tb2RlbF92ZXJzaW9uGAEgASgJEjkKB2xvb2t1cHMYAiADKAsyKC5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5Mb29rdXBzRW50cnkSNwoGc3RvcmVzGAMgAygLMicuaW5mZXJjYWNoZS52MS5WZXJzaW9uU3RhdHMuU3RvcmVzRW50cnkSOwoIcmVqZWN0ZWQYBCADKAsyKS5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5SZWplY3RlZEVudHJ5EjsKCGJ5cGFzc2VzGAUgAygLMikuaW5mZXJjYWNoZS52MS5WZXJzaW9uU3RhdHMuQnlwYXNzZXNFbnRyeRI3CgZsZWFzZXMYBiADKAsyJy5pbmZlcmNhY2hlLnYxLlZlcnNpb25TdGF0cy5MZWFzZXNFbnRyeRI/Cgpkb3duc3RyZWFtGAcgAygLMisuaW5mZXJjYWNoZS52MS5WZXJzaW9uU3RhdHMuRG93bnN0cmVhbUVudHJ5EhAKCGRlZ3JhZGVkGAggASgEEgwKBGRlYWQYCSABKAQSFQoNaW52YWxpZGF0aW9ucxgKIAEoBBIYChBzYXZlZF9sYXRlbmN5X21zGAsgASgEEhsKE3NhdmVkX3Byb21wdF90b2tlbnMYDCABKAQSHwoXc2F2ZWRfY29tcGxldGlvbl90b2tlbnMYDSABKAQaLgoMTG9va3Vwc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEaLQoLU3RvcmVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ARovCg1SZWplY3RlZEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEaLwoNQnlwYXNzZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBGi0KC0xlYXNlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEaMQoPRG93bnN0cmVhbUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBDoCOAEiOQoJVGllclVzYWdlEgwKBG5hbWUYASABKAkSDQoFYnl0ZXMYAiABKAMSDwoHZW50cmllcxgDIAEoAyLiAQoOUHJld2FybVJlcXVlc3QSNQoIcmVxdWVzdHMYASABKAsyIS5pbmZlcmNhY2hlLnYxLlByZXdhcm1SZXF1ZXN0TGlzdEgAEjkKDGZyb21fdmVyc2lvbhgCIAEoCzIhLmluZmVyY2FjaGUudjEuUHJld2FybUZyb21WZXJzaW9uSAASEwoLdHRsX3NlY29uZHMYAyABKA0SEwoLY29uY3VycmVuY3kYBCABKA0SGQoMbWF4X2ZhaWx1cmVzGAUgASgNSAGIAQFCCAoGc291cmNlQg8KDV9tYXhfZmFpbHVyZXMiagoSUHJld2FybVJlcXVlc3RMaXN0EiUKBGtleXMYASADKAsyFy5pbmZlcmNhY2hlLnYxLkNhY2hlS2V5Ei0KB3JlcGxheXMYAiADKAsyHC5pbmZlcmNhY2hlLnYxLlJlcGxheVJlcXVlc3QiOgoSUHJld2FybUZyb21WZXJzaW9uEhUKDW1vZGVsX3ZlcnNpb24YASABKAkSDQoFdG9wX2sYAiABKA0iigEKEVByZXdhcm1JdGVtUmVzdWx0Eg0KBWluZGV4GAEgASgNEjIKB291dGNvbWUYAiABKA4yIS5pbmZlcmNhY2hlLnYxLlByZXdhcm1JdGVtT3V0Y29tZRIOCgZyZWFzb24YAyABKAkSDgoGZGV0YWlsGAQgASgJEhIKCmtleV9kaWdlc3QYBSABKAwi0gQKD1ByZXdhcm1SZXNwb25zZRIqCgVzdGF0ZRgBIAEoDjIbLmluZmVyY2FjaGUudjEuUHJld2FybVN0YXRlEg0KBXRvdGFsGAIgASgNEgwKBGRvbmUYAyABKA0SDgoGc3RvcmVkGAQgASgNEg8KB3NraXBwZWQYBSABKA0SDgoGZmFpbGVkGAYgASgNEk4KEXNraXBwZWRfYnlfcmVhc29uGAcgAygLMjMuaW5mZXJjYWNoZS52MS5QcmV3YXJtUmVzcG9uc2UuU2tpcHBlZEJ5UmVhc29uRW50cnkSTAoQZmFpbGVkX2J5X3JlYXNvbhgIIAMoCzIyLmluZmVyY2FjaGUudjEuUHJld2FybVJlc3BvbnNlLkZhaWxlZEJ5UmVhc29uRW50cnkSEgoKZWxhcHNlZF9tcxgJIAEoBBIOCgZldGFfbXMYCiABKAQSLwoFaXRlbXMYCyADKAsyIC5pbmZlcmNhY2hlLnYxLlByZXdhcm1JdGVtUmVzdWx0Eg0KBWVycm9yGAwgASgJEhUKDW1vZGVsX3ZlcnNpb24YDSABKAkSFgoObm90X3JlcGxheWFibGUYDiABKA0SEQoJcmVxdWVzdGVkGA8gASgNEhIKCnJlcGxheWFibGUYECABKA0aNgoUU2tpcHBlZEJ5UmVhc29uRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4ARo1ChNGYWlsZWRCeVJlYXNvbkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEqqgEKDFByZXdhcm1TdGF0ZRIdChlQUkVXQVJNX1NUQVRFX1VOU1BFQ0lGSUVEEAASGQoVUFJFV0FSTV9TVEFURV9SVU5OSU5HEAESGwoXUFJFV0FSTV9TVEFURV9DT01QTEVURUQQAhIpCiVQUkVXQVJNX1NUQVRFX0ZBSUxVUkVfQlVER0VUX0VYQ0VFREVEEAMSGAoUUFJFV0FSTV9TVEFURV9GQUlMRUQQBCqeAQoSUHJld2FybUl0ZW1PdXRjb21lEiQKIFBSRVdBUk1fSVRFTV9PVVRDT01FX1VOU1BFQ0lGSUVEEAASHwobUFJFV0FSTV9JVEVNX09VVENPTUVfU1RPUkVEEAESIAocUFJFV0FSTV9JVEVNX09VVENPTUVfU0tJUFBFRBACEh8KG1BSRVdBUk1fSVRFTV9PVVRDT01FX0ZBSUxFRBADMtwDCgxBZG1pblNlcnZpY2USUQoKSW52YWxpZGF0ZRIgLmluZmVyY2FjaGUudjEuSW52YWxpZGF0ZVJlcXVlc3QaIS5pbmZlcmNhY2hlLnYxLkludmFsaWRhdGVSZXNwb25zZRJmChFMaXN0SW52YWxpZGF0aW9ucxInLmluZmVyY2FjaGUudjEuTGlzdEludmFsaWRhdGlvbnNSZXF1ZXN0GiguaW5mZXJjYWNoZS52MS5MaXN0SW52YWxpZGF0aW9uc1Jlc3BvbnNlEksKCEdldFN0YXRzEh4uaW5mZXJjYWNoZS52MS5HZXRTdGF0c1JlcXVlc3QaHy5pbmZlcmNhY2hlLnYxLkdldFN0YXRzUmVzcG9uc2USSgoHUHJld2FybRIdLmluZmVyY2FjaGUudjEuUHJld2FybVJlcXVlc3QaHi5pbmZlcmNhY2hlLnYxLlByZXdhcm1SZXNwb25zZTABEngKF0Fja25vd2xlZGdlVmVyaWZpY2F0aW9uEi0uaW5mZXJjYWNoZS52MS5BY2tub3dsZWRnZVZlcmlmaWNhdGlvblJlcXVlc3QaLi5pbmZlcmNhY2hlLnYxLkFja25vd2xlZGdlVmVyaWZpY2F0aW9uUmVzcG9uc2ViBnByb3RvMw", [file_infercache_v1_cache]);
 
 /**
  * Selector is a conjunction of dimensions; empty fields are unconstrained.
@@ -324,6 +324,30 @@ export type GetStatsResponse = Message<"infercache.v1.GetStatsResponse"> & {
    * @generated from field: infercache.v1.GetServerInfoResponse server = 9;
    */
   server?: GetServerInfoResponse | undefined;
+
+  /**
+   * Shadow verification (docs/verification.md): every tracked scope's figures,
+   *
+   * @generated from field: repeated infercache.v1.VerificationStats verification = 10;
+   */
+  verification: VerificationStats[];
+
+  /**
+   * the last quarantine events (quarantined, acknowledged, invalidated), oldest first
+   * (with Redis: the fleet's durable log, every sidecar's, kept across restarts),
+   *
+   * @generated from field: repeated infercache.v1.VerificationEvent verification_events = 11;
+   */
+  verificationEvents: VerificationEvent[];
+
+  /**
+   * and check outcomes by "MODEL_VERSION/KIND/RESULT" (kind hit or baseline; result
+   * same, diverged, failed, unjudged, no_record, skipped_busy, skipped_rate,
+   * skipped_concurrency, untracked).
+   *
+   * @generated from field: map<string, uint64> verification_counts = 12;
+   */
+  verificationCounts: { [key: string]: bigint };
 };
 
 /**
@@ -332,6 +356,236 @@ export type GetStatsResponse = Message<"infercache.v1.GetStatsResponse"> & {
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
   messageDesc(file_infercache_v1_admin, 7);
+
+/**
+ * What a verification budget and a quarantine apply to.
+ *
+ * @generated from message infercache.v1.VerificationScope
+ */
+export type VerificationScope = Message<"infercache.v1.VerificationScope"> & {
+  /**
+   * @generated from field: string model_version = 1;
+   */
+  modelVersion: string;
+
+  /**
+   * @generated from field: string tenant = 2;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string prompt_version = 3;
+   */
+  promptVersion: string;
+};
+
+/**
+ * Describes the message infercache.v1.VerificationScope.
+ * Use `create(VerificationScopeSchema)` to create a new message.
+ */
+export const VerificationScopeSchema: GenMessage<VerificationScope> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 8);
+
+/**
+ * A scope's evidence since its last reset. Rates are fractions; the excess is the hits'
+ * divergence rate minus the model version's baseline, with a 95% interval.
+ *
+ * @generated from message infercache.v1.VerificationStats
+ */
+export type VerificationStats = Message<"infercache.v1.VerificationStats"> & {
+  /**
+   * @generated from field: infercache.v1.VerificationScope scope = 1;
+   */
+  scope?: VerificationScope | undefined;
+
+  /**
+   * ok, suspect (checked at the confirm rate) or quarantined (hits bypassed).
+   *
+   * @generated from field: string state = 2;
+   */
+  state: string;
+
+  /**
+   * @generated from field: uint64 checks = 3;
+   */
+  checks: bigint;
+
+  /**
+   * @generated from field: uint64 diverged = 4;
+   */
+  diverged: bigint;
+
+  /**
+   * @generated from field: uint64 baseline_checks = 5;
+   */
+  baselineChecks: bigint;
+
+  /**
+   * @generated from field: uint64 baseline_diverged = 6;
+   */
+  baselineDiverged: bigint;
+
+  /**
+   * @generated from field: double excess = 7;
+   */
+  excess: number;
+
+  /**
+   * @generated from field: double excess_lower = 8;
+   */
+  excessLower: number;
+
+  /**
+   * @generated from field: double excess_upper = 9;
+   */
+  excessUpper: number;
+
+  /**
+   * The sequential test's statistic and the threshold at which it quarantines.
+   *
+   * @generated from field: double statistic = 10;
+   */
+  statistic: number;
+
+  /**
+   * @generated from field: double threshold = 11;
+   */
+  threshold: number;
+};
+
+/**
+ * Describes the message infercache.v1.VerificationStats.
+ * Use `create(VerificationStatsSchema)` to create a new message.
+ */
+export const VerificationStatsSchema: GenMessage<VerificationStats> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 9);
+
+/**
+ * A quarantine, acknowledgement or lift, with the evidence at that moment.
+ *
+ * @generated from message infercache.v1.VerificationEvent
+ */
+export type VerificationEvent = Message<"infercache.v1.VerificationEvent"> & {
+  /**
+   * @generated from field: uint64 time_ms = 1;
+   */
+  timeMs: bigint;
+
+  /**
+   * @generated from field: infercache.v1.VerificationScope scope = 2;
+   */
+  scope?: VerificationScope | undefined;
+
+  /**
+   * quarantined, acknowledged or invalidated.
+   *
+   * @generated from field: string action = 3;
+   */
+  action: string;
+
+  /**
+   * The authenticated caller of an acknowledgement; empty otherwise.
+   *
+   * @generated from field: string caller = 4;
+   */
+  caller: string;
+
+  /**
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: uint64 checks = 6;
+   */
+  checks: bigint;
+
+  /**
+   * @generated from field: uint64 diverged = 7;
+   */
+  diverged: bigint;
+
+  /**
+   * @generated from field: uint64 baseline_checks = 8;
+   */
+  baselineChecks: bigint;
+
+  /**
+   * @generated from field: uint64 baseline_diverged = 9;
+   */
+  baselineDiverged: bigint;
+
+  /**
+   * @generated from field: double excess = 10;
+   */
+  excess: number;
+
+  /**
+   * @generated from field: double excess_lower = 11;
+   */
+  excessLower: number;
+
+  /**
+   * @generated from field: double excess_upper = 12;
+   */
+  excessUpper: number;
+
+  /**
+   * The sidecar (its fleet member id) whose ledger raised the event: quarantines are
+   * decided per sidecar, and with Redis the events of every sidecar are listed.
+   *
+   * @generated from field: string member_id = 13;
+   */
+  memberId: string;
+};
+
+/**
+ * Describes the message infercache.v1.VerificationEvent.
+ * Use `create(VerificationEventSchema)` to create a new message.
+ */
+export const VerificationEventSchema: GenMessage<VerificationEvent> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 10);
+
+/**
+ * @generated from message infercache.v1.AcknowledgeVerificationRequest
+ */
+export type AcknowledgeVerificationRequest = Message<"infercache.v1.AcknowledgeVerificationRequest"> & {
+  /**
+   * @generated from field: infercache.v1.VerificationScope scope = 1;
+   */
+  scope?: VerificationScope | undefined;
+
+  /**
+   * Required: kept with the event.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message infercache.v1.AcknowledgeVerificationRequest.
+ * Use `create(AcknowledgeVerificationRequestSchema)` to create a new message.
+ */
+export const AcknowledgeVerificationRequestSchema: GenMessage<AcknowledgeVerificationRequest> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 11);
+
+/**
+ * @generated from message infercache.v1.AcknowledgeVerificationResponse
+ */
+export type AcknowledgeVerificationResponse = Message<"infercache.v1.AcknowledgeVerificationResponse"> & {
+  /**
+   * @generated from field: infercache.v1.VerificationEvent event = 1;
+   */
+  event?: VerificationEvent | undefined;
+};
+
+/**
+ * Describes the message infercache.v1.AcknowledgeVerificationResponse.
+ * Use `create(AcknowledgeVerificationResponseSchema)` to create a new message.
+ */
+export const AcknowledgeVerificationResponseSchema: GenMessage<AcknowledgeVerificationResponse> = /*@__PURE__*/
+  messageDesc(file_infercache_v1_admin, 12);
 
 /**
  * VersionStats is what one model version's traffic did since start.
@@ -437,7 +691,7 @@ export type VersionStats = Message<"infercache.v1.VersionStats"> & {
  * Use `create(VersionStatsSchema)` to create a new message.
  */
 export const VersionStatsSchema: GenMessage<VersionStats> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 8);
+  messageDesc(file_infercache_v1_admin, 13);
 
 /**
  * TierUsage is how much one cache tier holds.
@@ -472,7 +726,7 @@ export type TierUsage = Message<"infercache.v1.TierUsage"> & {
  * Use `create(TierUsageSchema)` to create a new message.
  */
 export const TierUsageSchema: GenMessage<TierUsage> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 9);
+  messageDesc(file_infercache_v1_admin, 14);
 
 /**
  * PrewarmRequest names the requests to replay and how.
@@ -530,7 +784,7 @@ export type PrewarmRequest = Message<"infercache.v1.PrewarmRequest"> & {
  * Use `create(PrewarmRequestSchema)` to create a new message.
  */
 export const PrewarmRequestSchema: GenMessage<PrewarmRequest> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 10);
+  messageDesc(file_infercache_v1_admin, 15);
 
 /**
  * PrewarmRequestList carries the requests of a file source.
@@ -559,7 +813,7 @@ export type PrewarmRequestList = Message<"infercache.v1.PrewarmRequestList"> & {
  * Use `create(PrewarmRequestListSchema)` to create a new message.
  */
 export const PrewarmRequestListSchema: GenMessage<PrewarmRequestList> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 11);
+  messageDesc(file_infercache_v1_admin, 16);
 
 /**
  * PrewarmFromVersion selects recorded hot requests of an earlier version.
@@ -587,7 +841,7 @@ export type PrewarmFromVersion = Message<"infercache.v1.PrewarmFromVersion"> & {
  * Use `create(PrewarmFromVersionSchema)` to create a new message.
  */
 export const PrewarmFromVersionSchema: GenMessage<PrewarmFromVersion> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 12);
+  messageDesc(file_infercache_v1_admin, 17);
 
 /**
  * PrewarmItemResult reports one request that was not stored.
@@ -636,7 +890,7 @@ export type PrewarmItemResult = Message<"infercache.v1.PrewarmItemResult"> & {
  * Use `create(PrewarmItemResultSchema)` to create a new message.
  */
 export const PrewarmItemResultSchema: GenMessage<PrewarmItemResult> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 13);
+  messageDesc(file_infercache_v1_admin, 18);
 
 /**
  * PrewarmResponse is one progress snapshot of a run; the last message of the
@@ -766,7 +1020,7 @@ export type PrewarmResponse = Message<"infercache.v1.PrewarmResponse"> & {
  * Use `create(PrewarmResponseSchema)` to create a new message.
  */
 export const PrewarmResponseSchema: GenMessage<PrewarmResponse> = /*@__PURE__*/
-  messageDesc(file_infercache_v1_admin, 14);
+  messageDesc(file_infercache_v1_admin, 19);
 
 /**
  * PrewarmState says whether a run is still going and how it ended.
@@ -904,6 +1158,17 @@ export const AdminService: GenService<{
     methodKind: "server_streaming";
     input: typeof PrewarmRequestSchema;
     output: typeof PrewarmResponseSchema;
+  },
+  /**
+   * Serve a quarantined verification scope's hits again (its answers as they are now
+   * are accepted); its evidence is reset. FAILED_PRECONDITION when it is not quarantined.
+   *
+   * @generated from rpc infercache.v1.AdminService.AcknowledgeVerification
+   */
+  acknowledgeVerification: {
+    methodKind: "unary";
+    input: typeof AcknowledgeVerificationRequestSchema;
+    output: typeof AcknowledgeVerificationResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_infercache_v1_admin, 0);

@@ -1,0 +1,164 @@
+"""A fake KV sidecar for SidecarLink and the connector's scheduler half (pure logic tests).
+
+FakeSidecar can freeze (every call then waits for its deadline, as against a SIGSTOPped
+process, and fails DEADLINE_EXCEEDED), thaw, and restart (attachments made before are
+unknown: FAILED_PRECONDITION, as the real sidecar answers). `connect` is what SidecarLink
+takes to open a client; FakeClock is its back-off clock, moved by hand.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import grpc
+from infercache_client.vllm.link import Attacher
+
+
+class FakeRpcError(grpc.RpcError):  # type: ignore[misc]
+    """A grpc.RpcError with a status code and details, as the real stubs raise."""
+
+    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True)
+class FakeMatch:
+    slot_ids: tuple[int, ...]
+    lease: Any
+    slot_generations: tuple[int, ...] = ()
+
+    @property
+    def matched_blocks(self) -> int:
+        return len(self.slot_ids)
+
+
+@dataclass(frozen=True)
+class FakeLease:
+    lease_id: str
+
+
+@dataclass
+class FakeSidecar:
+    """Blocks by hash; `generation` counts restarts (a restart forgets attachments)."""
+
+    cached: set[bytes] = field(default_factory=set)
+    generation: int = 1
+    attaches: int = 0
+    released: list[str] = field(default_factory=list)
+    _thawed: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._thawed.set()
+
+    def freeze(self) -> None:
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
+
+    def restart(self) -> None:
+        self.generation += 1
+        self.cached.clear()
+
+    def answer(self, timeout_s: float) -> None:
+        """Return when the sidecar would answer, or fail at the deadline."""
+        if not self._thawed.wait(timeout_s):
+            raise FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def connect(self, target: str, timeout_s: float) -> Attacher:
+        """SidecarLink's `connect`: a client of this fake sidecar."""
+        return cast(Attacher, FakeClient(self, timeout_s))
+
+
+@dataclass
+class FakePool:
+    num_slots: int = 64
+
+
+class FakeTier:
+    """One attachment: LookupPrefix and Release against the fake sidecar."""
+
+    max_chain_blocks = 4096
+    renewer = None
+
+    def __init__(self, sidecar: FakeSidecar, timeout_s: float) -> None:
+        self.sidecar, self.timeout_s = sidecar, timeout_s
+        self.generation = sidecar.generation
+        self.pool_id = f"pool-{self.generation}"
+        self.scope_id = "scope"
+        self.pool = FakePool()
+        self.alive = True
+        self.closed = False
+        self._leases = 0
+
+    def _call(self, timeout_s: float | None) -> None:
+        self.sidecar.answer(self.timeout_s if timeout_s is None else timeout_s)
+        if self.generation != self.sidecar.generation:
+            raise FakeRpcError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "unknown KV attachment 'a1' (detached, or expired after 30000 ms without a "
+                "call); call AttachHotTier",
+            )
+
+    def lookup_prefix(
+        self,
+        tenant: str,
+        block_hashes: Sequence[bytes],
+        *,
+        cache_salt: str = "",
+        timeout_s: float | None = None,
+    ) -> FakeMatch:
+        self._call(timeout_s)
+        matched = 0
+        while matched < len(block_hashes) and block_hashes[matched] in self.sidecar.cached:
+            matched += 1
+        self._leases += 1
+        lease = FakeLease(f"lease-{self._leases}") if matched else None
+        return FakeMatch(tuple(range(matched)), lease, (1,) * matched)
+
+    def release(self, lease_id: str) -> int:
+        self._call(None)
+        self.sidecar.released.append(lease_id)
+        return 1
+
+    def close(self) -> None:
+        self.closed = True
+
+    def detach(self) -> int:
+        self.close()
+        return 0
+
+
+class FakeClient:
+    """What SidecarLink's `connect` returns."""
+
+    def __init__(self, sidecar: FakeSidecar, timeout_s: float) -> None:
+        self.sidecar, self.timeout_s = sidecar, timeout_s
+
+    def attach(self, *, timeout_s: float, **_: Any) -> FakeTier:
+        self.sidecar.answer(timeout_s)
+        self.sidecar.attaches += 1
+        return FakeTier(self.sidecar, self.timeout_s)
+
+    def close(self) -> None:
+        pass

@@ -272,10 +272,13 @@ def test_restarted_or_frozen_sidecar_never_stalls_the_engine_and_reuse_resumes(
         # each half attaches again at once instead of backing off for retry_s first (the
         # restarted sidecar's first attach waits for its torch import, ~1 s here). It
         # comes back with a short attachment expiry, for the freeze below.
-        before = engine.stats()
         sidecar.kill()
         sidecar.args = ["--kv-attachment-ttl-ms", str(TTL_MS)]
         sidecar.start()
+        # Counted from when it answers again: a renewal that fell into the seconds it was
+        # down failed and backed off, as it should (nothing answered it); what must not
+        # happen is a back-off once it is back.
+        before = engine.stats()
         took, asked, answers = until_hit(engine, prompt(51), within_s=30.0)
         print(f"restarted: hit after {took:.3f} s, request {asked}")
         after = engine.stats()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from opentelemetry import metrics, trace
@@ -37,6 +37,9 @@ from opentelemetry.trace import NoOpTracerProvider
 
 from sidecar import __version__
 from sidecar.config import ConfigError
+
+if TYPE_CHECKING:
+    from sidecar.observability.spans import SpanRecorder
 
 log = structlog.get_logger("infercache.telemetry")
 
@@ -65,6 +68,24 @@ class Telemetry:
     def tracer(self) -> trace.Tracer:
         """The sidecar's tracer."""
         return self.tracer_provider.get_tracer(INSTRUMENTATION_SCOPE, __version__)
+
+    def span_recorder(self) -> SpanRecorder | None:
+        """What records the sidecar's spans; None when the SDK is disabled (a no-op tracer).
+
+        Raises TypeError for a provider that is neither the SDK's nor a no-op one: spans are
+        built for the SDK's span processors (observability/spans.py).
+        """
+        from opentelemetry.sdk.trace import Tracer as SdkTracer
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        from sidecar.observability.spans import SpanRecorder
+
+        tracer = self.tracer
+        if isinstance(tracer, trace.NoOpTracer):
+            return None
+        if not isinstance(tracer, SdkTracer):
+            raise TypeError(f"tracing needs the OpenTelemetry SDK's TracerProvider, got {tracer!r}")
+        return SpanRecorder(tracer, InstrumentationScope(INSTRUMENTATION_SCOPE, __version__))
 
     @property
     def meter(self) -> metrics.Meter:
@@ -166,11 +187,12 @@ def _span_exporter(kind: str, env: Mapping[str, str]) -> Any:
         return ConsoleSpanExporter()
     try:
         if _protocol(env, "traces") == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
-                OTLPSpanExporter,
-            )
+            # The SDK's exporter with an encoder ~10x faster (observability/otlp.py).
+            from sidecar.observability.otlp import GrpcSpanExporter
+
+            return GrpcSpanExporter()
+        # http/protobuf serialises inside its export(): the SDK's encoder, unchanged.
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
         raise _otlp_missing(exc) from exc
     return OTLPSpanExporter()

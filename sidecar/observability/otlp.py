@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
 _MEMO_MAX = 8192
 _INT64 = 1 << 63
@@ -117,30 +117,24 @@ class _Memo:
 
 def _span(span: ReadableSpan, memo: _Memo) -> bytes:
     """One Span message's bytes, fields in number order as the SDK's encoder writes them."""
-    if span.events or span.links:
-        raise _Unsupported
     ctx = span.context
-    parent: SpanContext | None = span.parent
-    if ctx is None:
+    if ctx is None or span.events or span.links:
         raise _Unsupported
+    parent: SpanContext | None = span.parent
+    state, name, start, end = ctx.trace_state, span.name, span.start_time, span.end_time
+    kind = span.kind
     out = [
         b"\x0a\x10",
         ctx.trace_id.to_bytes(16, "big"),
         b"\x12\x08",
         ctx.span_id.to_bytes(8, "big"),
+        _field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode()) if state else b"",
+        b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent else b"",
+        _field(b"\x2a", name.encode()) if name else b"",
+        _SERVER if kind is SpanKind.SERVER else _KIND[kind.value],
+        b"\x39" + _PACK_Q(start) if start else b"",
+        b"\x41" + _PACK_Q(end) if end else b"",
     ]
-    state = ctx.trace_state
-    if state:
-        out.append(_field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode()))
-    if parent:
-        out += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
-    if span.name:
-        out.append(_field(b"\x2a", span.name.encode()))
-    out.append(_KIND[span.kind.value])
-    if span.start_time:
-        out += (b"\x39", _PACK_Q(span.start_time))
-    if span.end_time:
-        out += (b"\x41", _PACK_Q(span.end_time))
     attribute = memo.attribute
     out += [attribute(k, v) for k, v in (span.attributes or {}).items()]
     for tag, count in (
@@ -151,16 +145,20 @@ def _span(span: ReadableSpan, memo: _Memo) -> bytes:
         if count:
             out += (tag, _varint(count))
     status = span.status
-    body = _field(b"\x12", status.description.encode()) if status.description else b""
-    if status.status_code.value:
-        body += b"\x18" + _varint(status.status_code.value)
-    out.append(_field(b"\x7a", body))
+    if status.status_code is StatusCode.UNSET and not status.description:
+        out.append(b"\x7a\x00")
+    else:
+        body = _field(b"\x12", status.description.encode()) if status.description else b""
+        if status.status_code.value:
+            body += b"\x18" + _varint(status.status_code.value)
+        out.append(_field(b"\x7a", body))
     out.append(_FLAGS[bool(parent and parent.is_remote)])
     return b"".join(out)
 
 
 # SpanKind INTERNAL..CONSUMER (0-4) are OTLP's SPAN_KIND_INTERNAL..CONSUMER (1-5).
 _KIND = [b"\x30" + _varint(v + 1) for v in range(5)]
+_SERVER = _KIND[SpanKind.SERVER.value]
 
 
 def _request_bytes(spans: Sequence[ReadableSpan], memo: _Memo) -> bytes:

@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         failed |= errors > 0
         ratios = [rps(row[off]) / rps(row[j]) for row in rows]
         cost = median(ratios)
-        cpu = median([us(row[j]) / us(row[off]) for row in rows])
+        # /proc counts CPU in 10 ms ticks: on a busy box a slice can show none; skip those.
+        cpu = median([us(row[j]) / us(row[off]) for row in rows if us(row[off]) > 0])
         print(
             f"{name:<20} {pooled_rps:>9,.0f} {pooled_us:>10.1f} {errors:>4}"
             f" {cost:>7.3f} {cpu:>10.3f}"

@@ -135,8 +135,10 @@ def _span(span: ReadableSpan, memo: _Memo) -> bytes:
         b"\x39" + _PACK_Q(start) if start else b"",
         b"\x41" + _PACK_Q(end) if end else b"",
     ]
-    attribute = memo.attribute
-    out += [attribute(k, v) for k, v in (span.attributes or {}).items()]
+    known, attribute = memo.attrs.get, memo.attribute  # a memo hit costs no call
+    out += [
+        known((k, v.__class__, v)) or attribute(k, v) for k, v in (span.attributes or {}).items()
+    ]
     for tag, count in (
         (b"\x50", span.dropped_attributes),
         (b"\x60", span.dropped_events),

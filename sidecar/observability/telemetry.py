@@ -11,13 +11,14 @@ OTEL_TRACES_SAMPLER(_ARG), OTEL_EXPORTER_OTLP_*, OTEL_METRIC_EXPORT_INTERVAL):
 - OTEL_SDK_DISABLED=true: no traces, no OTLP metrics (/metrics still serves).
 - Traces are exported when OTEL_TRACES_EXPORTER names exporters (otlp, console),
   or, when it is unset, when an OTLP endpoint variable is set. Unlike the spec's
-  default of "otlp", an unconfigured sidecar does not trace: a span costs more
-  than a third of a hot hit's server time (docs/benchmarks.md) and would be sent
+  default of "otlp", an unconfigured sidecar does not trace: every RPC traced costs
+  about a sixth of a hot hit's server time (docs/benchmarks.md) and would be sent
   to a collector that is not there.
 - Metrics go to OTLP under the same rule (OTEL_METRICS_EXPORTER), and are always
   scrapeable at INFERCACHE_METRICS_LISTEN (/metrics) unless that is empty.
 - OTEL_EXPORTER_OTLP_PROTOCOL (or the per-signal variable): http/protobuf (the
-  spec's default) or grpc. The exporters are the optional extra `otlp`.
+  spec's default) or grpc; grpc encodes spans with observability/otlp.py's faster
+  encoder. The exporters are the optional extra `otlp`.
 - On stop the exporters get FLUSH_BUDGET_S to send what is pending; then their
   retries are cut short, so that a collector that is not there does not hold the
   process past its grace period (the SDK alone retries for up to 10 s per signal).
@@ -187,7 +188,7 @@ def _span_exporter(kind: str, env: Mapping[str, str]) -> Any:
         return ConsoleSpanExporter()
     try:
         if _protocol(env, "traces") == "grpc":
-            # The SDK's exporter with an encoder ~10x faster (observability/otlp.py).
+            # The SDK's exporter with an encoder ~5x faster (observability/otlp.py).
             from sidecar.observability.otlp import GrpcSpanExporter
 
             return GrpcSpanExporter()

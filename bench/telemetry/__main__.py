@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from bench.harness.procs import (
     ServerProc,
@@ -41,19 +42,24 @@ TELEMETRY_SIDECARS: dict[str, dict[str, str]] = {
     },
 }
 VARIANTS = ("sidecar-hot", *TELEMETRY_SIDECARS)
+BASE = "sidecar-traced-base"  # with --baseline
 KEYS = {
     "sidecar-traced": "telemetry_cost",
     "sidecar-metrics": "telemetry_cost_metrics",
     "sidecar-sampled": "telemetry_cost_sampled",
+    BASE: "telemetry_cost_base",
 }
 
 
-def sidecar(name: str, sink_port: int, uvloop: bool) -> ServerProc:
+def sidecar(
+    name: str, sink_port: int, uvloop: bool, profile_dir: Path | None, baseline: Path | None
+) -> ServerProc:
     """sidecar-hot: telemetry off (no /metrics); the others: /metrics on a free port and,
-    for the traced ones, spans to the sink (OTEL_* set here on purpose)."""
+    for the traced ones, spans to the sink (OTEL_* set here on purpose). BASE is
+    sidecar-traced run from the `baseline` checkout's code."""
     if name == "sidecar-hot":
-        return SidecarSpec(name, uvloop=uvloop).proc()
-    env = dict(TELEMETRY_SIDECARS[name])
+        return SidecarSpec(name, uvloop=uvloop, profile_dir=profile_dir).proc()
+    env = dict(TELEMETRY_SIDECARS["sidecar-traced" if name == BASE else name])
     if env:
         env |= {
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
@@ -61,7 +67,14 @@ def sidecar(name: str, sink_port: int, uvloop: bool) -> ServerProc:
             "OTEL_METRICS_EXPORTER": "none",
         }
     ports = SidecarPorts.free(metrics=True)
-    return SidecarSpec(name, ports=ports, uvloop=uvloop, env=env).proc()
+    if name == BASE:
+        assert baseline is not None
+        env["PYTHONPATH"] = f"{baseline}{os.pathsep}{baseline / 'clients' / 'python'}"
+    proc = SidecarSpec(name, ports=ports, uvloop=uvloop, env=env, profile_dir=profile_dir).proc()
+    if name == BASE:
+        # -P: `python -m` would put the working directory (this checkout) first on the path.
+        proc.argv.insert(1, "-P")
+    return proc
 
 
 def sink_spans(sink: ServerProc) -> int:
@@ -84,11 +97,18 @@ def run(args: argparse.Namespace) -> int:
         stack.callback(worker.close)
         sink_port = free_port()
         sink = otlp_sink(sink_port)
-        servers = {name: sidecar(name, sink_port, args.uvloop) for name in VARIANTS}
+        variants = (*VARIANTS, BASE) if args.baseline else VARIANTS
+        profile_dir = Path(args.cprofile).resolve() if args.cprofile else None
+        if profile_dir is not None:
+            profile_dir.mkdir(parents=True, exist_ok=True)
+        servers = {
+            name: sidecar(name, sink_port, args.uvloop, profile_dir, args.baseline)
+            for name in variants
+        }
         start_all(stack, [sink, *servers.values()])
         for srv in servers.values():
             worker.call("setup", srv.port, TIER_HOT, 0)
-        scraper = Scraper([servers[n].ports[1] for n in TELEMETRY_SIDECARS], args.scrape_s)
+        scraper = Scraper([servers[n].ports[1] for n in variants[1:]], args.scrape_s)
         stack.callback(scraper.stop)
         scraper.start()
         print(
@@ -125,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     print()
     print_head(
-        f"{'variant':<16} {'RPC/s':>9} {'srv µs/RPC':>10} {'err':>4} {'off/on':>7}"
+        f"{'variant':<20} {'RPC/s':>9} {'srv µs/RPC':>10} {'err':>4} {'off/on':>7}"
         f" {'cpu on/off':>10}"
     )
     pairs: dict[str, str] = {}
@@ -138,9 +158,10 @@ def run(args: argparse.Namespace) -> int:
         failed |= errors > 0
         ratios = [rps(row[off]) / rps(row[j]) for row in rows]
         cost = median(ratios)
-        cpu = median([us(row[j]) / us(row[off]) for row in rows])
+        # /proc counts CPU in 10 ms ticks: on a busy box a slice can show none; skip those.
+        cpu = median([us(row[j]) / us(row[off]) for row in rows if us(row[off]) > 0])
         print(
-            f"{name:<16} {pooled_rps:>9,.0f} {pooled_us:>10.1f} {errors:>4}"
+            f"{name:<20} {pooled_rps:>9,.0f} {pooled_us:>10.1f} {errors:>4}"
             f" {cost:>7.3f} {cpu:>10.3f}"
         )
         short = name.removeprefix("sidecar-")
@@ -162,9 +183,15 @@ def run(args: argparse.Namespace) -> int:
     print(
         "# in-process, per RPC added by RpcObserver around a trivial handler: tracing off"
         f" {cost_in['off']:.2f} µs, traced (always_on) {cost_in['traced']:.2f} µs, sampled 1%"
-        f" {cost_in['sampled']:.2f} µs (the export thread's encoding not included)"
+        f" {cost_in['sampled']:.2f} µs (the export thread's encoding not included); OTLP"
+        f" encoding per span on the export thread: the SDK's encode_spans"
+        f" {cost_in['encode_sdk']:.2f}"
+        f" µs, SpanEncoder {cost_in['encode']:.2f} µs"
     )
-    pairs |= {f"observer_us_{k}": f"{v:.2f}" for k, v in cost_in.items()}
+    pairs |= {
+        (f"{k}_us" if k.startswith("encode") else f"observer_us_{k}"): f"{v:.2f}"
+        for k, v in cost_in.items()
+    }
     print(
         "# off/on: median over rounds of RPC/s off / on (adjacent slices); cpu on/off: median"
         f" of server µs/RPC on / off; total {time.monotonic() - started:.0f} s; load average"
@@ -184,6 +211,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 150)")
     parser.add_argument("--concurrency", type=int, default=16, help="in flight (default 16)")
     parser.add_argument("--slice-s", type=float, help="seconds per slice (default 0.25)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also run sidecar-traced from this checkout's code (before/after in one run)",
+    )
+    parser.add_argument("--cprofile", help="run the sidecars under cProfile, DIR/<name>.prof")
     parser.add_argument(
         "--uvloop",
         action=argparse.BooleanOptionalAction,

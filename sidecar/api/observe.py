@@ -3,11 +3,12 @@
 Every servicer method runs its handler through `RpcObserver.run` (api/rpc.py builds
 the public methods), which also turns a domain error into the RPC's status. Cost per RPC
 with tracing off: two clock reads, one contextvar set/reset and one histogram
-bucket increment (~1 us). With tracing on, the span is created when the RPC has
-finished, back-dated to its start, with every attribute known at once: the
-handler is not slowed by an active span, and attributes are computed only for
-spans the sampler records. Span attributes never hold prompt text or payloads:
-only dimensions, a (hashed) tenant, the key digest's prefix and outcomes.
+bucket increment (~1 us). With tracing on, the span is built when the RPC has
+finished, back-dated to its start, with every attribute known at once
+(observability/spans.py: no live SDK span): the handler is not slowed by an active
+span, and attributes are computed only for spans the sampler records. Span
+attributes never hold prompt text or payloads: only dimensions, a (hashed) tenant,
+the key digest's prefix and outcomes.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ _STORE_OUTCOME = {
 }
 _TIER = {v.number: v.name.removeprefix("TIER_").lower() for v in PB2.Tier.DESCRIPTOR.values}
 _TIER[0] = "none"  # TIER_UNSPECIFIED: not a hit
+_UNSET = Status()
+_STATUS_NUMBER = {c.name: c.value[0] for c in grpc.StatusCode}
 
 
 class TenantLabel:
@@ -87,8 +90,8 @@ class RpcObserver:
     def __init__(self, service: str, telemetry: Telemetry, rpc_stats: RpcStats) -> None:
         self._service = service
         self._stats = rpc_stats
-        self._tracing = telemetry.tracing
-        self._tracer = telemetry.tracer
+        self._spans = telemetry.span_recorder() if telemetry.tracing else None
+        self._names: dict[str, str] = {}
         self.tenant = TenantLabel(telemetry.tenants_in_clear)
         self._internal = InternalErrors()
 
@@ -106,7 +109,7 @@ class RpcObserver:
         (api/status.py); any other exception propagates as it is.
         """
         start = time.perf_counter()
-        wall_ns = time.time_ns() if self._tracing else 0
+        wall_ns = time.time_ns() if self._spans is not None else 0
         token = REQUEST_RPC.set(rpc)
         key_token = REQUEST_KEY.set(None)
         code = "OK"
@@ -136,7 +139,7 @@ class RpcObserver:
             REQUEST_RPC.reset(token)
             REQUEST_KEY.reset(key_token)
             self._stats.observe(rpc, code, time.perf_counter() - start)
-            if self._tracing:
+            if self._spans is not None:
                 self._span(rpc, wall_ns, request, response, code, context, describe)
 
     def _span(
@@ -149,29 +152,32 @@ class RpcObserver:
         context: grpc.aio.ServicerContext,
         describe: Describe | None,
     ) -> None:
+        spans = self._spans
+        assert spans is not None
+        name = self._names.get(rpc)
+        if name is None:
+            name = self._names[rpc] = f"{self._service}/{rpc}"
         carrier = _trace_headers(context.invocation_metadata())
+        sampled = spans.sampled_context(
+            name, SpanKind.SERVER, extract(carrier) if carrier else None
+        )
+        if sampled is None:
+            return
         attrs: Attributes = {
             "rpc.system": "grpc",
             "rpc.service": self._service,
             "rpc.method": rpc,
-            "rpc.grpc.status_code": grpc.StatusCode[code].value[0],
+            "rpc.grpc.status_code": _STATUS_NUMBER[code],
         }
-        span = self._tracer.start_span(
-            f"{self._service}/{rpc}",
-            context=extract(carrier) if carrier else None,
-            kind=SpanKind.SERVER,
-            start_time=wall_ns,
-        )
-        if span.is_recording():
-            if describe is not None:
-                # An invalid request: its span has the status, not the key's fields.
-                with contextlib.suppress(InfercacheError):
-                    attrs |= describe(request, response)
-            span.set_attributes(attrs)
-            if code != "OK":
-                details = context.details() if hasattr(context, "details") else None
-                span.set_status(Status(StatusCode.ERROR, f"{code}: {details or ''}".rstrip(": ")))
-        span.end()
+        if describe is not None:
+            # An invalid request: its span has the status, not the key's fields.
+            with contextlib.suppress(InfercacheError):
+                attrs |= describe(request, response)
+        status = _UNSET
+        if code != "OK":
+            details = context.details() if hasattr(context, "details") else None
+            status = Status(StatusCode.ERROR, f"{code}: {details or ''}".rstrip(": "))
+        spans.finish(name, SpanKind.SERVER, sampled, attrs, wall_ns, time.time_ns(), status)
 
 
 def _trace_headers(metadata: Any) -> Mapping[str, str]:

@@ -1,0 +1,178 @@
+"""Finished spans built in one step: what the SDK's Tracer and Span do for an RPC, minus their
+per-span machinery.
+
+The api layer knows everything about an RPC's span once the RPC has ended (name, start and
+end, attributes, status), so it never needs a live `Span`: `SpanRecorder.finish` takes the
+same sampling decision and ids as `Tracer.start_span`, builds the `ReadableSpan` that
+`Span.end` would have handed on, and gives it to the tracer's span processors. Skipped,
+because a span built after the fact has no use for them: the span's lock, the
+`BoundedAttributes` cleaning of values the sidecar itself produced (str, int and bool; it
+still runs when a sampler adds attributes or OTEL_SPAN_ATTRIBUTE_* limits are set), and the
+processors' `on_start` (the batch and simple processors do nothing there), and the SDK's
+opt-in self-metrics of spans started and ended (OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED) and
+experimental tracer configurator. For a root span under the SDK's own samplers the decision is
+read from the trace id directly (what those samplers compute, without their context look-ups).
+What reaches the processors is the same span, field for field, built from the same ids
+(tests/unit/test_span_recorder.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, Tracer
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBased,
+    Sampler,
+    StaticSampler,
+    TraceIdRatioBased,
+)
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, TraceState
+from opentelemetry.util.types import AttributeValue
+
+Attributes = dict[str, AttributeValue]
+
+_UNSET = Status()
+_NO_ATTRIBUTES: Mapping[str, Any] = {}
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_DEFAULT = TraceFlags(TraceFlags.DEFAULT)
+# W3C level 2's random-trace-id flag (API >= 1.39); 0 where the API predates it.
+_RANDOM = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+
+
+class SpanRecorder:
+    """Turns a finished RPC into a finished span of one SDK tracer's pipeline."""
+
+    def __init__(self, tracer: Tracer, scope: InstrumentationScope) -> None:
+        self._sampler = tracer.sampler
+        self._ids = tracer.id_generator
+        self._resource = tracer.resource
+        self._processor = tracer.span_processor
+        self._info = tracer.instrumentation_info
+        self._scope = scope
+        # The tracer's limits are private; a provider built without explicit limits (every
+        # one in the sidecar) reads the same OTEL_* variables as SpanLimits() does here.
+        limits = getattr(tracer, "_span_limits", None)
+        self._limits: SpanLimits = limits if isinstance(limits, SpanLimits) else SpanLimits()
+        # Up to this many attributes, with no value-length limit, cleaning changes nothing.
+        count_limit = self._limits.max_span_attributes
+        self._plain_max = sys.maxsize if count_limit is None else count_limit
+        if self._limits.max_span_attribute_length is not None:
+            self._plain_max = -1
+        self._root_decision = _root_rule(self._sampler)
+        random_ids = getattr(self._ids, "is_trace_id_random", None)
+        self._random_roots = _RANDOM if random_ids is not None and random_ids() else 0
+
+    def sampled_context(
+        self, name: str, kind: SpanKind, context: Context | None
+    ) -> tuple[SpanContext, SpanContext | None, Mapping[str, Any]] | None:
+        """The span's context, its parent's and the sampler's attributes; None if not recorded.
+
+        As `Tracer.start_span`: the parent is the span in `context` (the current context when
+        None), its trace id continues, and the tracer's sampler decides.
+        """
+        parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id = self._ids.generate_trace_id()
+            random_flag = self._random_roots
+            if self._root_decision is not None:
+                # What the sampler answers for a root span, without its context look-ups.
+                decision = self._root_decision(trace_id)
+                span_id = self._ids.generate_span_id()  # drawn for a dropped span too, as the SDK
+                if decision is Decision.DROP:
+                    return None
+                flags = _SAMPLED if decision is Decision.RECORD_AND_SAMPLE else _DEFAULT
+                own = self._context(trace_id, span_id, flags, random_flag, None)
+                return own, None, _NO_ATTRIBUTES
+        else:
+            trace_id = parent.trace_id
+            random_flag = int(parent.trace_flags) & _RANDOM
+        result = self._sampler.should_sample(context, trace_id, name, kind, None, ())
+        span_id = self._ids.generate_span_id()
+        if result.decision is Decision.DROP:
+            return None
+        flags = _SAMPLED if result.decision is Decision.RECORD_AND_SAMPLE else _DEFAULT
+        own = self._context(trace_id, span_id, flags, random_flag, result.trace_state)
+        return own, parent, result.attributes
+
+    @staticmethod
+    def _context(
+        trace_id: int, span_id: int, flags: TraceFlags, random_flag: int, state: TraceState | None
+    ) -> SpanContext:
+        if random_flag:
+            flags = TraceFlags(flags | random_flag)
+        return SpanContext(
+            trace_id,
+            span_id,
+            is_remote=False,
+            trace_flags=flags,
+            trace_state=state,
+        )
+
+    def finish(
+        self,
+        name: str,
+        kind: SpanKind,
+        sampled: tuple[SpanContext, SpanContext | None, Mapping[str, Any]],
+        attributes: Attributes,
+        start_ns: int,
+        end_ns: int,
+        status: Status = _UNSET,
+    ) -> None:
+        """Hand the finished span to the processors (as `Span.end` does)."""
+        own, parent, extra = sampled
+        attrs: Mapping[str, Any] = attributes
+        if extra or len(attributes) > self._plain_max:
+            # Limits or sampler attributes in play: the SDK's own cleaning, in its order.
+            bounded = BoundedAttributes(
+                self._limits.max_span_attributes,
+                extra,
+                immutable=False,
+                max_value_len=self._limits.max_span_attribute_length,
+            )
+            for key, value in attributes.items():
+                bounded[key] = value
+            attrs = bounded
+        span = ReadableSpan(
+            name=name,
+            context=own,
+            parent=parent,
+            resource=self._resource,
+            attributes=attrs,
+            kind=kind,
+            status=status,
+            start_time=start_ns,
+            end_time=end_ns,
+            instrumentation_info=self._info,
+            instrumentation_scope=self._scope,
+        )
+        self._processor.on_end(span)
+
+
+def _root_rule(sampler: Sampler) -> Callable[[int], Decision] | None:
+    """The decision `sampler` takes for a root span, as a function of the trace id alone;
+    None for a sampler that is not one of the SDK's own (whose answer for a root span
+    depends on nothing else: no attributes, no trace state)."""
+    root: Any = sampler
+    if type(sampler).should_sample is ParentBased.should_sample:
+        # ParentBased hands a root span to its root sampler (the attribute is private: a
+        # renamed one only costs this shortcut).
+        root = getattr(sampler, "_root", None)
+    if root is None:
+        return None
+    if type(root).should_sample is StaticSampler.should_sample:
+        decision = root.should_sample(None, 0, "").decision
+        return lambda _trace_id: decision
+    if type(root).should_sample is TraceIdRatioBased.should_sample:
+        bound, limit = root.bound, TraceIdRatioBased.TRACE_ID_LIMIT
+        sample, drop = Decision.RECORD_AND_SAMPLE, Decision.DROP
+        return lambda trace_id: sample if trace_id & limit < bound else drop
+    return None

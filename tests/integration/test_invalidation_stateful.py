@@ -70,6 +70,11 @@ from tests.support.strategies.rules import (
 T = TypeVar("T")
 
 LEASE_TTL_S = 60
+HOLD_TTL_MS = 4000
+"""Single-flight holds lapse this long after their last renewal (HoldKeeper renews them
+every quarter of it while their lease lives and their result may still be stored). Long
+against the real time between two steps, for the holder keys Redis expires on its own
+clock; the embedded store's test clock is advanced in renewal steps (advance())."""
 UNLEASED_WINDOW_S = 300
 DEFAULT_TTL_S, MAX_TTL_S = 60, 120
 HOT_ENTRIES = 4  # small, so lookups go to the warm tier too
@@ -176,6 +181,7 @@ class InvalidationMachine(RuleBasedStateMachine):
             signer=LeaseSigner(os.urandom(32)),
             leases=LeaseConfig(
                 ttl_s=LEASE_TTL_S,
+                hold_ttl_ms=HOLD_TTL_MS,
                 allow_unleased_store=True,
                 unleased_window_s=UNLEASED_WINDOW_S,
             ),
@@ -189,8 +195,10 @@ class InvalidationMachine(RuleBasedStateMachine):
         self.epoch = 0
         self.model_rules: list[ModelRule] = []
         self.stored: dict[int, Stored] = {}
-        self.holders: dict[int, tuple[bytes, int]] = {}
-        """key -> (lease id, expiry on the store's clock)."""
+        self.holders: dict[int, tuple[bytes, int, int]] = {}
+        """key -> (lease id, the lease's expiry, its epoch): the key is held while the
+        lease lives and no rule newer than its epoch kills the key (then the keeper gives
+        the hold back: nobody should wait for a result that cannot be stored)."""
         self.payloads = itertools.count()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -261,10 +269,10 @@ class InvalidationMachine(RuleBasedStateMachine):
         assert epoch == self.epoch, "a lease carries the epoch current when it was issued"
         assert expires == self.clock.now + LEASE_TTL_S * 1000
         holder = self.holders.get(i)
-        free = holder is None or holder[1] <= self.store_now()
+        free = holder is None or holder[1] <= self.clock.now or self.newest_rule(i) > holder[2]
         assert result.lease_holder is free
         if free:
-            self.holders[i] = (lease_id, self.store_now() + LEASE_TTL_S * 1000)
+            self.holders[i] = (lease_id, expires, epoch)
         return HeldLease(i, result.lease, epoch, expires, lease_id)
 
     def expected_ttl_s(self, requested: int) -> int:
@@ -277,9 +285,15 @@ class InvalidationMachine(RuleBasedStateMachine):
 
     # --- rules ------------------------------------------------------------------------
 
+    def keep_holds(self) -> None:
+        """One round of the hold keeper, as it runs every quarter hold TTL in a sidecar:
+        the holds of expired or killed leases given back, the others renewed."""
+        self.run(self.cache._flight.keeper.renew_once())
+
     @rule(target=leases, i=key_indices)
     def lookup(self, i: int) -> Any:
         """One lookup; a MISS's lease goes to the bundle for later stores."""
+        self.keep_holds()
         held = self.check(i, self.run(self.cache.lookup(LookupQuery(KEYS[i]))))
         return multiple() if held is None else held
 
@@ -291,6 +305,7 @@ class InvalidationMachine(RuleBasedStateMachine):
     @rule(target=leases, indices=st.lists(key_indices, min_size=1, max_size=6, unique=True))
     def lookup_batch(self, indices: list[int]) -> Any:
         """A batch lookup answers each key as a single lookup would."""
+        self.keep_holds()
         results = self.run(self.cache.lookup_many([LookupQuery(KEYS[i]) for i in indices]))
         held = [self.check(i, r) for i, r in zip(indices, results, strict=True)]
         return multiple(*(h for h in held if h is not None))
@@ -346,8 +361,16 @@ class InvalidationMachine(RuleBasedStateMachine):
 
     @rule(ms=clock_steps_ms())
     def advance(self, ms: int) -> None:
-        """Move time: entries, leases and holder keys expire."""
-        self.clock.now += ms
+        """Move time: entries, leases and holder keys expire. The keeper renews the live
+        holds meanwhile: on the embedded store's test clock, time moves in its steps."""
+        if self.redis:
+            self.clock.now += ms
+            return
+        step = HOLD_TTL_MS // 4
+        while ms > 0:
+            self.clock.now += min(step, ms)
+            ms -= step
+            self.keep_holds()
 
     @rule()
     def reclaim(self) -> None:

@@ -165,18 +165,23 @@ async def probe(
     return None
 
 
+TLS_REFUSAL_TRIES = 8
+
+
 async def _tls_refusal(options: RedisOptions, timeout_s: float) -> str | None:
     """A TLS refusal the client's own retry hid, found by asking again without retries.
 
     A server that wants a client certificate says so with an alert after the handshake;
     when the client's first command is already on its way, that attempt may see only a
     closed or reset connection, and the client's one retry then fails the same way with
-    the alert lost. A few one-shot connections read the alert itself."""
+    the alert lost. A few one-shot connections read the alert itself (each one races the
+    alert; on a loaded machine three in a row lost it, so eight: a Redis that is down
+    refuses each in a millisecond)."""
     if urlsplit(options.url).scheme != "rediss":
         return None  # a cluster's seeds: the probe's own error stands
     kwargs = client_kwargs(options, connect_timeout_s=timeout_s, socket_timeout_s=timeout_s)
     kwargs["retry"] = Retry(NoBackoff(), 0)
-    for _ in range(3):
+    for _ in range(TLS_REFUSAL_TRIES):
         client = aioredis.Redis.from_url(options.url, **kwargs)
         try:
             async with asyncio.timeout(timeout_s):

@@ -11,7 +11,8 @@ keep-alive HTTP/1.1, closed loop) drives each in turn, alternating the order eve
 
   hit   32 hot chat requests, each asked twice first (stored), then cycled through for
         the loop at concurrency 1, 16, 64; every answer must say hit and the upstream
-        must see no call, or the figure is flagged
+        must see no call, or the figure is flagged; the same loops, in the same rotation,
+        against a canned answer on the gateway's stack (`canned`: bench/gateway/canned.py)
   miss  every request new, at concurrency 1 and 16, through each gateway, straight to
         the upstream (`direct`) and through a bare forwarder on the gateway's own HTTP
         stack (`bare`: bench/gateway/bare_proxy.py, no cache): overhead = p50(server) -
@@ -27,6 +28,8 @@ hit_rps_vs_litellm (min of the RPS ratios; goal >= 3), miss_overhead_ms (at conc
 goal: on a 2-core machine the load generator, the upstream and the gateway share the
 CPU, so at 16 the figure is the gateway's CPU per miss queued, see gateway_miss_cpu_ms),
 bare_proxy_miss_overhead_ms (the same for the bare forwarder: the floor),
+hit_rps_vs_canned, miss_overhead_vs_bare_ms and miss_overhead_vs_bare_c16_ms (the
+gateway against its floors, bench/gateway/floors.py),
 sse_replay_exact, cross_tenant_hits (the tenant probe's merged answers), merged_probes
 (all probes), each also as litellm_*; goals_met; responses_hit_p50_ms,
 responses_miss_overhead_ms and the other responses_* figures (bench/gateway/responses.py:
@@ -50,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.gateway import messages, servers
+from bench.gateway import floors, messages, servers
 from bench.gateway.load import LoadResult, Target, closed_loop, cycling, distinct, one, verdict
 from bench.gateway.probes import SseCheck, chat_body, run_probes, sse_replay, upstream_streams
 from bench.gateway.responses import measure_responses
@@ -92,6 +95,8 @@ class Side:
     flags: list[str] = field(default_factory=list)
     probes: dict[str, str] = field(default_factory=dict)
     sse: SseCheck | None = None
+    floor: bool = False
+    """The canned server: its answers carry no verdict and never reach the upstream."""
 
     def add(self, kind: str, concurrency: int, result: LoadResult, cpu_s: float) -> None:
         self.loops.setdefault((kind, concurrency), []).append(result)
@@ -133,7 +138,8 @@ async def _hit_loop(side: Side, c: int, seconds: float, upstream_port: int) -> N
     result = await closed_loop(side.first, cycling(side.first, _hot_bodies(side.name)), c, seconds)
     cpu = servers.tree_cpu_seconds(side.pid) - cpu
     called = servers.upstream_calls(upstream_port) - before
-    if set(result.verdicts) != {"hit"} or called or set(result.statuses) != {200}:
+    checked = not side.floor and (set(result.verdicts) != {"hit"} or called)
+    if checked or set(result.statuses) != {200}:
         side.flags.append(f"hit c={c}: {dict(result.verdicts)} {dict(result.statuses)} {called=}")
     side.add("hit", c, result, cpu)
 
@@ -149,19 +155,23 @@ async def _miss_loop(side: Side, c: int, seconds: float) -> None:
     side.add("miss", c, result, cpu)
 
 
-async def measure(sides: list[Side], baselines: list[Side], plan: Plan, upstream_port: int) -> None:
+async def measure(
+    sides: list[Side], baselines: list[Side], canned: Side, plan: Plan, upstream_port: int
+) -> None:
     """Every loop of every side, `plan.rounds` times, the side order reversed each round;
-    the miss loops of the `baselines` (direct first) too."""
+    the miss loops of the `baselines` (direct first) too, and the `canned` floor's hit
+    loops in the hit rotation."""
     for side in sides:
         await _warm(side)
-    for side in [*baselines, *sides]:
+    for side in [*baselines, canned, *sides]:
         cpu = servers.tree_cpu_seconds(side.pid)
         await asyncio.sleep(plan.seconds)
         side.idle_cpu_per_s = (servers.tree_cpu_seconds(side.pid) - cpu) / plan.seconds
     for r in range(plan.rounds):
         order = sides if r % 2 == 0 else sides[::-1]
+        hitters = [canned, *sides] if r % 2 == 0 else [*sides[::-1], canned]  # gw beside it
         for c in plan.hit_concurrency:
-            for side in order:
+            for side in hitters:
                 await _hit_loop(side, c, plan.seconds, upstream_port)
         for c in plan.miss_concurrency:
             for side in [*baselines, *order]:
@@ -173,7 +183,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def report(
-    gw: Side | None, ll: Side | None, direct: Side, bare: Side, plan: Plan
+    gw: Side | None, ll: Side | None, direct: Side, bare: Side, canned: Side, plan: Plan
 ) -> dict[str, Any]:
     """Print the tables; the summary's pairs."""
     shown = [s for s in (gw, ll) if s is not None]
@@ -181,7 +191,7 @@ def report(
         f"{'kind':<5} {'conc':>4} {'server':<11} {'p50 ms':>8} {'p99 ms':>8} {'rps':>8} "
         f"{'cpu ms/req':>10}"
     )
-    rows = [("hit", c, s) for c in plan.hit_concurrency for s in shown]
+    rows = [("hit", c, s) for c in plan.hit_concurrency for s in [canned, *shown]]
     rows += [("miss", c, s) for c in plan.miss_concurrency for s in [direct, bare, *shown]]
     for kind, c, s in rows:
         print(
@@ -212,6 +222,9 @@ def report(
     pairs["hit_rps_vs_litellm"] = worst(
         [_ratio(a, b) for a, b in zip(rpss(gw), rpss(ll), strict=True)], min
     )
+    misses = {c: (gw.loops.get(("miss", c), []) if gw else []) for c in plan.miss_concurrency}
+    bares = {c: bare.loops.get(("miss", c), []) for c in plan.miss_concurrency}
+    pairs |= floors.summary(rpss(gw), rpss(canned), misses, bares)
     m1 = plan.miss_concurrency[0]
     for maybe, prefix in ((gw, ""), (ll, "litellm_"), (bare, "bare_proxy_")):
         pairs[prefix + "miss_overhead_ms"] = overhead(maybe, m1)
@@ -314,8 +327,13 @@ async def run(plan: Plan) -> int:
             "direct", up.pid, Target(up.port, "/v1/chat/completions"), Target(up.port, "/")
         )
         bare = Side("bare", bp.pid, Target(bp.port, "/v1/chat/completions"), Target(bp.port, "/"))
+        cp = await floors.canned_server(work, direct.first)
+        stack.callback(cp.stop)
+        cp.start()
+        at = Target(cp.port, "/v1/chat/completions")
+        canned = Side("canned", cp.pid, at, at, floor=True)
         sides = [s for s in (gw, ll) if s is not None]
-        await measure(sides, [direct, bare], plan, up.port)
+        await measure(sides, [direct, bare], canned, plan, up.port)
         responses: dict[str, Any] = {}
         if gw is not None:  # bench/gateway/responses.py: /v1/responses, the same run
             m1 = plan.miss_concurrency[0]
@@ -339,8 +357,10 @@ async def run(plan: Plan) -> int:
         if not streams:
             print("# sse replay untested: the model server does not stream")
         print_correctness(sides)
-        pairs = report(gw, ll, direct, bare, plan) | responses | on_messages
-    idle = ", ".join(f"{s.name} {s.idle_cpu_per_s * 1000:.1f}" for s in [direct, bare, *sides])
+        pairs = report(gw, ll, direct, bare, canned, plan) | responses | on_messages
+    idle = ", ".join(
+        f"{s.name} {s.idle_cpu_per_s * 1000:.1f}" for s in [direct, bare, canned, *sides]
+    )
     print(f"# idle CPU ms/s (taken off the cpu column): {idle}")
     print(f"# load average at end: {os.getloadavg()[0]:.2f}")
     print_summary(pairs)
@@ -369,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tools = (args.delay_ms, args.infercache, args.model_server)
     if args.smoke:
-        plan = Plan(1, 0.4, (1, 16, 64), (1,), *tools)
+        plan = Plan(1, 0.4, (1, 16, 64), (1, 16), *tools)
     else:
         plan = Plan(args.rounds, args.seconds, (1, 16, 64), (1, 16), *tools)
     return asyncio.run(run(plan))

@@ -174,3 +174,10 @@ def redises(data_dir: Path) -> Redises:
         redis_server(str(data_dir / "r1"), "redis-litellm"),
         redis_server(str(data_dir / "r2"), "redis-gateway"),
     )
+
+
+def canned(body_file: Path) -> ServerProc:
+    """bench/gateway/canned.py on a free port: the hit's floor, answering `body_file`."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.gateway.canned", str(port), str(body_file)]
+    return ServerProc("canned", argv, (port,))

@@ -66,6 +66,10 @@ def gateway(workdir: Path, upstream_port: int, redis_port: int) -> tuple[ServerP
         "gateway-wait-ms": str(WAIT_MS),
         "lookup-timeout-ms": "50",
         "admin-tokens": f"bench={TOKEN}",
+        # Shadow verification off: its baseline (1% of misses computed a second time)
+        # would count as upstream calls of the flights it measures.
+        "verify-rate": "0",
+        "verify-baseline-rate": "0",
     }
     argv = [f"--{k}={v}" for k, v in flags.items()]
     proc = SidecarSpec("gateway", SidecarPorts.free(admin=True), argv).proc()

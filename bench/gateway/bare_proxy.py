@@ -49,11 +49,11 @@ class BareProxy:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def main() -> None:
-    """Serve on 127.0.0.1:PORT in front of UPSTREAM_URL."""
-    port, upstream = int(sys.argv[1]), sys.argv[2]
+def serve_on_the_gateways_stack(app: Any, port: int) -> None:
+    """Run an ASGI app on 127.0.0.1:`port` with the gateway's HTTP stack (uvicorn,
+    httptools, uvloop), as the bench's floors are measured."""
     uvicorn.run(
-        BareProxy(upstream),
+        app,
         host="127.0.0.1",
         port=port,
         http="httptools",
@@ -62,6 +62,12 @@ def main() -> None:
         log_level="warning",
         access_log=False,
     )
+
+
+def main() -> None:
+    """Serve on 127.0.0.1:PORT in front of UPSTREAM_URL."""
+    port, upstream = int(sys.argv[1]), sys.argv[2]
+    serve_on_the_gateways_stack(BareProxy(upstream), port)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-import uvicorn
+from bench.gateway.bare_proxy import serve_on_the_gateways_stack
 
 Message = MutableMapping[str, Any]
 
@@ -49,16 +49,7 @@ class Canned:
 def main() -> None:
     """Serve on 127.0.0.1:PORT, answering the bytes of BODY_FILE."""
     port, body = int(sys.argv[1]), Path(sys.argv[2]).read_bytes()
-    uvicorn.run(
-        Canned(body),
-        host="127.0.0.1",
-        port=port,
-        http="httptools",
-        loop="uvloop",
-        lifespan="off",
-        log_level="warning",
-        access_log=False,
-    )
+    serve_on_the_gateways_stack(Canned(body), port)
 
 
 if __name__ == "__main__":

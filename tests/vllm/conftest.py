@@ -11,6 +11,7 @@ import pytest
 from tests.support.processes import RedisServer
 from tests.support.vllm_engine import EngineProcess
 from tests.support.vllm_model import PROMPTS, Models, write_model
+from tests.support.vllm_sidecar import SidecarServer
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +48,15 @@ def reference(models: Models) -> dict[str, dict[str, list[int]]]:
 @pytest.fixture(scope="session")
 def redis() -> Iterator[RedisServer]:
     server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sidecar(models: Models) -> Iterator[SidecarServer]:
+    """A sidecar (embedded store) fingerprinting v1 at start, as a pod runs next to vLLM."""
+    server = SidecarServer(model_path=models.v1)
     server.start()
     yield server
     server.stop()

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from tests.support.vllm_engine import BLOCK_SIZE, EngineProcess
 from tests.support.vllm_model import PROMPTS, Models
@@ -15,14 +12,6 @@ LOADABLE = (len(PROMPTS["a"]) - 1) // BLOCK_SIZE * BLOCK_SIZE
 Outputs = dict[str, dict[str, list[int]]]
 # Short back-off so the test does not wait long for the connector to try again.
 RETRY_S = 0.5
-
-
-@pytest.fixture
-def sidecar(models: Models) -> Iterator[SidecarServer]:
-    server = SidecarServer(model_path=models.v1)
-    server.start()
-    yield server
-    server.stop()
 
 
 def answer(engine: EngineProcess, name: str) -> tuple[int, list[int]]:

@@ -3,24 +3,13 @@ fingerprint of its files); the same adapter reuses its own."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.support.vllm_engine import BLOCK_SIZE, EngineProcess
 from tests.support.vllm_model import PROMPTS, Models, write_lora
 from tests.support.vllm_sidecar import SidecarServer
 
 LOADABLE = (len(PROMPTS["a"]) - 1) // BLOCK_SIZE * BLOCK_SIZE
-
-
-@pytest.fixture
-def sidecar(models: Models) -> Iterator[SidecarServer]:
-    server = SidecarServer(model_path=models.v1)
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_another_lora_never_shares_blocks(

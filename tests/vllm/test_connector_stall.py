@@ -15,11 +15,10 @@ import functools
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from infercache.v1 import kv_pb2 as pb
 from infercache_client.vllm.chain import ChainScope, request_chain
 from infercache_client.vllm.identity import AdapterFingerprints
@@ -216,14 +215,6 @@ import, seconds on a loaded machine."""
 def prompt(seed: int, length: int = PROMPT_TOKENS) -> list[int]:
     rng = random.Random(1000 + seed)
     return [rng.randrange(3, VOCAB) for _ in range(length)]
-
-
-@pytest.fixture
-def sidecar(models: Models) -> Iterator[SidecarServer]:
-    server = SidecarServer(model_path=models.v1)
-    server.start()
-    yield server
-    server.stop()
 
 
 def gaps(times: list[float], start: float, end: float) -> list[float]:

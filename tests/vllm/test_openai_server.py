@@ -9,24 +9,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import openai
-import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionUserMessageParam
 
 from tests.support.processes import REPO, free_port, stop_process
 from tests.support.vllm_engine import BLOCK_SIZE, engine_env
 from tests.support.vllm_model import CORPUS, Models
 from tests.support.vllm_sidecar import SidecarServer
-
-
-@pytest.fixture
-def sidecar(models: Models) -> Iterator[SidecarServer]:
-    server = SidecarServer(model_path=models.v1)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float = 300.0) -> None:

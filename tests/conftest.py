@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 
@@ -88,6 +89,14 @@ def own_redis() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def redis_proc(own_redis: RedisServer) -> Iterator[RedisServer]:
+    """own_redis, resumed (if a test froze it with SIGSTOP) before it is torn down."""
+    yield own_redis
+    if own_redis.proc is not None:
+        own_redis.proc.send_signal(signal.SIGCONT)
 
 
 @pytest.fixture

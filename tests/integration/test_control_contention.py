@@ -37,14 +37,6 @@ def pin(pid: int, cpus: set[int]) -> None:
 
 
 @pytest.fixture
-def redis_proc(own_redis: RedisServer) -> Iterator[RedisServer]:
-    """A private Redis, resumed (if a test froze it) before it is torn down."""
-    yield own_redis
-    if own_redis.proc is not None:
-        own_redis.proc.send_signal(signal.SIGCONT)
-
-
-@pytest.fixture
 def control_sidecar(redis_proc: RedisServer) -> Iterator[SidecarProcess]:
     """A sidecar process on that Redis with the production write deadline, on uvloop."""
     sc = SidecarProcess(redis_proc.url, write_timeout_ms=str(WRITE_TIMEOUT_MS), uvloop="true")

@@ -6,7 +6,6 @@ import asyncio
 import random
 import signal
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -35,14 +34,6 @@ class Sample:
     elapsed: float
     outcome: int
     degraded: bool
-
-
-@pytest.fixture
-def redis_proc(own_redis: RedisServer) -> Iterator[RedisServer]:
-    """A private Redis that is resumed (if frozen) before it is torn down."""
-    yield own_redis
-    if own_redis.proc is not None:
-        own_redis.proc.send_signal(signal.SIGCONT)
 
 
 @pytest.fixture

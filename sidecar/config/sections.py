@@ -92,7 +92,7 @@ class RedisConfig:
     write_timeout_ms: int = setting(
         500,
         "Warm-tier write deadline; also the control plane's (Invalidate, refreshes), "
-        "counted as Redis's time, not the sidecar's own CPU or scheduling delay",
+        "counted as Redis's time, not the sidecar's own CPU, waits or stops",
         p.positive_int,
         name="write_timeout_ms",
     )

@@ -103,7 +103,7 @@ def test_invalidate_succeeds_while_the_sidecar_is_stopped_in_bursts(
     done = threading.Event()
 
     def bursts() -> None:
-        while not done.wait(0.01):
+        while not done.wait(0.03):
             sc.freeze()
             time.sleep(0.3)
             sc.thaw()

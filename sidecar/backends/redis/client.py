@@ -4,7 +4,7 @@ Failure policy: every call has a deadline. A failure opens a small circuit for
 a growing pause (capped at one second) during which calls fail at once instead
 of each paying the deadline; the first call after the pause probes Redis again,
 so the sidecar heals without a restart. A patient guard (the control plane's) counts
-its deadline as Redis's time, not the sidecar's own CPU or scheduling delay
+its deadline as Redis's time, not the sidecar's own CPU, waits or stops
 (deadline.py): a busy host is not a Redis outage.
 """
 

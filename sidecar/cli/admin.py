@@ -17,9 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +27,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from infercache.v1 import admin_pb2 as PB2
 from infercache_client.admin import AdminClient, selector
+
+from sidecar.cli.interrupts import StopSignals
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -323,36 +324,28 @@ def run_stats(args: argparse.Namespace) -> int:
 
     console = Console()
     # --watch ends on Ctrl-C (or SIGTERM) through a flag, not KeyboardInterrupt: a SIGINT
-    # that lands inside a blocking gRPC call can be swallowed there, and the loop then ran
-    # on (seen under load: the watch kept printing after SIGINT until its pipe broke).
-    # Installed whatever the parent left: a background job starts with SIGINT ignored.
-    stop = threading.Event()
-    previous = (
-        {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        if args.watch
-        else {}
-    )
+    # that lands inside a blocking gRPC call can be swallowed there (cli/interrupts.py).
+    stop = StopSignals() if args.watch else nullcontext(None)
     try:
-        resp = fetch()
-        if args.json:
-            print(json.dumps(stats_dict(resp)), flush=True)
-            while args.watch is not None and not stop.wait(args.watch):
-                print(json.dumps(stats_dict(fetch())), flush=True)
+        with stop as signals:
+            resp = fetch()
+            if args.json:
+                print(json.dumps(stats_dict(resp)), flush=True)
+                while signals is not None and not signals.wait(args.watch):
+                    print(json.dumps(stats_dict(fetch())), flush=True)
+                return EXIT_OK
+            if signals is None:
+                console.print(stats_table(resp, args.admin))
+                return EXIT_OK
+            with Live(stats_table(resp, args.admin), console=console, auto_refresh=False) as live:
+                while not signals.wait(args.watch):
+                    live.update(stats_table(fetch(), args.admin), refresh=True)
             return EXIT_OK
-        if args.watch is None:
-            console.print(stats_table(resp, args.admin))
-            return EXIT_OK
-        with Live(stats_table(resp, args.admin), console=console, auto_refresh=False) as live:
-            while not stop.wait(args.watch):
-                live.update(stats_table(fetch(), args.admin), refresh=True)
-        return EXIT_OK
     except grpc.RpcError as exc:
-        if stop.is_set():
+        if isinstance(stop, StopSignals) and stop.stopped:
             return EXIT_OK  # the refresh in flight when Ctrl-C came
         return fail("stats", exc, args)
     except KeyboardInterrupt:
         return EXIT_OK
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         admin.close()

@@ -54,7 +54,7 @@ async def test_a_forged_kv_warm_block_is_refused_on_promotion(
     """Issue 25 repro 1 (KV): a demoted block rewritten in Redis with attacker bytes and a
     recomputed checksum is not promoted after a weight rollback; it is counted."""
     warm = RedisKvWarmStore(client, key_prefix="ic:t:", timeout_s=2, keys=KEYS)
-    s = Setup(warm=warm)
+    s = Setup(warm=warm, promote_timeout_ms=5000)  # under load: a verdict, not retry_later
     a = await s.attach("fp-v1")
     await s.put(a, CHAIN)
     await s.attach("fp-v2")  # demotes v1's block to Redis
@@ -75,7 +75,7 @@ async def test_a_forged_kv_warm_block_is_refused_on_promotion(
 async def test_a_genuine_kv_block_still_promotes(client: RedisBackend) -> None:
     """Untouched, the block sealed under the fleet key comes back with its bytes."""
     warm = RedisKvWarmStore(client, key_prefix="ic:t:", timeout_s=2, keys=KEYS)
-    s = Setup(warm=warm)
+    s = Setup(warm=warm, promote_timeout_ms=5000)  # under load: a verdict, not retry_later
     a = await s.attach("fp-v1")
     await s.put(a, CHAIN)
     await s.attach("fp-v2")

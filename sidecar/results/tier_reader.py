@@ -115,8 +115,13 @@ class TierReader:
                     # Not known to be current: let the warm read (which carries the
                     # store's epoch) decide instead of trusting memory.
                     pending.append(i)
-                else:
+                elif q.max_age_s or q.accept is not None:
                     results[i] = _hit_or_miss(q, entry, TierName.HOT, now)
+                else:  # _hit_or_miss inlined for the common query (no bound, any form)
+                    age = now - entry.created_at_ms
+                    results[i] = LookupResult(
+                        Outcome.HIT, key.digest, entry, TierName.HOT, age if age > 0 else 0
+                    )
             if not pending:
                 return Found(cast(list[LookupResult], results))
         return await self._find_warm(queries, pending, results, now, read)

@@ -5,7 +5,8 @@ Lookup and LookupBatch handlers' work called directly (protobuf in, cache, proto
 Reports CPU µs per call of each path (median of rounds), the Redis commands each call
 costs (INFO commandstats) and, with --cprofile, the top functions by own time per call.
 Paths: `warm` (16 concurrent single lookups, hot tier off), `batch32-warm` (4 concurrent
-batches of 32, hot tier off) and `batch32-hot` (batches of 32, hot hits).
+batches of 32, hot tier off), `hot` (16 concurrent single lookups, hot hits) and
+`batch32-hot` (batches of 32, hot hits).
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ async def run(args: argparse.Namespace) -> int:
         paths = {
             "warm": (_paths(warm, requests, batch=False, concurrency=16), 16),
             "batch32-warm": (_paths(warm, requests, batch=True, concurrency=4), 4),
+            "hot": (_paths(hot, requests, batch=False, concurrency=16), 16),
             "batch32-hot": (_paths(hot, requests, batch=True, concurrency=4), 4),
         }
         for call, _ in paths.values():

@@ -8,20 +8,31 @@ import dataclasses
 import itertools
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.harness.procs import ServerProc, SidecarSpec, interrupt_on, redis_server
+from bench.harness.procs import REPO, ServerProc, SidecarSpec, interrupt_on, redis_server
 from bench.harness.profiling import PySpy
 from bench.harness.report import print_summary
+from bench.harness.stats import median
 from bench.harness.usage import Usage, load_average
 from bench.harness.workers import Worker, split_concurrency
 from bench.harness.workload import N_KEYS, PAYLOAD
 from bench.lookup.report import Result, Results, print_table, summary
-from bench.lookup.scenarios import BATCH, RATIO_CONCURRENCY, RATIOS, SCENARIOS, Cell
+from bench.lookup.scenarios import (
+    BASE,
+    BASE_RATIOS,
+    BATCH,
+    RATIO_CONCURRENCY,
+    RATIOS,
+    SCENARIOS,
+    Cell,
+    with_baseline,
+)
 from bench.lookup.servers import echo_server
 from tests.support.processes import free_port
 
@@ -67,10 +78,38 @@ class Clients:
             w.close()
 
 
-def lookup_sidecar(name: str, uvloop: bool, profile_dir: Path | None, *flags: str) -> ServerProc:
+def lookup_sidecar(
+    name: str, uvloop: bool, profile_dir: Path | None, *flags: str, code: Path = REPO
+) -> ServerProc:
     """A sidecar on a free data port; admin and /metrics switched off (by flag), so the
-    hot path is the one under test and several sidecars run side by side."""
-    return SidecarSpec(name, flags=flags, uvloop=uvloop, profile_dir=profile_dir).proc()
+    hot path is the one under test and several sidecars run side by side. `code`: the
+    checkout whose sidecar runs (another one for --baseline)."""
+    env = {}
+    if code != REPO:
+        env["PYTHONPATH"] = f"{code}{os.pathsep}{code / 'clients' / 'python'}"
+    proc = SidecarSpec(name, flags=flags, uvloop=uvloop, profile_dir=profile_dir, env=env).proc()
+    if code != REPO:
+        # -P: `python -m` would put the working directory (this checkout) first on the path.
+        proc.argv.insert(1, "-P")
+    return proc
+
+
+def redis_commands(port: int) -> dict[str, int]:
+    """Commands a redis-server has run so far by name (INFO commandstats; a script's
+    own calls count under their names), less the INFO calls."""
+    out = subprocess.run(
+        ["redis-cli", "-p", str(port), "INFO", "commandstats"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout
+    calls = {}
+    for line in out.splitlines():
+        if line.startswith("cmdstat_") and not line.startswith("cmdstat_info:"):
+            name, rest = line[len("cmdstat_") :].split(":", 1)
+            calls[name] = int(rest.split("calls=", 1)[1].split(",", 1)[0])
+    return calls
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,9 +120,14 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"unknown scenarios: {sorted(unknown)}")
     scenarios = [s for s in SCENARIOS if s.name in wanted]
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline is not None:
+        scenarios = list(with_baseline(tuple(scenarios)))
     needed = {s.server for s in scenarios}
     if "sidecar-warm" in needed:
         needed.add("redis")
+    if "sidecar-warm" + BASE in needed:
+        needed.add("redis" + BASE)
     profile_dir = Path(args.cprofile).resolve() if args.cprofile else None
     pyspy_dir = Path(args.py_spy).resolve() if args.py_spy else None
     for d in (profile_dir, pyspy_dir):
@@ -110,19 +154,29 @@ def run(args: argparse.Namespace) -> int:
             add("echo", echo_server(free_port(), args.uvloop, profile_dir))
         if "sidecar-hot" in needed:
             add("sidecar-hot", lookup_sidecar("sidecar-hot", args.uvloop, profile_dir))
-        if "sidecar-warm" in needed:
-            url = f"redis://127.0.0.1:{servers['redis'].port}/0"
-            warm_flags = ("--redis-url", url, "--hot-max-entries", "0")
-            add(
-                "sidecar-warm",
-                lookup_sidecar("sidecar-warm", args.uvloop, profile_dir, *warm_flags),
-            )
+        if "redis" + BASE in needed:
+            add("redis" + BASE, redis_server(redis_dir, "redis" + BASE))
+        for suffix, code in (("", REPO), (BASE, baseline)):
+            if code is None:
+                continue
+            if "sidecar-hot" + suffix in needed:
+                name = "sidecar-hot" + suffix
+                add(name, lookup_sidecar(name, args.uvloop, profile_dir, code=code))
+            if "sidecar-warm" + suffix in needed:
+                name = "sidecar-warm" + suffix
+                url = f"redis://127.0.0.1:{servers['redis' + suffix].port}/0"
+                warm_flags = ("--redis-url", url, "--hot-max-entries", "0")
+                add(name, lookup_sidecar(name, args.uvloop, profile_dir, *warm_flags, code=code))
 
         redis_keys: list[bytes] = []
-        if "sidecar-hot" in servers:
-            clients.setup(servers["sidecar-hot"].port, 1)
-        if "sidecar-warm" in servers:
-            redis_keys = clients.setup(servers["sidecar-warm"].port, 2, servers["redis"].port)
+        for suffix in ("", BASE):
+            if "sidecar-hot" + suffix in servers:
+                clients.setup(servers["sidecar-hot" + suffix].port, 1)
+            if "sidecar-warm" + suffix in servers:
+                keys = clients.setup(
+                    servers["sidecar-warm" + suffix].port, 2, servers["redis" + suffix].port
+                )
+                redis_keys = redis_keys or keys
         if "redis-get" in wanted and not redis_keys:
             raise SystemExit("redis-get reads the warm sidecar's entries: include scenario 'warm'")
 
@@ -135,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         results = Results()
+        # Redis commands per RPC of each warm cell, per round (INFO commandstats around it).
+        redis_per_op: dict[tuple[str, int, str], list[float]] = {}
         # Scenarios run back to back within each concurrency and round, so drift and
         # neighbours' load hit a sidecar cell and its baseline alike.
         for rnd, c, i in itertools.product(
@@ -155,7 +211,17 @@ def run(args: argparse.Namespace) -> int:
             spy = None
             if pyspy_dir is not None and sc.server != "redis":
                 spy = pyspy_dir / f"{sc.name}-c{c}-r{rnd}.txt"
+            redis_port = 0
+            if sc.server.startswith("sidecar-warm"):
+                redis_port = servers["redis" + (BASE if sc.server.endswith(BASE) else "")].port
+                before = redis_commands(redis_port)
             r = clients.run(cell, srv.pid, spy)
+            if redis_port and r.ops:
+                after = redis_commands(redis_port)
+                for cmd, n in after.items():
+                    if n > before.get(cmd, 0):
+                        per_op = (n - before.get(cmd, 0)) / r.ops
+                        redis_per_op.setdefault((sc.name, c, cmd), []).append(per_op)
             results.add(sc.name, c, r)
             if args.verbose:
                 print(
@@ -165,7 +231,13 @@ def run(args: argparse.Namespace) -> int:
             srv.check_alive()
 
     print()
-    print_table(results, concurrencies)
+    print_table(results, concurrencies, scenarios)
+    for (name, c, cmd), rounds in sorted(redis_per_op.items()):
+        # Round trips are what the sidecar sends (EVALSHA, MGET); a script's own calls
+        # (GET, SET) count under their names. Background calls (heartbeat, rule
+        # refresh) come to a few a second.
+        if len(rounds) == args.rounds and median(rounds) >= 0.01:
+            print(f"# {name} c={c}: Redis {cmd} {median(rounds):.2f} per RPC (median of rounds)")
     failed = False
     for (name, c), rs in results.rounds.items():
         errors, ops = sum(r.errors for r in rs), sum(r.ops for r in rs)
@@ -182,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         failed |= errors > 0.01 * total or not ops
     ratio_c = RATIO_CONCURRENCY if RATIO_CONCURRENCY in concurrencies else concurrencies[0]
     if args.rounds > 1:
-        for key, a, b in RATIOS:
+        for key, a, b in (*RATIOS, *(BASE_RATIOS if baseline is not None else ())):
             each = " ".join(f"{x:.2f}" for x in results.per_round(a, b, ratio_c))
             if each:
                 print(f"# {key} per round at concurrency {ratio_c}: {each}")
@@ -219,6 +291,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios", help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS)
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run every sidecar scenario on a sidecar of the checkout in DIR"
+        " (scenario <name>-base), interleaved with this checkout's: before and after in one run",
     )
     parser.add_argument("--cprofile", metavar="DIR", help="run the servers under cProfile")
     parser.add_argument(

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.harness.report import print_head
-from bench.harness.stats import percentile
+from bench.harness.stats import median, percentile
 from bench.harness.usage import Usage
-from bench.lookup.scenarios import BATCH, RATIOS, SCENARIOS
+from bench.lookup.scenarios import BASE_RATIOS, BATCH, RATIOS, Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +104,16 @@ def _fmt_rate(x: float) -> str:
     return f"{x:,.0f}" if x == x else "-"
 
 
-def print_table(results: Results, concurrencies: Sequence[int]) -> None:
+def print_table(
+    results: Results, concurrencies: Sequence[int], scenarios: Sequence[Scenario]
+) -> None:
     """One row per scenario and concurrency, with its ratio to the baseline."""
     print_head(
-        f"{'scenario':<13} {'conc':>4} {'RPC/s':>9} {'keys/s':>9} {'p50 µs':>9} {'p99 µs':>9}"
+        f"{'scenario':<18} {'conc':>4} {'RPC/s':>9} {'keys/s':>9} {'p50 µs':>9} {'p99 µs':>9}"
         f" {'srv cpu':>7} {'srv µs/RPC':>10} {'kernel':>6} {'sysc/RPC':>8} {'cli cpu':>7}"
         f" {'vs base':>8} {'degr':>5} {'err':>4}"
     )
-    for sc in SCENARIOS:
+    for sc in scenarios:
         rows = [(c, results.cell(sc.name, c)) for c in concurrencies]
         if all(r is None for _, r in rows):
             continue
@@ -121,7 +123,7 @@ def print_table(results: Results, concurrencies: Sequence[int]) -> None:
             keys = r.ops_per_s * (BATCH if sc.kind == "batch" else 1)
             ratio = results.ratio(sc.name, sc.baseline, c) if sc.baseline else float("nan")
             print(
-                f"{sc.name:<13} {c:>4} {_fmt_rate(r.ops_per_s):>9} {_fmt_rate(keys):>9}"
+                f"{sc.name:<18} {c:>4} {_fmt_rate(r.ops_per_s):>9} {_fmt_rate(keys):>9}"
                 f" {r.p50_us:>9.0f} {r.p99_us:>9.0f} {r.server_cpu * 100:>6.0f}%"
                 f" {r.server_us_per_op:>10.1f} {r.server_system * 100:>5.0f}%"
                 f" {r.server_syscalls_per_op:>8.1f} {r.client_cpu * 100:>6.0f}%"
@@ -133,7 +135,9 @@ def print_table(results: Results, concurrencies: Sequence[int]) -> None:
 
 
 def summary(results: Results, c: int) -> dict[str, str]:
-    """The summary line's pairs: ratios at concurrency c, then the absolute rates."""
+    """The summary line's pairs: ratios at concurrency c (best rounds; `*_median`: the
+    median of the per-round ratios), then the absolute rates; with a baseline checkout
+    run beside it, its `*_base_vs_*` ratios too."""
 
     def rps(name: str) -> float:
         r = results.cell(name, c)
@@ -142,6 +146,10 @@ def summary(results: Results, c: int) -> dict[str, str]:
     pairs = {"ratio_concurrency": str(c)}
     for key, a, b in RATIOS:
         pairs[key] = f"{results.ratio(a, b, c):.3f}"
+    ratios = [r for r in (*RATIOS, *BASE_RATIOS) if (r[1], c) in results.rounds]
+    for key, a, b in ratios:
+        each = results.per_round(a, b, c)
+        pairs[f"{key}_median"] = f"{median(each):.3f}" if each else "nan"
     for key, a, b in RATIOS[:3]:
         pairs[key.replace("_vs_", "_cpu_vs_")] = f"{results.ratio(a, b, c, cpu=True):.3f}"
     pairs |= {

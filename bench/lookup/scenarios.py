@@ -45,6 +45,21 @@ SCENARIOS = (
     Scenario("redis-get", "redis", "redis_get", 0, None),
 )
 
+BASE = "-base"
+"""Suffix of a scenario (and its server) run from the --baseline checkout's code."""
+
+
+def with_baseline(scenarios: tuple[Scenario, ...]) -> tuple[Scenario, ...]:
+    """`scenarios` plus each sidecar scenario again on a sidecar of the baseline checkout
+    (same baseline server), so before and after run interleaved in one run."""
+    extra = tuple(
+        Scenario(s.name + BASE, s.server + BASE, s.kind, s.expect_tier, s.baseline)
+        for s in scenarios
+        if s.server.startswith("sidecar-")
+    )
+    return scenarios + extra
+
+
 # (key in the summary line, scenario, its baseline); the headline goals are the first three.
 RATIOS = (
     ("hot_vs_echo", "hot", "echo"),
@@ -53,3 +68,10 @@ RATIOS = (
     ("warm_vs_redis_get", "warm", "redis-get"),
     ("batch_warm_vs_echo", "batch32-warm", "echo-batch32"),
 )
+
+BASE_RATIOS = tuple(
+    (key.replace("_vs_", "_base_vs_"), a + BASE, b)
+    for key, a, b in RATIOS
+    if a != "redis-get" and b != "redis-get"
+)
+"""The same ratios for the --baseline checkout's sidecars."""

@@ -17,12 +17,12 @@ from sidecar.api.cache_codec import (
     key_from_pb,
     lookup_batch_to_pb,
     lookup_result_to_pb,
-    query_from_pb,
     replay_from_pb,
     store_result_to_pb,
     traits_from_pb,
 )
 from sidecar.api.observe import Attributes, CacheDescriber, RpcObserver
+from sidecar.api.query_memo import QueryMemo
 from sidecar.api.rpc import rpc
 from sidecar.api.stream_codec import chunks_from_pb, verdict_from_pb
 from sidecar.api.streams import CACHE_MARKER, StreamRpcs, StreamSettings
@@ -75,6 +75,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self._cache = cache
         self._verifier = verifier
         self._keys = keys or KeyResolver(PodIdentity(), KeyLimits())
+        self._queries = QueryMemo(self._keys)
         self._max_batch = max_batch
         self._recorder = recorder
         self.observer = observer or RpcObserver(SERVICE, Telemetry(), RpcStats())
@@ -127,7 +128,7 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
         self, request: PB2.LookupRequest, context: grpc.aio.ServicerContext
     ) -> PB2.LookupResponse:
         """One key: HIT, MISS (with a lease) or BYPASS."""
-        query = query_from_pb(request, self._keys)
+        query = self._queries.query(request)
         REQUEST_KEY.set(query.key)
         result = await self._cache.lookup(query)
         if self._verifier is not None:
@@ -145,10 +146,10 @@ class CacheServicer(cache_pb2_grpc.CacheServiceServicer):  # type: ignore[misc]
             raise InvalidArgument("requests", f"has {n} lookups; the limit is {self._max_batch}")
         queries: list[LookupQuery] = []
         append = queries.append
-        keys = self._keys
+        query = self._queries.query
         for i, r in enumerate(request.requests):
             try:
-                append(query_from_pb(r, keys))
+                append(query(r))
             except InvalidArgument as exc:
                 raise InvalidArgument(f"requests[{i}].{exc.field}", exc.problem) from exc
         if queries:

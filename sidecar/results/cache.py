@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -32,11 +33,12 @@ from sidecar.observability.stats import CacheStats
 from sidecar.policy.cacheability import NO_TRAITS, PolicyHolder, RequestTraits, TenantPolicy
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.chunks import check_finish_reason, chunk_table
+from sidecar.results.issuer import LeaseIssuer
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.observers import LookupCounter
 from sidecar.results.screen import screen_doubt, screen_policy, screen_quarantine
-from sidecar.results.single_flight import HoldTry, SingleFlight
-from sidecar.results.tier_reader import TierReader
+from sidecar.results.single_flight import SingleFlight
+from sidecar.results.tier_reader import Found, TierReader
 from sidecar.results.types import (
     LookupObserver,
     LookupQuery,
@@ -45,6 +47,8 @@ from sidecar.results.types import (
     StoreResult,
     StoreStatus,
 )
+from sidecar.results.warm_read import HoldTry, warm_read
+from sidecar.results.warm_write import warm_write
 from sidecar.tiers.base import HoldingStore, WarmItem, WarmTier
 from sidecar.tiers.hot import HotTier
 from sidecar.verification.ledger import Ledger
@@ -57,10 +61,25 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """The result cache's budgets and policies, fixed when it is built."""
+
+    ttl: TtlPolicy
+    max_payload_bytes: int
+    """Largest result a store accepts (INFERCACHE_MAX_PAYLOAD_BYTES)."""
+    max_chunks: int
+    """Most stream chunk boundaries a result may carry (INFERCACHE_MAX_CHUNKS)."""
+    leases: LeaseConfig = field(default_factory=LeaseConfig)
+
+
 class ResultCache:
     """Orchestrates tiers, invalidation rules and leases for result lookups and stores.
 
     A lookup call reads: screen (policy) -> hot -> warm -> lease the misses -> observe.
+    Built from a few parts, each made once here: its CacheSettings, a TierReader
+    (with the warm read chosen for the stores: warm_read.py), SingleFlight (which looks
+    again through the reader; the reader never calls it) and the lease issuer they share.
     """
 
     def __init__(
@@ -86,11 +105,9 @@ class ResultCache:
         `observers` in order (e.g. the prewarm HitRecorder). `holding`: `warm` and the
         control store's holder keys as one store (lookups read and hold in one step,
         stores write and release in one); None keeps them separate calls."""
+        self.settings = CacheSettings(ttl, max_payload_bytes, max_chunks, leases or LeaseConfig())
         self.hot = hot
         self.warm = warm
-        self.ttl = ttl
-        self.max_payload_bytes = max_payload_bytes
-        self.max_chunks = max_chunks
         self.freshness = freshness
         self.rules = freshness.rules
         self.stats = stats or CacheStats()
@@ -101,20 +118,29 @@ class ResultCache:
         self.stats.admit(self.identity.pod.model_version)  # the pod's own version first
         self.identity.on_swap(self._admit_new_identity)
         self._clock_ms = clock_ms
-        self.holding = holding
+        self._write = warm_write(warm, holding)
         self._background: set[asyncio.Task[None]] = set()
+        issuer = LeaseIssuer(
+            signer or LeaseSigner(os.urandom(32)), freshness.rules, self.settings.leases, clock_ms
+        )
+        # How lookups read the warm tier is decided here, once, by the stores given.
         self._reader = TierReader(
-            hot, warm, freshness, self.stats, clock_ms, self._spawn, holding, ttl.max_s
+            hot,
+            warm,
+            freshness,
+            self.stats,
+            clock_ms,
+            self._spawn,
+            warm_read(warm, holding, issuer),
+            ttl.max_s,
         )
         self._flight = SingleFlight(
             freshness.control,
             freshness.rules,
-            signer or LeaseSigner(os.urandom(32)),
-            leases or LeaseConfig(),
+            issuer,
             self.stats,
             clock_ms,
-            self._reader.find,
-            self._reader.recheck,
+            self._reader,
             self._spawn,
         )
         # The counter is called directly (a bound method): with no other observer, a
@@ -123,6 +149,21 @@ class ResultCache:
         self._observers = tuple(observers)
         self.verification: Ledger | None = None
         """Shadow verification's state: lookups in a quarantined scope are BYPASS."""
+
+    @property
+    def ttl(self) -> TtlPolicy:
+        """The TTL bounds stores are held to."""
+        return self.settings.ttl
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """Largest result a store accepts."""
+        return self.settings.max_payload_bytes
+
+    @property
+    def max_chunks(self) -> int:
+        """Most chunk boundaries a stored result may carry."""
+        return self.settings.max_chunks
 
     def _admit_new_identity(self, old: PodIdentity, new: PodIdentity) -> None:
         self.stats.admit(new.model_version)  # a re-measured model is the pod's own too
@@ -154,18 +195,17 @@ class ResultCache:
         bypassed = self._screen(queries)
         if self.identity.stale:
             bypassed = screen_doubt(self.identity, queries, bypassed)
-        # Where the warm read also tries the holds (a HoldingStore), what it tried.
-        tried: list[HoldTry | None] | None = None
-        if self.holding is not None:
-            tried = [None] * len(queries)
         if bypassed is None:
-            results = await self._reader.find(queries, tried, self._flight)
+            found = await self._reader.lookup(queries)
         else:
-            results = await self._find_unbypassed(queries, bypassed, tried)
+            found = await self._find_unbypassed(queries, bypassed)
+        results, holds = found.results, found.holds
+        if found.give_back:
+            self._flight.give_back(found.give_back)
         missed = [i for i, r in enumerate(results) if r.outcome is Outcome.MISS]
         if missed:
             leased = await self._flight.lease_many(
-                [(queries[i], results[i], tried[i] if tried else None) for i in missed]
+                [(queries[i], results[i], holds.get(i)) for i in missed]
             )
             for i, r in zip(missed, leased, strict=True):
                 results[i] = r
@@ -184,20 +224,17 @@ class ResultCache:
         return out
 
     async def _find_unbypassed(
-        self,
-        queries: Sequence[LookupQuery],
-        bypassed: list[LookupResult | None],
-        tried: list[HoldTry | None] | None,
-    ) -> list[LookupResult]:
+        self, queries: Sequence[LookupQuery], bypassed: list[LookupResult | None]
+    ) -> Found:
+        """Read what the screen let through; the answers (and holds) by position in `queries`."""
         todo = [i for i, b in enumerate(bypassed) if b is None]
-        sub: list[HoldTry | None] | None = None if tried is None else [None] * len(todo)
-        found = iter(
-            await self._reader.find([queries[i] for i in todo], sub, self._flight) if todo else []
-        )
-        if tried is not None and sub is not None:
-            for i, t in zip(todo, sub, strict=True):
-                tried[i] = t
-        return [b if b is not None else next(found) for b in bypassed]
+        if not todo:
+            return Found([b for b in bypassed if b is not None])
+        found = await self._reader.lookup([queries[i] for i in todo])
+        answers = iter(found.results)
+        holds: Mapping[int, HoldTry] = {todo[j]: h for j, h in found.holds.items()}
+        results = [b if b is not None else next(answers) for b in bypassed]
+        return Found(results, holds, found.give_back)
 
     def check_lease(
         self, key: CacheKey, lease_token: bytes, at_ms: int
@@ -265,12 +302,8 @@ class ResultCache:
             finish_reason=finish_reason,
         )
         item = WarmItem(key.digest, entries.encode(entry, self.freshness.keys), effective * 1000)
-        released = lease is not None and self.holding is not None
         try:
-            if lease is not None and self.holding is not None:
-                await self.holding.put_and_release(item, lease.lease_id)
-            else:
-                await self.warm.put_many([item])
+            released = await self._write.write(item, lease)
         except TierUnavailable as exc:
             self.stats.warm_write_failures += 1
             self.stats.count_store(key.model_version, "failed", "warm_write")

@@ -66,14 +66,18 @@ class LeaseSigner:
 
     def issue(self, digest: KeyDigest, epoch: int, expires_at_ms: int) -> tuple[Lease, bytes]:
         """A new lease and its token."""
-        lease = Lease(digest, epoch, expires_at_ms, os.urandom(16))
-        body = _BODY.pack(_VERSION, digest, epoch, expires_at_ms, lease.lease_id)
+        lease = draft(digest, epoch, expires_at_ms)
+        return lease, self.seal(lease)
+
+    def seal(self, lease: Lease) -> bytes:
+        """The token of a lease `draft` made (signed now, remembered as issued here)."""
+        body = _BODY.pack(_VERSION, lease.digest, lease.epoch, lease.expires_at_ms, lease.lease_id)
         token = body + self._tag(body)
         issued = self._issued
         issued[token] = lease
         if len(issued) > ISSUED_MEMORY:
             issued.popitem(last=False)
-        return lease, token
+        return token
 
     def verify(self, token: bytes, digest: KeyDigest, now_ms: int) -> Lease:
         """The lease in a token; InvalidArgument if forged or for another key,
@@ -100,6 +104,13 @@ class LeaseSigner:
     def _tag(self, body: bytes) -> bytes:
         # One call into OpenSSL (hmac.new builds a Python object around it first).
         return hmac.digest(self._secret, body, "sha256")[:_TAG_LEN]
+
+
+def draft(digest: KeyDigest, epoch: int, expires_at_ms: int) -> Lease:
+    """A new lease without its token: what a read that may take the key's hold needs
+    (its lease id). Sealing it (LeaseSigner.seal) is left to the reads that find the key
+    absent, so a hit costs no signature."""
+    return Lease(digest, epoch, expires_at_ms, os.urandom(16))
 
 
 def _check_expiry(expires_at_ms: int, now_ms: int) -> None:

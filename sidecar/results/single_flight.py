@@ -16,9 +16,8 @@ can use (young enough, and one its caller can answer from).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol, cast
 
 import structlog
 
@@ -36,28 +35,30 @@ from sidecar.keys import CacheKey, KeyDigest
 from sidecar.observability.stats import CacheStats
 from sidecar.observability.throttle import LogThrottle
 from sidecar.results.hold_keeper import HoldKeeper
-from sidecar.results.lease_tokens import Lease, LeaseSigner
+from sidecar.results.issuer import LeaseIssuer
+from sidecar.results.lease_tokens import Lease
 from sidecar.results.types import LookupQuery, LookupResult, Outcome
 from sidecar.results.waiters import Handover, KeyWaiters
+from sidecar.results.warm_read import HoldTry
 
 log = structlog.get_logger("infercache.cache")
-
-Find = Callable[[Sequence[LookupQuery]], Awaitable[list[LookupResult]]]
-"""Hot then warm, without leases: how a waiter looks again for the holder's result (and,
-warm only, how one that just took the hold looks: TierReader.recheck)."""
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 """Run background work the cache drains at shutdown."""
 
+__all__ = ["HoldTry", "LookAgain", "SingleFlight"]
 
-@dataclass(frozen=True, slots=True)
-class HoldTry:
-    """A hold already tried for a MISS, atomically with the read that found no value
-    (a HoldingStore's get_or_hold): its lease, token and whether the hold was taken."""
 
-    lease: Lease
-    token: bytes
-    held: bool
+class LookAgain(Protocol):
+    """How single flight looks for a key again, without leases (TierReader)."""
+
+    async def find(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
+        """Hot then warm: a waiter's look for the holder's result."""
+        ...
+
+    async def recheck(self, queries: Sequence[LookupQuery]) -> list[LookupResult]:
+        """The warm tier alone: the look of a caller that just took the key's hold."""
+        ...
 
 
 class SingleFlight:
@@ -67,23 +68,24 @@ class SingleFlight:
         self,
         control: ControlStore,
         rules: RuleSet,
-        signer: LeaseSigner,
-        policy: LeaseConfig,
+        issuer: LeaseIssuer,
         stats: CacheStats,
         clock_ms: Callable[[], int],
-        find: Find,
-        recheck: Find,
+        reader: LookAgain,
         spawn: Spawn,
     ) -> None:
+        """`issuer` makes this cache's leases; `reader` is how waiters and new holders
+        look again (single flight calls the reader, never the other way round)."""
         self.control = control
         self.rules = rules
-        self.signer = signer
-        self.policy = policy
+        self.issuer = issuer
+        self.signer = issuer.signer
+        self.policy: LeaseConfig = issuer.policy
         self._stats = stats
         self._clock_ms = clock_ms
-        self._find = find
-        self._recheck = recheck
+        self._reader = reader
         self._spawn = spawn
+        policy = self.policy
         self._waiters = KeyWaiters(
             policy.max_waiters, self._find_one, self._recheck_one, self._hold, self.release
         )
@@ -101,10 +103,10 @@ class SingleFlight:
         self._waiters.notify(digest)
 
     async def _find_one(self, q: LookupQuery) -> LookupResult:
-        return (await self._find([q]))[0]
+        return (await self._reader.find([q]))[0]
 
     async def _recheck_one(self, q: LookupQuery) -> LookupResult:
-        return (await self._recheck([q]))[0]
+        return (await self._reader.recheck([q]))[0]
 
     async def _hold(self, q: LookupQuery) -> Handover | None:
         lease, token = self._issue(q.key.digest)
@@ -112,19 +114,12 @@ class SingleFlight:
             return Handover(lease, token)
         return None
 
-    def prepare(self, digest: KeyDigest) -> tuple[Lease, bytes]:
-        """A lease for a read that will try its hold itself (then `lease` takes a HoldTry)."""
-        return self._issue(digest)
-
     def issue_token(self, digest: KeyDigest) -> bytes:
         """A lease for a computation that starts now, without a single-flight hold."""
-        return self._issue(digest)[1]
+        return self.issuer.issue(digest)[1]
 
     def _issue(self, digest: KeyDigest) -> tuple[Lease, bytes]:
-        expires = self._clock_ms() + self.policy.ttl_s * 1000
-        # The epoch applied locally when the computation starts: if this sidecar
-        # is behind, the lease is older than the truth, which only errs to MISS.
-        return self.signer.issue(digest, self.rules.epoch, expires)
+        return self.issuer.issue(digest)
 
     async def _try_hold(self, lease: Lease, q: LookupQuery) -> bool:
         try:
@@ -163,8 +158,8 @@ class SingleFlight:
     async def lease_many(
         self, misses: Sequence[tuple[LookupQuery, LookupResult, HoldTry | None]]
     ) -> list[LookupResult]:
-        """`lease` each (query, MISS, hold tried) concurrently; ResourceExhausted if any
-        wait is refused."""
+        """`lease` each (query, MISS, hold its read tried or None) concurrently;
+        ResourceExhausted if any wait is refused."""
         if len(misses) == 1:
             return [await self.lease(*misses[0])]
         leased = await asyncio.gather(
@@ -186,12 +181,14 @@ class SingleFlight:
         """Attach a lease to a MISS; with wait_ms, wait for another holder's result first.
 
         `tried`: the hold was already tried by the read that found the MISS, at the same
-        instant (nothing can have landed between them: no re-check, no second try).
+        instant (nothing can have landed between them: no re-check, no second try); its
+        drafted lease is sealed here.
         """
         mv = q.key.model_version
         self._stats.count_lease(mv, "issued")
         if tried is not None:
-            lease, token, held = tried.lease, tried.token, tried.held
+            lease, held = tried.lease, tried.held
+            token = self.issuer.seal(lease)
             if held:
                 self.keeper.keep(lease, q.key.dims)
         else:
@@ -227,7 +224,7 @@ class SingleFlight:
         and our hold is visible now in the warm tier (not always yet in a hot tier: see
         TierReader.recheck); a waiter then gets it instead of recomputing.
         """
-        found = (await self._recheck([q]))[0]
+        found = (await self._reader.recheck([q]))[0]
         if found.outcome is Outcome.HIT:
             await self.release(lease)
             return found

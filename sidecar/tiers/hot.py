@@ -16,6 +16,8 @@ class HotTier:
 
     def __init__(self, max_bytes: int, max_entries: int) -> None:
         self._lru: ByteBudgetLru[KeyDigest, Entry] = ByteBudgetLru(max_bytes, max_entries)
+        self._off = max_entries <= 0 or max_bytes <= 0
+        """Switched off (INFERCACHE_HOT_MAX_ENTRIES=0): nothing is ever kept."""
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -40,6 +42,8 @@ class HotTier:
 
     def put(self, digest: KeyDigest, entry: Entry) -> bool:
         """Insert; False when the entry is larger than the whole budget."""
+        if self._off:
+            return False  # every warm hit would otherwise size an entry for nothing
         return self._lru.put(digest, entry, entry.nbytes + ENTRY_OVERHEAD_BYTES)
 
     def entries(self) -> list[tuple[KeyDigest, Entry]]:

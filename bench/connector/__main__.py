@@ -80,9 +80,15 @@ class Run:
         """A prompt nobody has seen."""
         return prompt(self.rng, length, self.vocab)
 
-    def spawn(self, connector: str, *, kv_events: bool = False, **extra: object) -> Engine:
-        """A fresh engine on the served model directory (started, not yet ready);
-        `kv_events`: with vLLM's KV event stream on, tapped in the engine process."""
+    def spawn(self, connector: str, **extra: object) -> Engine:
+        """A fresh engine on the served model directory (started, not yet ready)."""
+        return self._spawn(connector, extra, kv_events=False)
+
+    def spawn_tapped(self, connector: str) -> Engine:
+        """spawn(), with vLLM's KV event stream on and tapped in the engine process."""
+        return self._spawn(connector, {}, kv_events=True)
+
+    def _spawn(self, connector: str, extra: dict[str, object], *, kv_events: bool) -> Engine:
         if connector == "infercache":
             extra = {"sidecar": self.target, "lookup_timeout_s": 5.0, **extra}
         engine = Engine(
@@ -159,7 +165,7 @@ def scenarios(run: Run, rounds: int, length: int, root: Path) -> None:
     fresh = [run.prompt(length) for _ in range(rounds)]  # A: misses nobody reuses
     example: dict[str, object] = {"shared_storage_path": str(root / "example-kv")}
     c = run.spawn("none")
-    a = run.spawn("infercache", kv_events=True)
+    a = run.spawn_tapped("infercache")
     early_b = run.spawn("infercache") if run.smoke else None
     early_ex = run.spawn("example", **example) if run.smoke else None
     run.ready(c)

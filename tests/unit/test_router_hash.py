@@ -67,7 +67,7 @@ def test_no_two_scopes_share_a_published_hash() -> None:
         ),
         "other weights": dict(scope_id=_version("fp1-bb").hex(), tenant="acme"),
     }
-    hashes = {name: router_block_hashes(TOKENS, 32, **kw) for name, kw in scopes.items()}  # type: ignore[arg-type]
+    hashes = {name: router_block_hashes(TOKENS, 32, **kw) for name, kw in scopes.items()}
     for (n1, h1), (n2, h2) in itertools.combinations(hashes.items(), 2):
         assert not set(h1) & set(h2), f"{n1} and {n2} share a hash"
     # A salt shifting between tenant and salt fields is another scope too.
@@ -76,9 +76,9 @@ def test_no_two_scopes_share_a_published_hash() -> None:
 
 def test_equal_prefixes_share_hashes_and_a_lora_needs_its_fingerprint() -> None:
     kw = dict(scope_id=_version().hex(), tenant="acme")
-    longer = router_block_hashes([*TOKENS, 7] * 2, 32, **kw)  # type: ignore[arg-type]
-    assert longer[: len(TOKENS) // 32] == router_block_hashes(TOKENS, 32, **kw)  # type: ignore[arg-type]
+    longer = router_block_hashes([*TOKENS, 7] * 2, 32, **kw)
+    assert longer[: len(TOKENS) // 32] == router_block_hashes(TOKENS, 32, **kw)
     with pytest.raises(ValueError, match="fingerprint"):
-        router_block_hashes(TOKENS, 32, lora_name="alpha", **kw)  # type: ignore[arg-type]
+        router_block_hashes(TOKENS, 32, lora_name="alpha", **kw)
     with pytest.raises(ValueError, match="32 bytes"):
         router_block_hashes(TOKENS, 32, scope_id="abcd", tenant="acme")

@@ -26,7 +26,10 @@ recomputes and APC hits.
 The driver runs in the project venv (it starts the sidecar) and the engines in the vllm
 venv (scripts/vllm_env.sh). Medians over the rounds; the last line is key=value:
 ttft_hit_vs_recompute, ttft_hit_vs_vllm_apc, miss_overhead (each a ratio of medians),
-stale_tokens_loaded (must be 0), example_connector_stale_tokens, outputs_equal.
+stale_tokens_loaded (must be 0), example_connector_stale_tokens, outputs_equal,
+events_decoded_by_vllm (A's KV event stream, decoded by vLLM's own KVEventBatch decoder,
+held infercache's blocks) and router_hash_parity (the fraction of A's saved blocks, plain
+and salted, whose hash infercache_client.vllm.router_hash computes was published).
 """
 
 from __future__ import annotations
@@ -38,15 +41,18 @@ import shutil
 import signal
 import statistics
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.connector.engines import Answer, Engine, engine_forks, make_models, vllm_venv
+from bench.connector.events import parity
 from bench.connector.model import vocab_size
 from bench.harness.procs import SidecarSpec, interrupt_on
 from bench.harness.report import print_head, print_summary
 from bench.harness.usage import load_average
+from tests.support.processes import free_port
 from tests.support.vllm_model import replace_weights
 
 MAX_MODEL_LEN = 2048
@@ -76,6 +82,13 @@ class Run:
 
     def spawn(self, connector: str, **extra: object) -> Engine:
         """A fresh engine on the served model directory (started, not yet ready)."""
+        return self._spawn(connector, extra, kv_events=False)
+
+    def spawn_tapped(self, connector: str) -> Engine:
+        """spawn(), with vLLM's KV event stream on and tapped in the engine process."""
+        return self._spawn(connector, {}, kv_events=True)
+
+    def _spawn(self, connector: str, extra: dict[str, object], *, kv_events: bool) -> Engine:
         if connector == "infercache":
             extra = {"sidecar": self.target, "lookup_timeout_s": 5.0, **extra}
         engine = Engine(
@@ -85,6 +98,7 @@ class Run:
             extra=extra,
             max_model_len=MAX_MODEL_LEN,
             kv_cache_bytes=SMOKE_KV_CACHE_BYTES if self.smoke else KV_CACHE_BYTES,
+            kv_events_port=free_port() if kv_events else 0,
         )
         self._engines.append(engine)
         return engine
@@ -151,7 +165,7 @@ def scenarios(run: Run, rounds: int, length: int, root: Path) -> None:
     fresh = [run.prompt(length) for _ in range(rounds)]  # A: misses nobody reuses
     example: dict[str, object] = {"shared_storage_path": str(root / "example-kv")}
     c = run.spawn("none")
-    a = run.spawn("infercache")
+    a = run.spawn_tapped("infercache")
     early_b = run.spawn("infercache") if run.smoke else None
     early_ex = run.spawn("example", **example) if run.smoke else None
     run.ready(c)
@@ -165,6 +179,7 @@ def scenarios(run: Run, rounds: int, length: int, root: Path) -> None:
         reference.append(c.ttft(s, MAX_TOKENS))
         misses.append(a.ttft(f, MAX_TOKENS))
     recompute.extend(reference)
+    events = event_parity(run, a, [(p, "") for p in shared + fresh], length)
     a.close()  # its saves are committed: each request finished
     b = run.ready(early_b or run.spawn("infercache"))
     recompute_b: list[Answer] = []  # C's, beside B's hits
@@ -201,7 +216,27 @@ def scenarios(run: Run, rounds: int, length: int, root: Path) -> None:
         stale,
         example_stale,
         v2,
+        events,
     )
+
+
+def event_parity(
+    run: Run, engine: Engine, prompts: list[tuple[list[int], str]], length: int
+) -> tuple[bool, float]:
+    """Salted requests beside `prompts` (already answered), then whether vLLM decoded
+    the engine's infercache events and the router-hash parity over all of them."""
+    salted = [(run.prompt(length), f"bench-tenant-{i}") for i in range(2)]
+    for tokens, salt in salted:
+        engine.request(
+            {"op": "ttft", "prompt": tokens, "max_tokens": MAX_TOKENS, "cache_salt": salt}
+        )
+    everything = prompts + salted
+    found: tuple[bool, float] = (False, 0.0)
+    deadline = time.monotonic() + 30.0  # the tap thread receives in the background
+    while time.monotonic() < deadline and found[1] < 1.0:
+        found = parity(engine.request({"op": "events"}), everything, BLOCK_SIZE)
+        time.sleep(0.2)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +257,7 @@ def report(
     stale: Answer,
     example_stale: Answer,
     v2: Answer,
+    events: tuple[bool, float],
 ) -> None:
     """The table and the summary line."""
     loadable = (length - 1) // BLOCK_SIZE * BLOCK_SIZE
@@ -253,6 +289,8 @@ def report(
             "stale_tokens_loaded": stale.cached,
             "example_connector_stale_tokens": example_stale.cached,
             "outputs_equal": "yes" if equal and hits_loaded else "no",
+            "events_decoded_by_vllm": "yes" if events[0] else "no",
+            "router_hash_parity": events[1],
         }
     )
 

@@ -29,14 +29,17 @@ from tests.support.vllm_engine import _transfer_config as transfer_config
 BLOCK_SIZE = 32
 
 
-def ttft(llm: Any, prompt: list[int], max_tokens: int, seq: int) -> dict[str, Any]:
+def ttft(
+    llm: Any, prompt: list[int], max_tokens: int, seq: int, cache_salt: str | None = None
+) -> dict[str, Any]:
     """One greedy request, stepped by hand so the first token's time is seen."""
     from vllm import SamplingParams
 
     engine = llm.llm_engine
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     started = time.perf_counter()
-    engine.add_request(f"bench-{seq}", {"prompt_token_ids": prompt}, params)
+    salt = {"cache_salt": cache_salt} if cache_salt else {}
+    engine.add_request(f"bench-{seq}", {"prompt_token_ids": prompt} | salt, params)
     first: float | None = None
     final: Any = None
     while engine.has_unfinished_requests():
@@ -54,8 +57,9 @@ def ttft(llm: Any, prompt: list[int], max_tokens: int, seq: int) -> dict[str, An
     }
 
 
-def serve(llm: Any) -> None:
-    """Answer commands until "exit" or the end of stdin."""
+def serve(llm: Any, events: Any = None) -> None:
+    """Answer commands until "exit" or the end of stdin (`events`: bench/connector/events.py's
+    subscriber on this engine's own KV event stream)."""
     for seq, line in enumerate(sys.stdin):
         command = json.loads(line)
         try:
@@ -63,8 +67,12 @@ def serve(llm: Any) -> None:
                 return
             if command["op"] == "ping":
                 answer: dict[str, Any] = {"ok": True}
+            elif command["op"] == "events" and events is not None:
+                answer = events.report()
             elif command["op"] == "ttft":
-                answer = ttft(llm, command["prompt"], command["max_tokens"], seq)
+                answer = ttft(
+                    llm, command["prompt"], command["max_tokens"], seq, command.get("cache_salt")
+                )
             else:
                 answer = {"error": f"unknown op {command['op']!r}"}
         except Exception as exc:  # reported to the driver, which fails the run
@@ -80,8 +88,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--extra", default="{}")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--kv-cache-bytes", type=int, default=256 << 20)
+    parser.add_argument("--kv-events-port", type=int, default=0)
     args = parser.parse_args(argv)
     from vllm import LLM
+
+    from bench.connector.events import StreamTap, events_config
+
+    tap = StreamTap(args.kv_events_port) if args.kv_events_port else None
 
     llm = LLM(
         model=args.model,
@@ -92,8 +105,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         kv_cache_memory_bytes=args.kv_cache_bytes,
         enable_prefix_caching=True,
         kv_transfer_config=transfer_config(args.connector, json.loads(args.extra)),
+        kv_events_config=events_config(args.kv_events_port) if tap else None,
     )
-    serve(llm)
+    serve(llm, tap)
 
 
 if __name__ == "__main__":

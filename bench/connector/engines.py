@@ -84,9 +84,12 @@ class Engine(EngineProcess):
         extra: dict[str, Any] | None = None,
         max_model_len: int,
         kv_cache_bytes: int,
+        kv_events_port: int = 0,
     ) -> None:
-        """Start it (wait_ready() waits for vLLM's init: 10-60 s)."""
+        """Start it (wait_ready() waits for vLLM's init: 10-60 s); `kv_events_port`: vLLM
+        publishes KV events there, and the engine process decodes them itself."""
         argv = ["--model", str(model), "--connector", connector]
+        argv += ["--kv-events-port", str(kv_events_port)]
         argv += ["--extra", json.dumps(extra or {}), "--max-model-len", str(max_model_len)]
         argv += ["--kv-cache-bytes", str(kv_cache_bytes)]
         self.name = connector

@@ -55,10 +55,14 @@ class EngineProcess:
         extra: dict[str, Any] | None = None,
         prefix_caching: bool = False,
         lora: bool = False,
+        kv_events: str | None = None,
         timeout_s: float = 240.0,
     ) -> None:
-        """Start the engine and wait until it answers (`timeout_s` covers vLLM's init)."""
+        """Start the engine and wait until it answers (`timeout_s` covers vLLM's init).
+        `kv_events`: a ZMQ endpoint vLLM publishes its KV events on (--kv-events-config)."""
         argv = ["--model", str(model), "--connector", connector, "--extra", json.dumps(extra or {})]
+        if kv_events:
+            argv += ["--kv-events", kv_events]
         if prefix_caching:
             argv.append("--prefix-caching")
         if lora:
@@ -161,6 +165,8 @@ def _stats(llm: Any) -> dict[str, Any]:
         out |= {"scheduler_attaches": scheduler.link.attaches}
         out |= {"scheduler_failures": scheduler.link.failures}
         out |= {"scheduler_back_offs": scheduler.link.back_offs}
+        if side.events is not None:
+            out |= {"published_blocks": side.events.published_blocks}
     if has_kv_transfer_group():
         worker = get_kv_transfer_group()
         if getattr(worker, "worker", None) is not None:
@@ -229,8 +235,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--extra", default="{}")
     parser.add_argument("--prefix-caching", action="store_true")
     parser.add_argument("--lora", action="store_true")
+    parser.add_argument("--kv-events", default="")
     args = parser.parse_args(argv)
     from vllm import LLM
+    from vllm.config import KVEventsConfig
+
+    events = None
+    if args.kv_events:
+        events = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="zmq", endpoint=args.kv_events, topic="kv"
+        )
 
     lora: dict[str, Any] = {"enable_lora": True, "max_lora_rank": 8, "max_loras": 2}
     llm = LLM(
@@ -243,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         kv_cache_memory_bytes=16 << 20,
         enable_prefix_caching=args.prefix_caching,
         kv_transfer_config=_transfer_config(args.connector, json.loads(args.extra)),
+        kv_events_config=events,
     )
     _serve(llm)
 

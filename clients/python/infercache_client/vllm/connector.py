@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from infercache_client.vllm.config import ConfigError, ConnectorConfig
+from infercache_client.vllm.events import ConnectorEvents, InfercacheKVEvents, layout_name
 from infercache_client.vllm.identity import AdapterFingerprints, layout_of, model_fingerprint
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.metadata import InfercacheMetadata
@@ -71,6 +73,7 @@ class InfercacheConnector(KVConnectorBase_V1):
                 block_size=layout.tokens_per_block,
                 adapters=AdapterFingerprints(self.config.fingerprint_mode),
                 lookup_timeout_s=self.config.lookup_timeout_s,
+                events=self._events(vllm_config, fingerprint, layout),
             )
         else:
             self.worker = WorkerSide(
@@ -86,6 +89,25 @@ class InfercacheConnector(KVConnectorBase_V1):
             vllm_config.model_config.model,
             fingerprint[:24],
             self.config.sidecar,
+        )
+
+    def _events(self, vllm_config: Any, fingerprint: str, layout: Any) -> ConnectorEvents | None:
+        """KV events of the pool's blocks, when vLLM publishes events (--kv-events-config)."""
+        events_config = getattr(vllm_config, "kv_events_config", None)
+        if events_config is None or not events_config.enable_kv_cache_events:
+            return None
+        link = self.link
+
+        def scope_id() -> str | None:
+            tier = link.tier()
+            return tier.scope_id if tier is not None else None
+
+        return ConnectorEvents(
+            model_fingerprint=fingerprint,
+            layout=layout_name(layout),
+            tenant=self.config.tenant,
+            block_size=layout.tokens_per_block,
+            scope_id=scope_id,
         )
 
     @property
@@ -130,6 +152,13 @@ class InfercacheConnector(KVConnectorBase_V1):
         """Blocks vLLM must recompute."""
         return self.worker.take_load_errors() if self.worker is not None else set()
 
+    def get_kv_connector_kv_cache_events(self) -> InfercacheKVEvents | None:
+        """BlockStored events of the saves committed since the last call (to the scheduler)."""
+        if self.worker is None or not self.worker.committed_events:
+            return None
+        events, self.worker.committed_events = self.worker.committed_events, []
+        return InfercacheKVEvents(events)
+
     def shutdown(self) -> None:
         """Detach from the sidecar."""
         if self.scheduler is not None:
@@ -163,3 +192,15 @@ class InfercacheConnector(KVConnectorBase_V1):
         if self.scheduler is not None:
             self.scheduler.request_finished(request)
         return False, None
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        """Take the workers' committed-block events (published at the next take_events)."""
+        events = getattr(connector_output, "kv_cache_events", None)
+        if self.scheduler is not None and self.scheduler.events is not None and events:
+            self.scheduler.events.add(events.get_all_events())
+
+    def take_events(self) -> Iterable[Any]:
+        """Events for vLLM's publisher: the pool's blocks (events.py)."""
+        if self.scheduler is None or self.scheduler.events is None:
+            return ()
+        return self.scheduler.events.take()

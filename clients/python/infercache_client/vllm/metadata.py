@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
 
@@ -31,6 +32,8 @@ class SaveSpec:
     cache_salt: str
     block_ids: tuple[int, ...]
     block_hashes: tuple[bytes, ...]
+    stored: Any = None
+    """The BlockStored event to publish once committed (events.py); None: events off."""
 
 
 @dataclass

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infercache_client.vllm.chain import ChainScope, request_chain
+from infercache_client.vllm.events import ConnectorEvents
 from infercache_client.vllm.identity import AdapterFingerprints
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec, SaveSpec
@@ -62,10 +63,12 @@ class SchedulerSide:
         block_size: int,
         adapters: AdapterFingerprints,
         lookup_timeout_s: float,
+        events: ConnectorEvents | None = None,
     ) -> None:
         """`link` is attached lazily; `tenant` scopes every block; `lookup_timeout_s`
-        bounds a probe from the moment vLLM first asks."""
+        bounds a probe from the moment vLLM first asks; `events`: KV events on."""
         self._link = link
+        self.events = events
         self._probes = PrefixProbes(link, tenant=tenant, timeout_s=lookup_timeout_s)
         self._tenant = tenant
         self._block_size = block_size
@@ -118,6 +121,9 @@ class SchedulerSide:
             return None
         matched, hashes = answer
         self.lookups += 1
+        if self.events is not None and matched > 0:
+            self._track(request)
+            self.events.found(req_id, hashes, matched, request.prompt_token_ids)
         local = num_computed_tokens // self._block_size
         if matched <= local:
             return 0
@@ -140,6 +146,7 @@ class SchedulerSide:
             state = _Request(list(request.prompt_token_ids), hashes, salt)
             state.saved_blocks = request.num_computed_tokens // self._block_size
             self._requests[req_id] = state
+            self._track(request)
         state.block_ids = block_ids
         if num_external_tokens <= 0 or match is None:
             return
@@ -218,6 +225,9 @@ class SchedulerSide:
                 state.cache_salt,
                 tuple(block_ids),
                 tuple(state.hashes[start:full]),
+                self.events.stored(req_id, state.hashes, start, full, state.prompt)
+                if self.events is not None
+                else None,
             )
         )
         state.saved_blocks = full
@@ -227,8 +237,21 @@ class SchedulerSide:
         self._probes.forget(request.request_id)
         self._matches.pop(request.request_id, None)
         state = self._requests.pop(request.request_id, None)
+        if self.events is not None:
+            self.events.forget(request.request_id)
         if state is not None:
             self._unpin(state)
+
+    def _track(self, request: Any) -> None:
+        """Give the events the request's salt and adapter (its chain's scope)."""
+        if self.events is None or self.events.tracks(request.request_id):
+            return
+        lora = request.lora_request
+        adapter = ("", "")
+        if lora is not None:
+            fingerprint = self._adapters.of(lora.lora_path) if lora.lora_path else None
+            adapter = (lora.lora_name, fingerprint or "")
+        self.events.track(request.request_id, request.cache_salt or "", adapter)
 
     def _unpin(self, state: _Request) -> None:
         if state.lease is not None:

@@ -65,6 +65,8 @@ class WorkerSide:
         self.loaded_blocks = 0
         self.saved_blocks = 0
         self.torn_blocks = 0
+        self.committed_events: list[Any] = []
+        """BlockStored events of committed saves, until the connector hands them to vLLM."""
 
     def register_kv_caches(self, kv_caches: Mapping[str, torch.Tensor]) -> None:
         """Keep the per-layer caches in layer order; unknown layouts disable the worker."""
@@ -151,6 +153,9 @@ class WorkerSide:
                 cache_salt=spec.cache_salt,
             )
             self.saved_blocks += result.committed_blocks
+            if spec.stored is not None:
+                # Committed, or cached already: the pool holds every block of the spec.
+                self.committed_events.append(spec.stored)
         finally:
             tier.release(alloc.lease.lease_id)
 

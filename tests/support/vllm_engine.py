@@ -151,6 +151,7 @@ def _transfer_config(connector: str, extra: dict[str, Any]) -> Any:
 
 
 def _stats(llm: Any) -> dict[str, Any]:
+    from infercache_client.vllm.cost import Tier
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
 
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler.connector
@@ -161,6 +162,8 @@ def _stats(llm: Any) -> dict[str, Any]:
         out |= {"scheduler_attaches": scheduler.link.attaches}
         out |= {"scheduler_failures": scheduler.link.failures}
         out |= {"scheduler_back_offs": scheduler.link.back_offs}
+        out |= side.gauge.totals
+        out |= {"warm_measured": side.gauge.model.seconds_per_byte(Tier.WARM) is not None}
     if has_kv_transfer_group():
         worker = get_kv_transfer_group()
         if getattr(worker, "worker", None) is not None:

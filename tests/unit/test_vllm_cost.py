@@ -40,17 +40,17 @@ def test_the_margin_refuses_a_load_predicted_barely_faster() -> None:
     assert model.decide(Tier.POOL, 1000, 1, 1000).load
 
 
-def test_before_any_measurement_the_pool_loads_and_the_warm_tier_is_not_waited_on() -> None:
-    """The conservative rule: unmeasured inputs never make the engine wait on the warm
-    tier; the pool (a local copy) is loaded until measured to lose."""
+def test_before_any_measurement_every_tier_is_used_and_measured_by_that_use() -> None:
+    """The conservative rule: nothing is skipped on a guess (the first use of a tier is
+    bounded and is its measurement); a tier is skipped once measured to lose."""
     model = LoadCostModel()
-    for tier, load in ((Tier.POOL, True), (Tier.WARM, False)):
+    for tier in Tier:
         decision = model.decide(tier, MIB, 32, 32)
-        assert (decision.load, decision.reason) == (load, Reason.UNMEASURED)
-    model.observe_load(Tier.WARM, MIB, 1e-3)  # warm measured fast, prefill still unknown
-    assert model.decide(Tier.WARM, MIB, 32, 32).load is False
-    model.observe_prefill(32, 32, 1.0)
-    assert model.decide(Tier.WARM, MIB, 32, 32).load is True
+        assert (decision.load, decision.reason) == (True, Reason.UNMEASURED)
+    model.observe_load(Tier.WARM, MIB, 10.0)  # warm measured slow, prefill still unknown
+    assert model.decide(Tier.WARM, MIB, 32, 32).reason is Reason.UNMEASURED
+    model.observe_prefill(32, 32, 1e-3)
+    assert model.decide(Tier.WARM, MIB, 32, 32).reason is Reason.SLOWER
 
 
 def test_prefill_speed_is_kept_per_context_bucket_and_the_nearest_is_used() -> None:

@@ -50,20 +50,18 @@ def test_decode_steps_and_steps_without_output_teach_no_prefill_speed() -> None:
 
 
 def test_warm_samples_time_the_tier_and_count_only_skips_of_blocks_it_held() -> None:
-    """A sample that promoted blocks measures the tier; one that found nothing counts
+    """A lookup that promoted blocks measures the tier; one that found nothing counts
     nothing; a sample beside a request that did not wait because the tier is slower
     counts a skip when the tier held its blocks."""
     g = gauge(Clock())
     g.warm_sample(0, False, 0.001, Reason.SLOWER)  # nothing there: no skip, no speed
     assert g.take_counts() == {}
     assert g.model.seconds_per_byte(Tier.WARM) is None
-    g.warm_sample(2, False, 0.5, Reason.UNMEASURED)
+    g.warm_sample(2, False, 0.5, None)  # a probe that waited: measures, skips nothing
     assert g.model.seconds_per_byte(Tier.WARM) == 0.5 / (2 * 512 * KIB)
+    assert g.take_counts() == {}
     g.warm_sample(0, True, 0.05, Reason.SLOWER)  # not one block within the bound
-    assert g.take_counts() == {
-        "kv_load_skipped_unmeasured": 1,
-        "kv_load_skipped_slower_than_recompute": 1,
-    }
+    assert g.take_counts() == {"kv_load_skipped_slower_than_recompute": 1}
     assert g.take_counts() == {}
     assert g.totals["kv_load_skipped_slower_than_recompute"] == 1
 
@@ -78,4 +76,4 @@ def test_a_pool_load_predicted_slower_is_skipped_and_counted() -> None:
     g.step_outputs({STEPS: [(step, 4 * 512 * KIB, 4.0, 0.0)]})
     assert g.load_pool(4, 128) is False
     assert g.take_counts() == {"kv_load_skipped_slower_than_recompute": 1}
-    assert g.wait_on_warm(4, 128).reason is Reason.UNMEASURED
+    assert g.wait_on_warm(4, 128).load  # the warm tier is not measured yet: used

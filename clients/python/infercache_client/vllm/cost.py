@@ -20,13 +20,15 @@ pool, then copied like pool blocks); a recompute tokens x (s/token at the contex
 recompute ends at, or at the nearest measured bucket). A load is chosen only when
 load_s <= margin x recompute_s.
 
-Before a measurement exists (the conservative rule): the connector never waits on a tier
-whose speed it has not measured to be a win. The warm tier is first measured by a small
-lookup beside a request (which does not wait for it); until the prefill speed is known,
-nothing is known to win, so the warm tier is not waited on either. The pool is the
-exception: its load is a local memory copy (host memory, or host to GPU), orders of
-magnitude faster than a prefill on every engine this runs on, so it is loaded until
-its own measurement (taken by that first load) and the prefill's say it loses.
+Before a measurement exists (the conservative rule): nothing is skipped on a guess, and
+what a guess can cost is bounded. A tier not yet measured to lose is used, and that use
+is its measurement: the pool's first load is a local memory copy (host memory, or host
+to GPU); the warm tier's first wait is bounded by the sidecar's promotion bound
+(`--kv-promote-timeout-ms`, 50 ms by default: past it the lookup answers with what is
+hot and says "retry later") and by the connector's lookup_timeout_s. So an unmeasured
+slow link costs one request at most that bound, once, and a prefix is never
+recomputed because of a prediction that rests on no measurement. Until the prefill
+speed is measured (the engine's first prefill step), nothing can be predicted to lose.
 """
 
 from __future__ import annotations
@@ -152,8 +154,8 @@ class LoadCostModel:
         load = self.load_s(tier, nbytes)
         recompute = self.recompute_s(tokens, context_tokens)
         if load is None or recompute is None:
-            # Unmeasured: the pool is loaded (a local copy), the warm tier is not waited on.
-            return Decision(tier is Tier.POOL, Reason.UNMEASURED, load, recompute)
+            # Unmeasured: used (bounded), and measured by that use.
+            return Decision(True, Reason.UNMEASURED, load, recompute)
         if load <= self.margin * recompute:
             return Decision(True, Reason.FASTER, load, recompute)
         return Decision(False, Reason.SLOWER, load, recompute)

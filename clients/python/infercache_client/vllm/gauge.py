@@ -131,11 +131,8 @@ class LoadGauge:
                 # Not one block within the sidecar's bound: one block in that time is
                 # an upper bound on the tier's speed.
                 self.model.observe_load(Tier.WARM, self.block_bytes, seconds)
-            held = promoted > 0 or retry_later
-            if held and reason is Reason.SLOWER:
+            if (promoted > 0 or retry_later) and reason is Reason.SLOWER:
                 self._count("kv_load_skipped_slower_than_recompute")
-            elif held and reason is Reason.UNMEASURED:
-                self._count("kv_load_skipped_unmeasured")
 
     def _count(self, name: str, n: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + n

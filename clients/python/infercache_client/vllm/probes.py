@@ -10,11 +10,13 @@ lookup_timeout_s after it was asked. A frozen sidecar thus delays each new reque
 at most lookup_timeout_s and pauses the running ones by at most INLINE_WAIT_S.
 
 A probe either waits for the warm tier (the sidecar promotes what it holds of the chain,
-within its own bound) or asks the pool alone (hot_only), as gauge.py decided. A pool-only
-probe that falls short of the chain is followed by a warm sample: a promoting lookup of
-at most WARM_SAMPLE_BLOCKS blocks past what the pool held, in the background (no request
-waits for it), at most one at a time and one per WARM_SAMPLE_INTERVAL_S. It measures the
-warm tier's speed and says whether it held the request's next blocks.
+within its own bound; the time it took and what it promoted measure the tier) or, once
+the warm tier is measured to lose, asks the pool alone (hot_only). A pool-only probe
+that falls short of the chain is followed by a warm sample: a promoting lookup of at
+most WARM_SAMPLE_BLOCKS blocks past what the pool held, in the background (no request
+waits for it), at most one at a time and one per WARM_SAMPLE_INTERVAL_S. It keeps the
+measurement current (a link that recovers is seen) and says whether the warm tier
+held the request's next blocks: only then is the request counted as a skipped load.
 """
 
 from __future__ import annotations

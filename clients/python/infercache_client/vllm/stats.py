@@ -24,7 +24,6 @@ from infercache_client.vllm.gauge import STEPS
 
 COUNTERS = (
     "kv_load_skipped_slower_than_recompute",
-    "kv_load_skipped_unmeasured",
     "kv_loaded_blocks",
     "kv_saved_blocks",
 )
@@ -36,9 +35,6 @@ DOCS = {
     "kv_load_skipped_slower_than_recompute": (
         "Requests the connector recomputed because loading the blocks a tier held was "
         "predicted slower than recomputing them"
-    ),
-    "kv_load_skipped_unmeasured": (
-        "Requests that did not wait for the warm tier because its speed was not measured yet"
     ),
     "kv_loaded_blocks": "KV blocks loaded from the sidecar's pool into vLLM's cache",
     "kv_saved_blocks": "KV blocks saved into the sidecar's pool",

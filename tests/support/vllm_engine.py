@@ -162,8 +162,10 @@ def _stats(llm: Any) -> dict[str, Any]:
         out |= {"scheduler_attaches": scheduler.link.attaches}
         out |= {"scheduler_failures": scheduler.link.failures}
         out |= {"scheduler_back_offs": scheduler.link.back_offs}
-        out |= side.gauge.totals
-        out |= {"warm_measured": side.gauge.model.seconds_per_byte(Tier.WARM) is not None}
+        gauge = getattr(side, "gauge", None)  # absent before the cost model
+        if gauge is not None:
+            out |= gauge.totals
+            out |= {"warm_measured": gauge.model.seconds_per_byte(Tier.WARM) is not None}
     if has_kv_transfer_group():
         worker = get_kv_transfer_group()
         if getattr(worker, "worker", None) is not None:

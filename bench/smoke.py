@@ -92,6 +92,7 @@ BENCHES: dict[str, tuple[str, ...]] = {
         "ttft_hit_vs_recompute",
         "ttft_hit_vs_vllm_apc",
         "miss_overhead",
+        "throttled_ttft_vs_no_connector",
         "stale_tokens_loaded",
         "example_connector_stale_tokens",
         "outputs_equal",

@@ -25,11 +25,16 @@ recomputes and APC hits.
 
 The driver runs in the project venv (it starts the sidecar) and the engines in the vllm
 venv (scripts/vllm_env.sh). Medians over the rounds; the last line is key=value:
-ttft_hit_vs_recompute, ttft_hit_vs_vllm_apc, miss_overhead (each a ratio of medians),
-stale_tokens_loaded (must be 0), example_connector_stale_tokens, outputs_equal,
-events_decoded_by_vllm (A's KV event stream, decoded by vLLM's own KVEventBatch decoder,
-held infercache's blocks) and router_hash_parity (the fraction of A's saved blocks, plain
-and salted, whose hash infercache_client.vllm.router_hash computes was published).
+ttft_hit_vs_recompute, ttft_hit_vs_vllm_apc, miss_overhead,
+throttled_ttft_vs_no_connector (each a ratio of medians), stale_tokens_loaded (must be
+0), example_connector_stale_tokens, outputs_equal, events_decoded_by_vllm (A's KV event
+stream, decoded by vLLM's own KVEventBatch decoder, held infercache's blocks) and
+router_hash_parity (the fraction of A's saved blocks, plain and salted, whose hash
+infercache_client.vllm.router_hash computes was published).
+
+- throttled (bench/connector/throttled.py): a second sidecar whose Redis is behind a
+  2 MB/s proxy the bench runs; the prompts' KV is only in Redis; a fresh engine W
+  answers them beside a connector-less engine: loading loses, W must recompute.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from pathlib import Path
 from bench.connector.engines import Answer, Engine, engine_forks, make_models, vllm_venv
 from bench.connector.events import parity
 from bench.connector.model import vocab_size
+from bench.connector.throttled import throttled
 from bench.harness.procs import SidecarSpec, interrupt_on
 from bench.harness.report import print_head, print_summary
 from bench.harness.usage import load_average
@@ -151,11 +157,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         run = Run(venv, served, f"127.0.0.1:{spec.ports.data}", args.smoke)
         print(f"bench.connector: {rounds} rounds, {length}-token prefixes, load {load_average()}")
         stack.callback(run.close_all)
-        scenarios(run, rounds, length, root)
+        scenarios(run, rounds, length, root, stack)
         sidecar.check_alive()
 
 
-def scenarios(run: Run, rounds: int, length: int, root: Path) -> None:
+def scenarios(
+    run: Run, rounds: int, length: int, root: Path, stack: contextlib.ExitStack[bool | None]
+) -> None:
     """The engines in order, then the table and the summary line.
 
     --smoke starts every engine of a weight version at once (vLLM's init dominates a
@@ -192,6 +200,7 @@ def scenarios(run: Run, rounds: int, length: int, root: Path) -> None:
         apc.append(c.ttft(own, MAX_TOKENS))
     b.close()
     c.close()
+    slow_base, slow = throttled(run, rounds, length, root, stack)
     probe = shared[0]
     ex = run.ready(early_ex or run.spawn("example", **example))
     ex.ttft(probe, MAX_TOKENS)  # saves the probe's v1 KV to disk, keyed by its tokens
@@ -211,7 +220,7 @@ def scenarios(run: Run, rounds: int, length: int, root: Path) -> None:
     stale, example_stale, v2 = answers
     report(
         length,
-        Figures(recompute, misses, recompute_b, apc, hits),
+        Figures(recompute, misses, recompute_b, apc, hits, slow_base, slow),
         reference,
         stale,
         example_stale,
@@ -248,6 +257,8 @@ class Figures:
     recompute_b: Sequence[Answer]
     apc: Sequence[Answer]
     hits: Sequence[Answer]
+    recompute_slow: Sequence[Answer]
+    slow: Sequence[Answer]
 
 
 def report(
@@ -271,6 +282,8 @@ def report(
         ("recompute (no connector), beside B", fig.recompute_b),
         ("vLLM prefix-cache hit", fig.apc),
         ("infercache hit, fresh engine", fig.hits),
+        ("recompute (no connector), beside W", fig.recompute_slow),
+        ("W: warm tier behind a slow link", fig.slow),
     ):
         cached = statistics.median(a.cached for a in answers)
         print(f"{name:<34} {med(answers):>10.3f} {len(answers):>3} {cached:>18.0f}")
@@ -286,6 +299,7 @@ def report(
             "ttft_hit_vs_recompute": med(fig.hits) / med(fig.recompute_b),
             "ttft_hit_vs_vllm_apc": med(fig.hits) / med(fig.apc),
             "miss_overhead": med(fig.misses) / med(fig.recompute_a),
+            "throttled_ttft_vs_no_connector": med(fig.slow) / med(fig.recompute_slow),
             "stale_tokens_loaded": stale.cached,
             "example_connector_stale_tokens": example_stale.cached,
             "outputs_equal": "yes" if equal and hits_loaded else "no",

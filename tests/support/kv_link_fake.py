@@ -46,6 +46,8 @@ class FakeMatch:
     slot_ids: tuple[int, ...]
     lease: Any
     slot_generations: tuple[int, ...] = ()
+    promoted_blocks: int = 0
+    retry_later: bool = False
 
     @property
     def matched_blocks(self) -> int:
@@ -127,6 +129,7 @@ class FakeTier:
         *,
         cache_salt: str = "",
         timeout_s: float | None = None,
+        hot_only: bool = False,
     ) -> FakeMatch:
         self._call(timeout_s)
         matched = 0

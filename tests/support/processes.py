@@ -179,6 +179,12 @@ class RedisServer:
             s.sendall(b"FLUSHALL\r\n")
             s.recv(16)
 
+    def dbsize(self) -> int:
+        """Keys in the database."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(b"DBSIZE\r\n")
+            return int(s.recv(64).strip(b":\r\n"))
+
     def data_dir(self) -> Path:
         """Its working directory."""
         return Path(self._dir.name)

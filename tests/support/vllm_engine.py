@@ -155,6 +155,7 @@ def _transfer_config(connector: str, extra: dict[str, Any]) -> Any:
 
 
 def _stats(llm: Any) -> dict[str, Any]:
+    from infercache_client.vllm.cost import Tier
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
 
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler.connector
@@ -167,6 +168,10 @@ def _stats(llm: Any) -> dict[str, Any]:
         out |= {"scheduler_back_offs": scheduler.link.back_offs}
         if side.events is not None:
             out |= {"published_blocks": side.events.published_blocks}
+        gauge = getattr(side, "gauge", None)  # absent before the cost model
+        if gauge is not None:
+            out |= gauge.totals
+            out |= {"warm_measured": gauge.model.seconds_per_byte(Tier.WARM) is not None}
     if has_kv_transfer_group():
         worker = get_kv_transfer_group()
         if getattr(worker, "worker", None) is not None:

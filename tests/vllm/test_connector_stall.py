@@ -21,6 +21,8 @@ from typing import Any
 
 from infercache.v1 import kv_pb2 as pb
 from infercache_client.vllm.chain import ChainScope, request_chain
+from infercache_client.vllm.cost import LoadCostModel
+from infercache_client.vllm.gauge import LoadGauge
 from infercache_client.vllm.identity import AdapterFingerprints
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.probes import INLINE_WAIT_S
@@ -127,6 +129,7 @@ def test_every_scheduler_call_is_bounded_and_attaches_run_off_the_engine_loop() 
         block_size=4,
         adapters=AdapterFingerprints("fast"),
         lookup_timeout_s=LOOKUP_S,
+        gauge=LoadGauge(LoadCostModel(), block_bytes=1 << 10, block_size=4),
     )
     cached_prompt = list(range(3, 20))  # 4 full blocks loadable
     sidecar.cached.update(request_chain(cached_prompt, 4, ChainScope(), 4096))

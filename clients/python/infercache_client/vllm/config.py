@@ -35,6 +35,15 @@ def _seconds(extra: Mapping[str, Any], name: str, default: float, *, low: float 
     return seconds
 
 
+def _fraction(extra: Mapping[str, Any], name: str, default: float) -> float:
+    value = extra.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"kv_connector_extra_config.{name} must be a number")
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise ConfigError(f"kv_connector_extra_config.{name} must be in (0, 1]")
+    return float(value)
+
+
 def _text(extra: Mapping[str, Any], name: str, default: str, *, required: bool) -> str:
     value = extra.get(name, default)
     if not isinstance(value, str) or len(value) > MAX_TEXT or (required and not value):
@@ -66,6 +75,9 @@ class ConnectorConfig:
     (`infercache fingerprint DIR`); only for a model vLLM loads from elsewhere."""
     fingerprint_mode: str = "full"
     """fast or full: must be the mode the sidecar fingerprints its --model-path with."""
+    load_margin: float = 0.8
+    """Load a prefix only when its load is predicted to take at most this fraction of
+    recomputing it (cost.py; 1.0: whenever it is predicted faster)."""
     domain_key_file: str = ""
     """The trust domain's key file (`<INFERCACHE_KV_SHM_DIR>/<domain>/infercache-kv-domain.key`)
     when the sidecar has INFERCACHE_KV_TRUST_DOMAINS: the attach proves with it that this
@@ -89,6 +101,7 @@ class ConnectorConfig:
             rpc_timeout_s=_seconds(extra, "rpc_timeout_s", d.rpc_timeout_s),
             attach_timeout_s=_seconds(extra, "attach_timeout_s", d.attach_timeout_s),
             retry_s=_seconds(extra, "retry_s", d.retry_s),
+            load_margin=_fraction(extra, "load_margin", d.load_margin),
             model_fingerprint=_text(
                 extra, "model_fingerprint", d.model_fingerprint, required=False
             ),

@@ -12,13 +12,21 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
 )
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+    KVConnectorPromMetrics,
+    KVConnectorStats,
+)
 
+from infercache_client.kv.pool import torch_dtype
 from infercache_client.vllm.config import ConfigError, ConnectorConfig
+from infercache_client.vllm.cost import LoadCostModel
 from infercache_client.vllm.events import ConnectorEvents, InfercacheKVEvents, layout_name
+from infercache_client.vllm.gauge import LoadGauge
 from infercache_client.vllm.identity import AdapterFingerprints, layout_of, model_fingerprint
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.metadata import InfercacheMetadata
 from infercache_client.vllm.scheduler import SchedulerSide
+from infercache_client.vllm.stats import InfercachePromMetrics, InfercacheStats
 from infercache_client.vllm.worker import WorkerSide
 
 log = logging.getLogger("infercache_client.vllm")
@@ -63,6 +71,12 @@ class InfercacheConnector(KVConnectorBase_V1):
         self.link.attach_now()
         self.scheduler: SchedulerSide | None = None
         self.worker: WorkerSide | None = None
+        item = torch.empty((), dtype=torch_dtype(layout.dtype)).element_size()
+        block_bytes = (
+            (layout.num_layers * 2 * layout.tokens_per_block * layout.num_kv_heads)
+            * layout.head_dim
+            * item
+        )
         if is_scheduler:
             # A cache miss must never fail a request: a block that cannot be loaded is
             # recomputed (vLLM's default for load failures is to fail the request).
@@ -74,6 +88,11 @@ class InfercacheConnector(KVConnectorBase_V1):
                 adapters=AdapterFingerprints(self.config.fingerprint_mode),
                 lookup_timeout_s=self.config.lookup_timeout_s,
                 events=self._events(vllm_config, fingerprint, layout),
+                gauge=LoadGauge(
+                    LoadCostModel(margin=self.config.load_margin),
+                    block_bytes=block_bytes,
+                    block_size=layout.tokens_per_block,
+                ),
             )
         else:
             self.worker = WorkerSide(
@@ -82,6 +101,7 @@ class InfercacheConnector(KVConnectorBase_V1):
                 block_size=layout.tokens_per_block,
                 num_kv_heads=layout.num_kv_heads,
                 head_dim=layout.head_dim,
+                block_bytes=block_bytes,
             )
         log.info(
             "infercache: %s connector for %s (fingerprint %s) via %s",
@@ -123,6 +143,14 @@ class InfercacheConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         return meta if isinstance(meta, InfercacheMetadata) else None
 
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        """The step's metadata, before its forward pass: the worker allocates its saves'
+        slots meanwhile."""
+        super().bind_connector_metadata(connector_metadata)
+        meta = self._meta()
+        if self.worker is not None and meta is not None:
+            self.worker.bind(meta)
+
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         """vLLM's paged KV cache, one tensor per attention layer."""
         if self.worker is not None:
@@ -154,18 +182,50 @@ class InfercacheConnector(KVConnectorBase_V1):
 
     def get_kv_connector_kv_cache_events(self) -> InfercacheKVEvents | None:
         """BlockStored events of the saves committed since the last call (to the scheduler)."""
-        if self.worker is None or not self.worker.committed_events:
-            return None
-        events, self.worker.committed_events = self.worker.committed_events, []
-        return InfercacheKVEvents(events)
+        events = self.worker.take_committed_events() if self.worker is not None else []
+        return InfercacheKVEvents(events) if events else None
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        """This half's counters and (worker) step timings since the last call."""
+        if self.worker is not None:
+            return self.worker.take_stats()
+        if self.scheduler is not None:
+            counts = self.scheduler.gauge.take_counts()
+            return InfercacheStats(data=dict(counts)) if counts else None
+        return None
+
+    @classmethod
+    def build_kv_connector_stats(
+        cls, data: dict[str, Any] | None = None
+    ) -> KVConnectorStats | None:
+        """vLLM rebuilds the stats it aggregates for its log from their data."""
+        return InfercacheStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(
+        cls,
+        vllm_config: Any,
+        metric_types: dict[Any, Any],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> KVConnectorPromMetrics | None:
+        """The counters on vLLM's /metrics (stats.py)."""
+        return InfercachePromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     def shutdown(self) -> None:
-        """Detach from the sidecar."""
+        """Let the saves in flight commit (bounded), then detach from the sidecar."""
         if self.scheduler is not None:
             self.scheduler.close()
+        if self.worker is not None:
+            self.worker.close()
         self.link.close()
 
     # -- scheduler side ------------------------------------------------------------
+
+    def on_new_request(self, request: Any) -> None:
+        """Start the request's lookup as soon as vLLM has it."""
+        if self.scheduler is not None:
+            self.scheduler.on_new_request(request)
 
     def get_num_new_matched_tokens(
         self, request: Any, num_computed_tokens: int
@@ -194,9 +254,13 @@ class InfercacheConnector(KVConnectorBase_V1):
         return False, None
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """Take the workers' committed-block events (published at the next take_events)."""
+        """A step's output: the worker's timings of it feed the cost model; its
+        committed-block events are published at the next take_events."""
+        if self.scheduler is None:
+            return
+        self.scheduler.step_output(connector_output)
         events = getattr(connector_output, "kv_cache_events", None)
-        if self.scheduler is not None and self.scheduler.events is not None and events:
+        if self.scheduler.events is not None and events:
             self.scheduler.events.add(events.get_all_events())
 
     def take_events(self) -> Iterable[Any]:

@@ -43,3 +43,5 @@ class InfercacheMetadata(KVConnectorMetadata):
     loads: list[LoadSpec] = field(default_factory=list)
     saves: list[SaveSpec] = field(default_factory=list)
     failed_block_ids: set[int] = field(default_factory=set)
+    step: int = -1
+    """The step's id: the worker reports its timings under it (gauge.py)."""

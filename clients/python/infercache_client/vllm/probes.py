@@ -8,6 +8,15 @@ scheduler tells vLLM "not known yet" (None), vLLM keeps stepping the other reque
 asks again next step, and the request is scheduled once its probe answered, at most
 lookup_timeout_s after it was asked. A frozen sidecar thus delays each new request by
 at most lookup_timeout_s and pauses the running ones by at most INLINE_WAIT_S.
+
+A probe either waits for the warm tier (the sidecar promotes what it holds of the chain,
+within its own bound; the time it took and what it promoted measure the tier) or, once
+the warm tier is measured to lose, asks the pool alone (hot_only). A pool-only probe
+that falls short of the chain is followed by a warm sample: a promoting lookup of at
+most WARM_SAMPLE_BLOCKS blocks past what the pool held, in the background (no request
+waits for it), at most one at a time and one per WARM_SAMPLE_INTERVAL_S. It keeps the
+measurement current (a link that recovers is seen) and says whether the warm tier
+held the request's next blocks: only then is the request counted as a skipped load.
 """
 
 from __future__ import annotations
@@ -18,73 +27,145 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from infercache_client.vllm.cost import Reason
+from infercache_client.vllm.gauge import LoadGauge
 from infercache_client.vllm.link import SidecarLink
 
 INLINE_WAIT_S = 0.02
 """The most the engine loop waits for a probe before asking vLLM to come back."""
 WORKERS = 4
 """Probes in flight at once (more wait in the pool's queue, within their own deadline)."""
+WARM_SAMPLE_BLOCKS = 4
+"""Most blocks a warm sample promotes (its cost on the link)."""
+WARM_SAMPLE_INTERVAL_S = 1.0
+"""Least time between two warm samples' starts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a probe found: `matched` blocks (of which `promoted` came from the warm tier)."""
+
+    matched: int
+    promoted: int = 0
+    retry_later: bool = False
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class _Probe:
-    future: Future[int]
+    future: Future[Answer]
     hashes: list[bytes]
+    salt: str
+    usable: int
+    skipped_warm: Reason | None
+    """Why this probe did not wait for the warm tier (None: it did)."""
 
 
 class PrefixProbes:
     """One probe per request id, started once and taken once answered."""
 
-    def __init__(self, link: SidecarLink, *, tenant: str, timeout_s: float) -> None:
-        """`timeout_s` bounds a probe from its start, time in the pool's queue included."""
+    def __init__(
+        self, link: SidecarLink, gauge: LoadGauge, *, tenant: str, timeout_s: float
+    ) -> None:
+        """`timeout_s` bounds a probe from its start, time in the pool's queue included;
+        promoting probes report their speed to `gauge`."""
         self._link = link
+        self._gauge = gauge
+        self._sampling = False
+        self._next_sample = 0.0
         self._tenant = tenant
         self._timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="infercache-probe")
         self._running: dict[str, _Probe] = {}
+        self._waited: set[str] = set()
 
     def running(self, req_id: str) -> bool:
         """A probe for `req_id` was started and not taken yet."""
         return req_id in self._running
 
-    def start(self, req_id: str, hashes: list[bytes], salt: str, usable: int) -> None:
-        """Look up the first `usable` of `hashes` (the request's chain) in the background."""
+    def start(
+        self,
+        req_id: str,
+        hashes: list[bytes],
+        salt: str,
+        usable: int,
+        skip_warm: Reason | None,
+    ) -> None:
+        """Look up the first `usable` of `hashes` (the request's chain) in the background;
+        `skip_warm`: ask the pool alone, and why (None: wait for the warm tier too)."""
         deadline = time.monotonic() + self._timeout_s
-        future = self._pool.submit(self._probe, hashes[:usable], salt, deadline)
-        self._running[req_id] = _Probe(future, hashes)
+        hot_only = skip_warm is not None
+        future = self._pool.submit(self._probe, hashes[:usable], salt, deadline, hot_only)
+        self._running[req_id] = _Probe(future, hashes, salt, usable, skip_warm)
 
-    def take(self, req_id: str, wait_s: float) -> tuple[int, list[bytes]] | None:
-        """(matched blocks, the chain) once the probe answered (waiting up to `wait_s`),
-        else None. A failed probe answers 0."""
+    def take(self, req_id: str, wait_s: float) -> tuple[Answer, list[bytes]] | None:
+        """(what the probe found, the chain) once it answered, else None. The first call
+        for a probe waits up to `wait_s`, later ones not at all. A failed probe answers 0."""
         probe = self._running[req_id]
+        if req_id in self._waited:
+            wait_s = 0.0
         try:
-            matched = probe.future.result(timeout=wait_s)
+            answer = probe.future.result(timeout=wait_s)
         except FutureTimeout:
+            self._waited.add(req_id)
             return None
         except CancelledError:  # closed under it (engine shutdown): a miss
-            matched = 0
+            answer = Answer(0)
+        self._waited.discard(req_id)
         del self._running[req_id]
-        return matched, probe.hashes
+        why = probe.skipped_warm
+        if why is None and (answer.promoted or answer.retry_later):
+            self._gauge.warm_sample(answer.promoted, answer.retry_later, answer.seconds, None)
+        elif why is not None and answer.matched < probe.usable:
+            self._sample_warm(probe, answer.matched, why)
+        return answer, probe.hashes
+
+    def _sample_warm(self, probe: _Probe, hot: int, why: Reason) -> None:
+        """The pool held `hot` blocks of the chain and the probe did not ask the warm tier
+        (`why`): promote a few of the next blocks in the background, unless a sample
+        runs or the last one started less than WARM_SAMPLE_INTERVAL_S ago."""
+        now = time.monotonic()
+        if self._sampling or now < self._next_sample:
+            return
+        self._sampling = True
+        self._next_sample = now + WARM_SAMPLE_INTERVAL_S
+        chain = probe.hashes[: min(probe.usable, hot + WARM_SAMPLE_BLOCKS)]
+        deadline = now + self._timeout_s
+        future = self._pool.submit(self._probe, chain, probe.salt, deadline, False)
+        future.add_done_callback(lambda f: self._sampled(f, why))
+
+    def _sampled(self, future: Future[Answer], why: Reason) -> None:
+        self._sampling = False
+        if future.cancelled() or future.exception() is not None:
+            return
+        answer = future.result()
+        self._gauge.warm_sample(answer.promoted, answer.retry_later, answer.seconds, why)
 
     def forget(self, req_id: str) -> None:
         """The request is gone: its probe's answer is not wanted (its lease is released)."""
         self._running.pop(req_id, None)
+        self._waited.discard(req_id)
 
     def close(self) -> None:
         """Stop taking probes (those in flight end within their deadline)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _probe(self, hashes: list[bytes], salt: str, deadline: float) -> int:
+    def _probe(self, hashes: list[bytes], salt: str, deadline: float, hot_only: bool) -> Answer:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return 0  # queued behind slow probes past its own bound: a miss
+            return Answer(0)  # queued behind slow probes past its own bound: a miss
         tenant = self._tenant
 
-        def lookup(tier: Any) -> int:
-            match = tier.lookup_prefix(tenant, hashes, cache_salt=salt, timeout_s=remaining)
+        def lookup(tier: Any) -> Answer:
+            started = time.perf_counter()
+            match = tier.lookup_prefix(
+                tenant, hashes, cache_salt=salt, timeout_s=remaining, hot_only=hot_only
+            )
+            seconds = time.perf_counter() - started
             # Nothing stays pinned: vLLM may ask again, or never schedule the request.
             if match.lease is not None:
                 self._link.release(tier, match.lease.lease_id)
-            return int(match.matched_blocks)
+            promoted = int(match.promoted_blocks)
+            return Answer(int(match.matched_blocks), promoted, bool(match.retry_later), seconds)
 
-        return self._link.call("prefix lookup", lookup) or 0
+        return self._link.call("prefix lookup", lookup) or Answer(0)

@@ -3,7 +3,9 @@
 - get_num_new_matched_tokens asks the sidecar for the longest cached prefix and lets go
   of it at once (the lookup's lease is released: vLLM may ask again, or never schedule
   the request, so nothing may stay pinned). The lookup runs off the engine loop
-  (probes.py): until it answers, vLLM is told to ask again (None).
+  (probes.py), started as soon as vLLM hands the request over (on_new_request): until it
+  answers, vLLM is told to ask again (None). Whether it waits for the warm tier, and
+  whether what it found is loaded at all, the cost model decides (gauge.py, cost.py).
 - update_state_after_alloc pins the promised blocks with a second lookup; any block the
   sidecar no longer has (evicted, sidecar gone) is sent to the worker as failed, which
   reports it through get_block_ids_with_load_errors and vLLM recomputes from there.
@@ -23,6 +25,7 @@ from typing import Any
 
 from infercache_client.vllm.chain import ChainScope, request_chain
 from infercache_client.vllm.events import ConnectorEvents
+from infercache_client.vllm.gauge import STEPS, LoadGauge
 from infercache_client.vllm.identity import AdapterFingerprints
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec, SaveSpec
@@ -63,13 +66,16 @@ class SchedulerSide:
         block_size: int,
         adapters: AdapterFingerprints,
         lookup_timeout_s: float,
+        gauge: LoadGauge,
         events: ConnectorEvents | None = None,
     ) -> None:
         """`link` is attached lazily; `tenant` scopes every block; `lookup_timeout_s`
-        bounds a probe from the moment vLLM first asks; `events`: KV events on."""
+        bounds a probe from the moment vLLM first asks; `gauge` decides what is loaded;
+        `events`: KV events on."""
         self._link = link
+        self.gauge = gauge
         self.events = events
-        self._probes = PrefixProbes(link, tenant=tenant, timeout_s=lookup_timeout_s)
+        self._probes = PrefixProbes(link, gauge, tenant=tenant, timeout_s=lookup_timeout_s)
         self._tenant = tenant
         self._block_size = block_size
         self._adapters = adapters
@@ -77,6 +83,8 @@ class SchedulerSide:
         self._requests: dict[str, _Request] = {}
         self._loads: list[LoadSpec] = []
         self._failed: set[int] = set()
+        self._cached: dict[str, int] = {}
+        """Blocks the pool holds of a request that recomputes them (not saved again)."""
         self.lookups = 0
         self.matched_tokens = 0
 
@@ -99,33 +107,47 @@ class SchedulerSide:
         limit = tier.max_chain_blocks if tier is not None else 0
         return request_chain(prompt, self._block_size, scope, limit), salt
 
+    def on_new_request(self, request: Any) -> None:
+        """Start the request's probe now: it runs while vLLM finishes other work."""
+        self._start_probe(request, 0)
+
+    def _start_probe(self, request: Any, num_computed_tokens: int) -> bool:
+        """Start a probe unless nothing beyond `num_computed_tokens` could be loaded."""
+        chain = self._chain(request)
+        if chain is None:
+            return False
+        hashes, salt = chain
+        # The last prompt token is always computed (its logits sample the next token).
+        usable = min(len(hashes), (len(request.prompt_token_ids) - 1) // self._block_size)
+        local = num_computed_tokens // self._block_size
+        if usable <= local:
+            return False
+        warm = self.gauge.wait_on_warm(usable - local, usable * self._block_size)
+        skip_warm = None if warm.load else warm.reason
+        self._probes.start(request.request_id, hashes, salt, usable, skip_warm)
+        return True
+
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> int | None:
         """External tokens beyond `num_computed_tokens` the sidecar holds (nothing pinned),
         or None while the lookup has not answered (vLLM asks again next step)."""
         req_id = request.request_id
         self._matches.pop(req_id, None)
-        wait_s = 0.0
-        if not self._probes.running(req_id):
-            chain = self._chain(request)
-            if chain is None:
-                return 0
-            hashes, salt = chain
-            # The last prompt token is always computed (its logits sample the next token).
-            usable = min(len(hashes), (len(request.prompt_token_ids) - 1) // self._block_size)
-            if usable <= num_computed_tokens // self._block_size:
-                return 0
-            self._probes.start(req_id, hashes, salt, usable)
-            wait_s = INLINE_WAIT_S
-        answer = self._probes.take(req_id, wait_s)
-        if answer is None:
+        if not self._probes.running(req_id) and not self._start_probe(request, num_computed_tokens):
+            return 0
+        taken = self._probes.take(req_id, INLINE_WAIT_S)
+        if taken is None:
             return None
-        matched, hashes = answer
+        answer, hashes = taken
+        matched = answer.matched
         self.lookups += 1
         if self.events is not None and matched > 0:
             self._track(request)
             self.events.found(req_id, hashes, matched, request.prompt_token_ids)
         local = num_computed_tokens // self._block_size
         if matched <= local:
+            return 0
+        if not self.gauge.load_pool(matched - local, matched * self._block_size):
+            self._cached[req_id] = matched  # recomputed, but the pool has them already
             return 0
         self._matches[req_id] = _Match(hashes, local, matched)
         external = matched * self._block_size - num_computed_tokens
@@ -144,7 +166,8 @@ class SchedulerSide:
                 return  # never cached: nothing to load or save
             hashes, salt = chain
             state = _Request(list(request.prompt_token_ids), hashes, salt)
-            state.saved_blocks = request.num_computed_tokens // self._block_size
+            local = request.num_computed_tokens // self._block_size
+            state.saved_blocks = max(local, self._cached.pop(req_id, 0))
             self._requests[req_id] = state
             self._track(request)
         state.block_ids = block_ids
@@ -190,12 +213,16 @@ class SchedulerSide:
         meta = InfercacheMetadata(self._loads, [], self._failed)
         self._loads, self._failed = [], set()
         scheduled = scheduler_output.num_scheduled_tokens
+        prefill, context = 0, 0
         for new in scheduler_output.scheduled_new_reqs:
             state = self._requests.get(new.req_id)
             if state is not None:
                 state.block_ids = list(new.block_ids[0])
                 done = new.num_computed_tokens + scheduled.get(new.req_id, 0)
                 self._plan_save(meta, new.req_id, state, done)
+                computed = min(done, len(state.prompt)) - new.num_computed_tokens
+                if computed > 0:
+                    prefill, context = prefill + computed, max(context, done)
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             state = self._requests.get(req_id)
@@ -206,8 +233,20 @@ class SchedulerSide:
                 state.block_ids = list(new_ids[0])  # after preemption: the whole list
             elif new_ids is not None:
                 state.block_ids.extend(new_ids[0])
-            self._plan_save(meta, req_id, state, cached.num_computed_tokens[i] + scheduled[req_id])
+            before = cached.num_computed_tokens[i]
+            self._plan_save(meta, req_id, state, before + scheduled[req_id])
+            computed = min(before + scheduled[req_id], len(state.prompt)) - before
+            if computed > 0:
+                prefill, context = prefill + computed, max(context, before + scheduled[req_id])
+        total = int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0)
+        meta.step = self.gauge.plan_step(prefill, max(0, total - prefill), context)
         return meta
+
+    def step_output(self, connector_output: Any) -> None:
+        """A step's output (KVConnectorOutput): the worker's timings feed the model."""
+        stats = getattr(connector_output, "kv_connector_stats", None)
+        data = getattr(stats, "data", None)
+        self.gauge.step_outputs(data if isinstance(data, dict) and STEPS in data else None)
 
     def _plan_save(self, meta: InfercacheMetadata, req_id: str, state: _Request, done: int) -> None:
         """Save the prompt blocks this step completes (once each, while the sidecar is up)."""
@@ -236,6 +275,7 @@ class SchedulerSide:
         """Release the request's pins and forget it."""
         self._probes.forget(request.request_id)
         self._matches.pop(request.request_id, None)
+        self._cached.pop(request.request_id, None)
         state = self._requests.pop(request.request_id, None)
         if self.events is not None:
             self.events.forget(request.request_id)

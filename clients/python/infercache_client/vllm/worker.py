@@ -1,10 +1,16 @@
 """The worker half: copies between vLLM's paged KV cache and the sidecar's pool.
 
 Loads run in start_load_kv, before the forward pass reads the cache (all layers at
-once: on the CPU pool a copy is a memcpy, there is no transfer to overlap); saves run
-in wait_for_save, after the forward pass wrote every layer: allocate slots, copy,
-commit, release (each RPC bounded by rpc_timeout_s; the link never attaches on the
-forward pass, see link.py). A block that cannot be loaded (its slots belong to a pool this
+once: on the CPU pool a copy is a memcpy, there is no transfer to overlap). A save
+is split so that only the copy is on the forward pass (saves.py): its slots are
+allocated while the forward pass runs (when vLLM binds the step's metadata), the
+blocks are copied into them in wait_for_save, after the forward pass wrote every
+layer, and the commit and release run in the background (each RPC bounded by
+rpc_timeout_s; the link never attaches on the forward pass, see link.py). The copy
+is finished before the commit is sent, and uncommitted slots are never published, so
+a save is never visible half-written. Each step's load and save times go back to the
+scheduler half in the step's KVConnectorStats (stats.py), where the cost model uses
+them. A block that cannot be loaded (its slots belong to a pool this
 worker is not attached to, a copy failed, the scheduler could not pin it) is
 reported by get_block_ids_with_load_errors and vLLM recomputes it; a save that fails
 is dropped (a later miss, never a wrong hit: uncommitted slots are never published);
@@ -15,20 +21,23 @@ link attaches again at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from infercache_client.vllm.gauge import STEPS
 from infercache_client.vllm.link import SidecarLink
-from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec, SaveSpec
+from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec
 from infercache_client.vllm.paged import (
     PagedLayout,
     UnknownLayout,
     detect_layout,
     load_blocks,
-    save_blocks,
 )
+from infercache_client.vllm.saves import Saver
+from infercache_client.vllm.stats import InfercacheStats
 
 log = logging.getLogger("infercache_client.vllm")
 
@@ -52,9 +61,15 @@ class WorkerSide:
         block_size: int,
         num_kv_heads: int,
         head_dim: int,
+        block_bytes: int,
     ) -> None:
         """Shape facts come from the same config the scheduler half attached with."""
         self._link = link
+        self._block_bytes = block_bytes
+        self._saver = Saver(link)
+        self._stats = InfercacheStats()
+        self._step_load_s = 0.0
+        self._step_load_bytes = 0
         self._num_layers = num_layers
         self._block_size = block_size
         self._num_kv_heads = num_kv_heads
@@ -63,10 +78,12 @@ class WorkerSide:
         self._layout: PagedLayout | None = None
         self._errors: set[int] = set()
         self.loaded_blocks = 0
-        self.saved_blocks = 0
         self.torn_blocks = 0
-        self.committed_events: list[Any] = []
-        """BlockStored events of committed saves, until the connector hands them to vLLM."""
+
+    @property
+    def saved_blocks(self) -> int:
+        """Blocks committed so far."""
+        return self._saver.saved_blocks
 
     def register_kv_caches(self, kv_caches: Mapping[str, torch.Tensor]) -> None:
         """Keep the per-layer caches in layer order; unknown layouts disable the worker."""
@@ -90,12 +107,22 @@ class WorkerSide:
             return
         self._layers = [kv for _, kv in ordered]
         self._layout = layouts.pop()
+        self._saver.bind(self._layout, self._layers)
+
+    def bind(self, meta: InfercacheMetadata) -> None:
+        """The step's metadata, before its forward pass: allocate the saves' slots."""
+        if self._layout is not None:
+            self._saver.prepare(meta.saves)
 
     def start_load_kv(self, meta: InfercacheMetadata) -> None:
         """Copy this step's pinned slots into their blocks before the forward pass."""
         self._errors.update(meta.failed_block_ids)
         for spec in meta.loads:
+            started = time.perf_counter()
             torn = self._load(spec)
+            if torn is not None and len(torn) < len(spec.block_ids):
+                self._step_load_s += time.perf_counter() - started
+                self._step_load_bytes += len(spec.block_ids) * self._block_bytes
             if torn is None:
                 self._errors.update(spec.block_ids)
             else:
@@ -127,37 +154,37 @@ class WorkerSide:
         if torn:
             log.warning("infercache: %d torn blocks are recomputed", len(torn))
         self.loaded_blocks += len(spec.block_ids) - len(torn)
+        self._stats.add("kv_loaded_blocks", len(spec.block_ids) - len(torn))
         self.torn_blocks += len(torn)
         return tuple(torn)
 
     def wait_for_save(self, meta: InfercacheMetadata) -> None:
-        """Copy the blocks this step completed into the pool and commit them."""
-        if self._layout is None:
-            return
-        for spec in meta.saves:
-            self._link.call("save", self._saver(spec))
+        """Copy the blocks this step completed into their slots; commit in the background.
+        Then file the step's timings."""
+        save_s = self._saver.save(meta.saves) if self._layout is not None else 0.0
+        entry = (meta.step, self._step_load_bytes, self._step_load_s, save_s)
+        self._stats.data.setdefault(STEPS, []).append(entry)
+        self._stats.add("load_s", self._step_load_s)
+        self._stats.add("load_bytes", self._step_load_bytes)
+        self._stats.add("save_critical_s", save_s)
+        self._step_load_s, self._step_load_bytes = 0.0, 0
 
-    def _saver(self, spec: SaveSpec) -> Callable[[Any], None]:
-        return lambda tier: self._save(tier, spec)
+    def take_committed_events(self) -> list[Any]:
+        """BlockStored events of the saves committed since the last call."""
+        return self._saver.take_events()
 
-    def _save(self, tier: Any, spec: SaveSpec) -> None:
-        assert self._layout is not None
-        alloc = tier.allocate(len(spec.block_ids))
-        try:
-            save_blocks(self._layout, self._layers, tier.pool, spec.block_ids, alloc.slot_ids)
-            result = tier.commit(
-                alloc.lease.lease_id,
-                spec.tenant,
-                alloc.slot_ids,
-                spec.block_hashes,
-                cache_salt=spec.cache_salt,
-            )
-            self.saved_blocks += result.committed_blocks
-            if spec.stored is not None:
-                # Committed, or cached already: the pool holds every block of the spec.
-                self.committed_events.append(spec.stored)
-        finally:
-            tier.release(alloc.lease.lease_id)
+    def take_stats(self) -> InfercacheStats | None:
+        """The steps' timings and counters since the last call (None: none)."""
+        self._stats.add("kv_saved_blocks", self._saver.take_saved())
+        self._stats.add("save_background_s", self._saver.take_background_s())
+        if self._stats.is_empty():
+            return None
+        stats, self._stats = self._stats, InfercacheStats()
+        return stats
+
+    def close(self) -> None:
+        """Let the background commits finish (bounded), then stop."""
+        self._saver.close()
 
     def take_load_errors(self) -> set[int]:
         """Blocks that could not be loaded since the last call."""

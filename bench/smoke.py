@@ -96,6 +96,8 @@ BENCHES: dict[str, tuple[str, ...]] = {
         "stale_tokens_loaded",
         "example_connector_stale_tokens",
         "outputs_equal",
+        "events_decoded_by_vllm",
+        "router_hash_parity",
     ),
 }
 

@@ -19,9 +19,9 @@ OLD = PodIdentity("fp1-old", {})
 NEW = PodIdentity("fp1-new", {})
 
 
-def request(**dims: object) -> pb.LookupRequest:
+def request(text: str = "hello") -> pb.LookupRequest:
     """A Lookup whose key leaves the model version to the pod (the resolver fills it)."""
-    return pb.LookupRequest(key=key(model_version="", **dims), max_age_seconds=30)
+    return pb.LookupRequest(key=key(text, model_version=""), max_age_seconds=30)
 
 
 def with_unknown_field(req: pb.LookupRequest) -> pb.LookupRequest:
@@ -62,7 +62,7 @@ def test_requests_that_differ_in_any_field_get_their_own_query() -> None:
     """Another bound, wait or text is another entry (bytes differ), never a shared one."""
     memo = QueryMemo(KeyResolver(OLD, KeyLimits()))
     base = memo.query(request())
-    other_text = memo.query(request(text="other"))
+    other_text = memo.query(request("other"))
     bound = pb.LookupRequest(key=key(model_version=""), max_age_seconds=31)
     assert other_text.key.digest != base.key.digest
     assert memo.query(bound).max_age_s == 31

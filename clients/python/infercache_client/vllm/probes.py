@@ -17,6 +17,9 @@ most WARM_SAMPLE_BLOCKS blocks past what the pool held, in the background (no re
 waits for it), at most one at a time and one per WARM_SAMPLE_INTERVAL_S. It keeps the
 measurement current (a link that recovers is seen) and says whether the warm tier
 held the request's next blocks: only then is the request counted as a skipped load.
+
+A probe that answers short of a block whose save is still committing (inflight.py)
+looks again, RETRY_PAUSE_S later, within the same deadline.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from __future__ import annotations
 import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from infercache_client.vllm.cost import Reason
 from infercache_client.vllm.gauge import LoadGauge
+from infercache_client.vllm.inflight import InFlightSaves
 from infercache_client.vllm.link import SidecarLink
 
 INLINE_WAIT_S = 0.02
@@ -39,6 +43,8 @@ WARM_SAMPLE_BLOCKS = 4
 """Most blocks a warm sample promotes (its cost on the link)."""
 WARM_SAMPLE_INTERVAL_S = 1.0
 """Least time between two warm samples' starts."""
+RETRY_PAUSE_S = 0.002
+"""How long a probe waiting for a save in flight pauses before it looks again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +65,27 @@ class _Probe:
     usable: int
     skipped_warm: Reason | None
     """Why this probe did not wait for the warm tier (None: it did)."""
+    deadline: float
 
 
 class PrefixProbes:
     """One probe per request id, started once and taken once answered."""
 
     def __init__(
-        self, link: SidecarLink, gauge: LoadGauge, *, tenant: str, timeout_s: float
+        self,
+        link: SidecarLink,
+        gauge: LoadGauge,
+        *,
+        tenant: str,
+        timeout_s: float,
+        in_flight: InFlightSaves | None = None,
     ) -> None:
         """`timeout_s` bounds a probe from its start, time in the pool's queue included;
-        promoting probes report their speed to `gauge`."""
+        promoting probes report their speed to `gauge`; `in_flight`: the saves whose
+        commit a short answer waits for."""
         self._link = link
         self._gauge = gauge
+        self._in_flight = in_flight
         self._sampling = False
         self._next_sample = 0.0
         self._tenant = tenant
@@ -96,7 +111,7 @@ class PrefixProbes:
         deadline = time.monotonic() + self._timeout_s
         hot_only = skip_warm is not None
         future = self._pool.submit(self._probe, hashes[:usable], salt, deadline, hot_only)
-        self._running[req_id] = _Probe(future, hashes, salt, usable, skip_warm)
+        self._running[req_id] = _Probe(future, hashes, salt, usable, skip_warm, deadline)
 
     def take(self, req_id: str, wait_s: float) -> tuple[Answer, list[bytes]] | None:
         """(what the probe found, the chain) once it answered, else None. The first call
@@ -111,6 +126,12 @@ class PrefixProbes:
             return None
         except CancelledError:  # closed under it (engine shutdown): a miss
             answer = Answer(0)
+        if self._in_flight is not None:
+            coming = self._in_flight.extent(probe.hashes, probe.usable)
+            if answer.matched < coming and time.monotonic() + RETRY_PAUSE_S < probe.deadline:
+                self._look_again(req_id, probe)
+                return None
+            self._in_flight.found(probe.hashes, answer.matched)
         self._waited.discard(req_id)
         del self._running[req_id]
         why = probe.skipped_warm
@@ -119,6 +140,16 @@ class PrefixProbes:
         elif why is not None and answer.matched < probe.usable:
             self._sample_warm(probe, answer.matched, why)
         return answer, probe.hashes
+
+    def _look_again(self, req_id: str, probe: _Probe) -> None:
+        """A save of the chain is committing: the same lookup, after a pause."""
+        hot_only = probe.skipped_warm is not None
+        chain = probe.hashes[: probe.usable]
+        future = self._pool.submit(
+            self._probe, chain, probe.salt, probe.deadline, hot_only, RETRY_PAUSE_S
+        )
+        self._running[req_id] = replace(probe, future=future)
+        self._waited.add(req_id)
 
     def _sample_warm(self, probe: _Probe, hot: int, why: Reason) -> None:
         """The pool held `hot` blocks of the chain and the probe did not ask the warm tier
@@ -150,7 +181,11 @@ class PrefixProbes:
         """Stop taking probes (those in flight end within their deadline)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _probe(self, hashes: list[bytes], salt: str, deadline: float, hot_only: bool) -> Answer:
+    def _probe(
+        self, hashes: list[bytes], salt: str, deadline: float, hot_only: bool, pause_s: float = 0.0
+    ) -> Answer:
+        if pause_s:
+            time.sleep(pause_s)  # a pool thread, not the engine loop
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Answer(0)  # queued behind slow probes past its own bound: a miss

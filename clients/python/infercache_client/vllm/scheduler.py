@@ -27,6 +27,7 @@ from infercache_client.vllm.chain import ChainScope, request_chain
 from infercache_client.vllm.events import ConnectorEvents
 from infercache_client.vllm.gauge import STEPS, LoadGauge
 from infercache_client.vllm.identity import AdapterFingerprints
+from infercache_client.vllm.inflight import InFlightSaves
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec, SaveSpec
 from infercache_client.vllm.probes import INLINE_WAIT_S, PrefixProbes
@@ -75,7 +76,10 @@ class SchedulerSide:
         self._link = link
         self.gauge = gauge
         self.events = events
-        self._probes = PrefixProbes(link, gauge, tenant=tenant, timeout_s=lookup_timeout_s)
+        self._in_flight = InFlightSaves()
+        self._probes = PrefixProbes(
+            link, gauge, tenant=tenant, timeout_s=lookup_timeout_s, in_flight=self._in_flight
+        )
         self._tenant = tenant
         self._block_size = block_size
         self._adapters = adapters
@@ -257,6 +261,7 @@ class SchedulerSide:
         block_ids = state.block_ids[start:full]
         if len(block_ids) < full - start:
             return  # blocks not known yet (cannot happen with a consistent block table)
+        self._in_flight.planned(state.hashes[start:full])
         meta.saves.append(
             SaveSpec(
                 req_id,

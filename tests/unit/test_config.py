@@ -458,6 +458,9 @@ HISTORICAL_VARIABLES = [
     # Issue 15 item 4 (KV attachment liveness): new settings.
     "KV_ATTACHMENT_TTL_MS",
     "KV_MAX_ATTACHMENTS",
+    # Issue 28 item 1 (the sidecar's KV event publisher): new settings.
+    "KV_EVENTS_ENDPOINT",
+    "KV_EVENTS_REPLAY_ENDPOINT",
     # Issue 25 item 5 (the KV pool's trust boundary): new settings.
     "KV_TRUST_DOMAINS",
     "KV_VERIFY_HITS",

@@ -29,7 +29,7 @@ $(VENV)/.installed-serve: $(BIN)/python pyproject.toml clients/python/pyproject.
 
 $(VENV)/.installed: $(VENV)/.installed-serve
 	$(BIN)/pip install --quiet $(TORCH_PIP_ARGS) $(TORCH)
-	$(BIN)/pip install --quiet -e './clients/python[kv]' -e '.[dev,kv]'
+	$(BIN)/pip install --quiet -e './clients/python[kv]' -e '.[dev,kv,events]'
 	touch $@
 
 install-serve: $(VENV)/.installed-serve

@@ -32,14 +32,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "testing"),
     ("host",),
     ("server", "gateway"),
-    ("app",),
+    ("app", "app_kv"),
     ("api", "backends", "fleet"),
     ("prewarm", "shadow"),
     ("wire",),
     ("results",),
     ("invalidation",),
     ("observability", "policy", "verification"),
-    ("identity", "config", "tiers"),
+    ("identity", "config", "tiers", "events"),
     ("kv", "fingerprint", "keys", "key_input", "key_types", "key_surface", "key_records"),
     ("entries", "errors"),
     ("macs",),
@@ -57,6 +57,9 @@ EDGES: dict[str, tuple[str, ...]] = {
     "uvicorn": ("sidecar.gateway",),
     "httptools": ("sidecar.gateway.upstream_conn",),
     "httpx": ("sidecar.prewarm.upstream",),
+    # The `events` extra: the KV event publisher alone (app.py imports it when enabled).
+    "zmq": ("sidecar.events.publisher",),
+    "msgspec": ("sidecar.events.publisher",),
 }
 
 # Pure packages: no I/O and no HTTP types, whatever the layers allow. The wire formats

@@ -16,11 +16,12 @@ from typing import Any
 import structlog
 
 from sidecar.api.cache_codec import key_request_from_record
+from sidecar.app_kv import build_kv
 from sidecar.backends.redis.hits import RedisHitStore
-from sidecar.backends.redis.kv_warm import RedisKvWarmStore
 from sidecar.backends.stores import Stores, build_audit, build_stores, probe_stores
 from sidecar.config import Config
 from sidecar.errors import TierUnavailable
+from sidecar.events.setup import KvEvents, open_kv_events
 from sidecar.fleet import fleet_keys, lease_signer, readopt_secret
 from sidecar.identity.cell import IdentityCell
 from sidecar.identity.measure import identify_pod as measure_pod
@@ -33,13 +34,7 @@ from sidecar.invalidation.invalidator import Durability, Invalidator
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyLimits
-from sidecar.kv.domains import KvDomains, build_domains
-from sidecar.kv.generations import SharedGenerations
-from sidecar.kv.hot_tier import KvHotTier
-from sidecar.kv.movement import KvStats
-from sidecar.kv.pool import SlotPool
-from sidecar.kv.pool_files import remove_stale
-from sidecar.kv.preload import TorchPreload
+from sidecar.kv.domains import KvDomains
 from sidecar.macs import FleetKeys
 from sidecar.observability.metrics import (
     register_event_metrics,
@@ -152,52 +147,6 @@ def build_prewarmer(
     )
 
 
-def build_kv(config: Config, stores: Stores, identity: IdentityCell, fleet: FleetKeys) -> KvDomains:
-    """The KV hot tier, one per trust domain (kv/domains.py); torch starts loading now
-    (see kv/preload.py), a domain's pool comes with its first attachment. It accepts
-    attachments of the pod's own model only (the fingerprint in force now), when the pod
-    knows its fingerprint."""
-    device = config.kv.device
-    torch = TorchPreload()
-    stats = KvStats()
-
-    warm = None
-    if stores.redis is not None:
-        warm = RedisKvWarmStore(
-            stores.redis,
-            key_prefix=config.redis.key_prefix,
-            timeout_s=config.redis.write_timeout_ms / 1000,
-            keys=fleet,
-        )
-
-    def sweep(directory: str) -> None:
-        # A killed predecessor's pool (1 GiB by default) would otherwise stay in the volume.
-        for path, size in remove_stale(directory):
-            log.warning("kv_stale_pool_file_removed", path=path, bytes=size)
-
-    def make_tier(directory: str) -> KvHotTier:
-        sweep(directory)
-
-        def make_pool(num_slots: int, slot_bytes: int) -> SlotPool:
-            return torch.create_pool(device, num_slots, slot_bytes, directory)
-
-        return KvHotTier(
-            config.kv.to_settings(),
-            make_pool,
-            warm,
-            generations=lambda num_slots: SharedGenerations(num_slots, directory),
-            pod_fingerprint=lambda: identity.pod.model_version,
-            allow_foreign=identity.pod.allow_foreign_store,
-            doubt=identity.refuse_doubt,
-            stats=stats,
-            keys=fleet,
-        )
-
-    if config.kv.trust_domains:  # a previous run without domains kept its pool here
-        sweep(config.kv.shm_dir)
-    return build_domains(config.kv.trust_domains, config.kv.shm_dir, make_tier, stats)
-
-
 @dataclass(slots=True)
 class App:
     """Every built part of one sidecar, before any of it is served."""
@@ -232,6 +181,8 @@ class App:
     data_verifier: DataPlaneVerifier | None = None
     """Samples gRPC hits into shadow checks (None unless INFERCACHE_VERIFY_DATA_PLANE)."""
     audit: EventWriter | None = None
+    kv_events: KvEvents | None = None
+    """Publishes the KV tiers' blocks (None unless INFERCACHE_KV_EVENTS_ENDPOINT)."""
     """Writes verification events to the fleet's durable log (None: embedded store)."""
     rpc_stats: RpcStats = field(default_factory=RpcStats)
 
@@ -262,6 +213,8 @@ class App:
             await self.recorder.close()  # the last counts go in: the next version reads them
         if self.kv is not None:
             await self.kv.close()
+        if self.kv_events is not None:
+            await self.kv_events.close()
         await self.stores.close()
 
 
@@ -328,7 +281,8 @@ async def build_app(
     register_event_metrics(telemetry.meter, "rules", freshness.trust)
     limits = KeyLimits(max_input_bytes=config.limits.max_input_bytes)
     keys = KeyResolver(identity, limits)
-    kv = build_kv(config, stores, identity, fleet) if config.kv.enabled else None
+    kv_events = await open_kv_events(config.kv) if config.kv.enabled else None
+    kv = build_kv(config, stores, identity, fleet, kv_events) if config.kv.enabled else None
     if kv is not None:
         register_kv_metrics(telemetry.meter, kv.stats)
     reclaimer = Reclaimer(
@@ -377,6 +331,7 @@ async def build_app(
         salts=salts,
         shadow=shadow,
         audit=audit,
+        kv_events=kv_events,
         data_verifier=(
             DataPlaneVerifier(shadow, hits, cache.tenant_policy)
             if config.verify.data_plane

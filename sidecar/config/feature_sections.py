@@ -186,6 +186,19 @@ class KvConfig:
         "hash before LookupPrefix answers (sampled; demotions are always checked)",
         p.fraction,
     )
+    events_endpoint: str = setting(
+        "",
+        "Publish the KV pool's and warm tier's blocks as vLLM KV events (ZMQ PUB, msgpack "
+        "KVEventBatch; needs the `events` extra): tcp://*:PORT binds, tcp://HOST:PORT "
+        "connects; empty = off",
+        p.zmq_endpoint,
+    )
+    events_replay_endpoint: str = setting(
+        "",
+        "ZMQ ROUTER endpoint (bound) replaying recent KV event batches from a sequence "
+        "number, as vLLM's replay_endpoint; empty = none",
+        p.zmq_endpoint,
+    )
 
     def to_settings(self) -> KvSettings:
         """The KV hot tier's own settings value (kv/ does not import config)."""

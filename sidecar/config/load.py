@@ -241,6 +241,11 @@ def check_consistency(c: Config) -> None:
             "INFERCACHE_GATEWAY_LISTEN needs INFERCACHE_MODEL_PATH: gateway keys carry the "
             "fingerprint of the model the pod serves"
         )
+    if c.kv.events_replay_endpoint and not c.kv.events_endpoint:
+        raise ConfigError(
+            "INFERCACHE_KV_EVENTS_REPLAY_ENDPOINT needs INFERCACHE_KV_EVENTS_ENDPOINT (it "
+            "replays what that endpoint published)"
+        )
     if c.kv.lease_ttl_ms > c.kv.max_lease_ttl_ms:
         raise ConfigError(
             f"INFERCACHE_KV_LEASE_TTL_MS ({c.kv.lease_ttl_ms}) exceeds "

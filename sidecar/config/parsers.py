@@ -103,6 +103,22 @@ def reason_labels(text: str) -> tuple[str, ...]:
     return labels
 
 
+def zmq_endpoint(text: str) -> str:
+    """A ZMQ endpoint tcp://HOST:PORT (HOST may be * to bind every interface) or
+    ipc://PATH, or empty to disable."""
+    addr = text.strip()
+    if not addr:
+        return ""
+    if addr.startswith("ipc://") and len(addr) > len("ipc://"):
+        return addr
+    if not addr.startswith("tcp://"):
+        raise ValueError(f"expected tcp://HOST:PORT or ipc://PATH (or empty), got {text!r}")
+    hostport = addr[len("tcp://") :]
+    host = hostport.rpartition(":")[0]
+    _hostport(hostport.replace("*", "0.0.0.0", 1) if host == "*" else hostport, f"{text!r}")
+    return addr
+
+
 def optional_hostport(text: str) -> str:
     """One HOST:PORT, or empty to disable."""
     addr = text.strip()

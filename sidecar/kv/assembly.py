@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sidecar.kv.attachments import Attachments
+from sidecar.kv.block_events import BlockEvents
 from sidecar.kv.holds import Holds
 from sidecar.kv.integrity import BlockSeals
 from sidecar.kv.movement import KvStats, WarmMover
@@ -39,8 +40,10 @@ def assemble(
     leases: LeaseTable,
     attachments: Attachments,
     keys: FleetKeys,
+    events: BlockEvents | None = None,
 ) -> PoolParts:
-    """The parts over a new pool and its index (`keys` seal its blocks)."""
+    """The parts over a new pool and its index (`keys` seal its blocks; `events` hears
+    of the warm tier's blocks, the index's observer of the pool's)."""
     block_bytes = [0] * index.num_slots
     seals = BlockSeals(index.num_slots, keys)
     mover = None
@@ -54,7 +57,9 @@ def assemble(
             is_current=lambda v: v == attachments.current,
             block_bytes=block_bytes,
             seals=seals,
+            events=events,
         )
-    versions = VersionSwitcher(index, mover, block_bytes, stats, seals)
+    index.observer = events
+    versions = VersionSwitcher(index, mover, block_bytes, stats, seals, events)
     holds = Holds(index, leases, attachments, settings, stats)
     return PoolParts(index, seals, block_bytes, mover, versions, holds)

@@ -1,22 +1,23 @@
 """The KV hot tier: version binding, prefix lookups, allocation and leases (who is
 attached, and which version is current: kv/attachments.py).
 
-Version binding: every block key is the digest of (model fingerprint, adapter,
-KV layout, tenant, cache salt) followed by the client's block hash, so an
-attachment can only ever find blocks published under its own scope. Attaching
-a new fingerprint makes it the current version: attachments of other
-fingerprints are superseded (their lookups, allocations and commits fail with
-FailedPrecondition), the previous version's blocks leave the hot index at once
-and are demoted to the warm tier in the background, and warm values of any
-older version are dropped (kv/versions.py). A lookup that runs into warm blocks of
-the current version promotes them within a time bound, else answers "retry later".
+Version binding: every block key is the digest of (model fingerprint, adapter, KV
+layout, tenant, cache salt) followed by the client's block hash, so an attachment can
+only ever find blocks published under its own scope. Attaching a new fingerprint
+makes it the current version: attachments of other fingerprints are superseded
+(their lookups, allocations and commits fail with FailedPrecondition), the previous
+version's blocks leave the hot index at once and are demoted to the warm tier in the
+background, and warm values of any older version are dropped (kv/versions.py). A
+lookup that runs into warm blocks of the current version promotes them within a time
+bound, else answers "retry later".
 
-Liveness: an attachment not heard from for its ttl is reclaimed with its leases,
-and a lease not renewed is dropped with its pins; both are swept before every
-operation. Slots carry generations (kv/generations.py) that readers check after
-copying, so a read racing a slot's reuse is detected, and seals (kv/integrity.py)
-taken at commit, so bytes altered behind the sidecar's back are never handed out
-(on the sampled hits INFERCACHE_KV_VERIFY_HITS checks) nor demoted.
+Liveness: an attachment not heard from for its ttl is reclaimed with its leases, and
+a lease not renewed is dropped with its pins; both are swept before every operation.
+Slots carry generations (kv/generations.py) that readers check after copying, so a
+read racing a slot's reuse is detected, and seals (kv/integrity.py) taken at commit,
+so bytes altered behind the sidecar's back are never handed out (on the sampled hits
+INFERCACHE_KV_VERIFY_HITS checks) nor demoted. The pool's and the demotions' blocks
+are reported to `events` (kv/block_events.py), e.g. a KV event publisher.
 
 All state is mutated on the event loop; only pool creation runs on a thread.
 """
@@ -32,6 +33,7 @@ import structlog
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from sidecar.kv.assembly import assemble
 from sidecar.kv.attachments import Attachments
+from sidecar.kv.block_events import BlockEvents
 from sidecar.kv.generations import MemoryGenerations, SlotGenerations
 from sidecar.kv.holds import Holds
 from sidecar.kv.integrity import BlockSeals
@@ -84,6 +86,7 @@ class KvHotTier:
         doubt: Callable[[str, str], None] | None = None,
         stats: KvStats | None = None,
         keys: FleetKeys | None = None,
+        events: BlockEvents | None = None,
     ) -> None:
         """`generations`: where slot generations live (shared with model processes in
         production); `clock`: monotonic seconds for attachment liveness;
@@ -106,6 +109,7 @@ class KvHotTier:
         self._seals: BlockSeals | None = None
         self._block_bytes: list[int] = []
         self._pool_lock = asyncio.Lock()
+        self._events = events
         self.attachments = Attachments(
             settings.max_attachments,
             self.stats,
@@ -168,7 +172,7 @@ class KvHotTier:
         if attachment.version != self.attachments.current:
             old = self.attachments.make_current(attachment.version)
             assert self._versions is not None  # made with the pool
-            self._versions.switch(attachment.version, old, fingerprint)
+            self._versions.switch(attachment.version, old, fingerprint, layout.tokens_per_block)
         self.attachments.add(attachment)
         log.info(
             "kv_attached",
@@ -186,13 +190,7 @@ class KvHotTier:
     async def _ensure_pool(self, layout: KvLayout) -> SlotPool:
         async with self._pool_lock:
             if self._pool is None:
-                slot_bytes = self.settings.slot_bytes or layout.block_bytes
-                num_slots = self.settings.pool_bytes // slot_bytes
-                if num_slots < 1:
-                    raise FailedPrecondition(
-                        f"INFERCACHE_KV_POOL_BYTES ({self.settings.pool_bytes}) cannot hold one "
-                        f"slot of {slot_bytes} bytes"
-                    )
+                num_slots, slot_bytes = self.settings.pool_shape(layout.block_bytes)
                 # Importing torch and mapping the pool take seconds: off the event loop.
                 pool = await asyncio.to_thread(self._factory, num_slots, slot_bytes)
                 try:
@@ -209,6 +207,7 @@ class KvHotTier:
                     self.leases,
                     self.attachments,
                     self._keys,
+                    self._events,
                 )
                 self._index, self._seals, self._holds = parts.index, parts.seals, parts.holds
                 self._mover, self._versions = parts.mover, parts.versions

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import structlog
 
 from sidecar.errors import TierUnavailable
+from sidecar.kv.block_events import BlockEvents
 from sidecar.kv.integrity import BlockSeals
 from sidecar.kv.layout import BlockKey
 from sidecar.kv.pool import SlotPool
@@ -77,8 +78,11 @@ class WarmMover:
         is_current: Callable[[str], bool],
         block_bytes: list[int],
         seals: BlockSeals,
+        events: BlockEvents | None = None,
     ) -> None:
+        """`events`: told of the blocks written to and dropped from the warm tier."""
         self._index = index
+        self._events = events
         self._seals = seals
         self._pool = pool
         self._warm = warm
@@ -114,7 +118,7 @@ class WarmMover:
         batches = [blocks[i : i + BATCH_BLOCKS] for i in range(0, len(blocks), BATCH_BLOCKS)]
         writing: asyncio.Task[None] | None = None
         written: Sequence[Demoted] = ()
-        stored = 0
+        stored: list[BlockKey] = []
         try:
             await self._warm.note_version(version)
             for batch in batches:
@@ -131,7 +135,7 @@ class WarmMover:
                 if writing is not None:
                     await self._finish(version, writing, written, stored)
                 writing = asyncio.create_task(self._warm.put_many(version, items, self._ttl_ms))
-                written, stored = batch, len(items)
+                written, stored = batch, [k for k, _ in items]
             if writing is not None:
                 await self._finish(version, writing, written, stored)
                 writing = None
@@ -145,15 +149,21 @@ class WarmMover:
             self._unpin_rest(blocks)
 
     async def _finish(
-        self, version: str, writing: asyncio.Task[None], batch: Sequence[Demoted], stored: int
+        self,
+        version: str,
+        writing: asyncio.Task[None],
+        batch: Sequence[Demoted],
+        stored: Sequence[BlockKey],
     ) -> None:
-        """Wait for a batch's write (`stored` of its blocks were intact), then unpin it."""
+        """Wait for a batch's write (`stored`: the keys of its intact blocks), then unpin it."""
         try:
             await writing
-            self._stats.demoted_blocks += stored
+            self._stats.demoted_blocks += len(stored)
+            if self._events is not None:
+                self._events.warm_stored(stored, version)
         except TierUnavailable as exc:
             self._stats.warm_failures += 1
-            self._stats.dropped_blocks += stored
+            self._stats.dropped_blocks += len(stored)
             log.warning("kv_demote_failed", version=version, blocks=len(batch), error=str(exc))
         finally:
             self._index.unpin_many(b.slot for b in batch)
@@ -171,6 +181,8 @@ class WarmMover:
                 if version not in keep:
                     n = await self._warm.drop_version(version)
                     self._stats.dropped_warm_blocks += n
+                    if self._events is not None:
+                        self._events.warm_dropped(version)
                     log.info("kv_version_dropped", version=version, warm_blocks=n)
         except TierUnavailable as exc:
             self._stats.warm_failures += 1

@@ -13,7 +13,9 @@ goes. The pool size is fixed, so the budget can never be exceeded; allocation
 takes free slots first, then evicts least recently unpinned cached slots, and
 fails as a whole (SlotsExhausted) when fewer than `count` slots are available.
 Every allocation bumps the slot's generation (kv/generations.py), the fence a reader
-checks after copying a slot it no longer pins.
+checks after copying a slot it no longer pins. An optional observer (kv/block_events.py)
+hears of every key published and every key forgotten (dropped or evicted): the one
+place both happen, so a KV event publisher misses none.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from itertools import islice
 
 from sidecar.errors import ResourceExhausted
+from sidecar.kv.block_events import BlockEvents
 from sidecar.kv.generations import MemoryGenerations, SlotGenerations
 from sidecar.kv.layout import BlockKey
 
@@ -34,7 +37,12 @@ class SlotsExhausted(ResourceExhausted):
 class SlotIndex:
     """Slot bookkeeping for a pool of `num_slots` slots."""
 
-    def __init__(self, num_slots: int, generations: SlotGenerations | None = None) -> None:
+    def __init__(
+        self,
+        num_slots: int,
+        generations: SlotGenerations | None = None,
+        observer: BlockEvents | None = None,
+    ) -> None:
         if num_slots <= 0:
             raise ValueError("num_slots must be positive")
         self.num_slots = num_slots
@@ -47,6 +55,7 @@ class SlotIndex:
         self._slot_of: dict[BlockKey, int] = {}
         self._groups: dict[Hashable, set[int]] = {}
         self.evictions = 0
+        self.observer = observer
 
     # -- queries ---------------------------------------------------------------
 
@@ -175,6 +184,8 @@ class SlotIndex:
         self._key[slot] = key
         self._group[slot] = group
         self._groups.setdefault(group, set()).add(slot)
+        if self.observer is not None:
+            self.observer.pool_stored(key, group)
         return True
 
     def drop(self, slot: int) -> BlockKey | None:
@@ -200,6 +211,8 @@ class SlotIndex:
         if not members:
             del self._groups[group]
         self._group[slot] = None
+        if self.observer is not None:
+            self.observer.pool_removed(key)
 
     def check(self) -> None:
         """Assert the invariants (tests call this after every step)."""

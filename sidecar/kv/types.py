@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
-from sidecar.errors import InvalidArgument
+from sidecar.errors import FailedPrecondition, InvalidArgument
 from sidecar.kv.generations import GenerationsExport
 from sidecar.kv.layout import MAX_HASH_BYTES, MAX_TEXT, KvLayout
 from sidecar.kv.pool import PoolLocation
@@ -36,6 +36,18 @@ class KvSettings:
     """Fraction of prefix hits whose blocks are checked against their seals first."""
     # Not a setting: an internal bound on what one sidecar tracks.
     max_leases: int = 65536
+
+    def pool_shape(self, block_bytes: int) -> tuple[int, int]:
+        """(slots, bytes per slot) of a pool whose first attachment has `block_bytes`
+        blocks; FailedPrecondition when the pool cannot hold one slot."""
+        slot_bytes = self.slot_bytes or block_bytes
+        num_slots = self.pool_bytes // slot_bytes
+        if num_slots < 1:
+            raise FailedPrecondition(
+                f"INFERCACHE_KV_POOL_BYTES ({self.pool_bytes}) cannot hold one "
+                f"slot of {slot_bytes} bytes"
+            )
+        return num_slots, slot_bytes
 
 
 @dataclass(slots=True)

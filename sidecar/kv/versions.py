@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from sidecar.kv.block_events import BlockEvents
 from sidecar.kv.integrity import BlockSeals
 from sidecar.kv.movement import Demoted, KvStats, WarmMover
 from sidecar.kv.slot_index import SlotIndex
@@ -31,8 +32,10 @@ class VersionSwitcher:
         block_bytes: list[int],
         stats: KvStats,
         seals: BlockSeals,
+        events: BlockEvents | None = None,
     ) -> None:
         self._index = index
+        self._events = events
         self._seals = seals
         self._mover = mover
         self._block_bytes = block_bytes
@@ -40,8 +43,11 @@ class VersionSwitcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._demotions: dict[str, asyncio.Task[None]] = {}
 
-    def switch(self, version: str, old: str | None, fingerprint: str) -> None:
-        """`version` became current, `old` was (None: the first version)."""
+    def switch(self, version: str, old: str | None, fingerprint: str, block_size: int = 0) -> None:
+        """`version` (of weights `fingerprint`, blocks of `block_size` tokens) became
+        current, `old` was (None: the first version)."""
+        if self._events is not None:
+            self._events.version(version, fingerprint, block_size)
         index = self._index
         if old is not None:
             # Unpublish the old version now (a lookup can no longer find it); an internal

@@ -458,6 +458,9 @@ HISTORICAL_VARIABLES = [
     # Issue 15 item 4 (KV attachment liveness): new settings.
     "KV_ATTACHMENT_TTL_MS",
     "KV_MAX_ATTACHMENTS",
+    # Issue 28 item 1 (the sidecar's KV event publisher): new settings.
+    "KV_EVENTS_ENDPOINT",
+    "KV_EVENTS_REPLAY_ENDPOINT",
     # Issue 25 item 5 (the KV pool's trust boundary): new settings.
     "KV_TRUST_DOMAINS",
     "KV_VERIFY_HITS",
@@ -669,3 +672,24 @@ def test_secrets_stay_out_of_the_repr() -> None:
     assert token not in repr(config)
     assert secret not in repr(config)
     assert "ttl_s=60" in repr(config.lease)
+
+
+def test_kv_event_endpoints_are_zmq_endpoints_and_replay_needs_the_publisher() -> None:
+    """Issue 28: the sidecar's KV event publisher is off by default, takes tcp:// or ipc://
+    endpoints, and a replay endpoint alone (nothing to replay) is refused."""
+    assert (Config().kv.events_endpoint, Config().kv.events_replay_endpoint) == ("", "")
+    c = load_config({"INFERCACHE_KV_EVENTS_ENDPOINT": "tcp://*:5560"})
+    assert c.kv.events_endpoint == "tcp://*:5560"
+    c = load_config(
+        {},
+        {
+            "kv_events_endpoint": "ipc:///tmp/ev",
+            "kv_events_replay_endpoint": "tcp://127.0.0.1:5561",
+        },
+    )
+    assert c.kv.events_replay_endpoint == "tcp://127.0.0.1:5561"
+    for bad in ("localhost:5560", "tcp://*:99999", "tcp://host", "http://h:1"):
+        with pytest.raises(ConfigError, match="INFERCACHE_KV_EVENTS_ENDPOINT"):
+            load_config({"INFERCACHE_KV_EVENTS_ENDPOINT": bad})
+    with pytest.raises(ConfigError, match="REPLAY_ENDPOINT needs"):
+        load_config({"INFERCACHE_KV_EVENTS_REPLAY_ENDPOINT": "tcp://*:5561"})

@@ -27,16 +27,16 @@ from typing import Any
 from infercache.v1 import kv_pb2 as PB2
 from vllm.distributed.kv_events import BlockStored, KVCacheEvent, KVConnectorKVEvents
 
+from infercache_client.vllm.event_schema import (
+    POOL_LOCALITY,
+    POOL_MEDIUM,
+    POOL_OWNER,
+    SCHEMA,
+    WARM_LOCALITY,
+    WARM_OWNER,
+)
 from infercache_client.vllm.router_hash import event_hashes, request_scope, tenant_salt_digest
 
-POOL_MEDIUM = "CPU"
-"""The sidecar's pool: host memory on this pod's node, vLLM's word for it."""
-WARM_MEDIUM = "STORAGE"
-"""The fleet's warm tier (Redis): a network fetch away (published by the sidecar)."""
-POOL_OWNER = "infercache-pool"
-WARM_OWNER = "infercache-warm"
-"""`ownership`: which infercache tier an event is about (vLLM: the offloading tier)."""
-SCHEMA = "infercache.kv.event.v1"
 REMEMBERED = 200_000
 """Published hashes remembered, so a lookup does not report a block twice (~20 MiB)."""
 
@@ -94,7 +94,7 @@ def stored_event(
         medium=medium,
         lora_name=scope.lora_name or None,
         extra_keys=[extra] * len(hashes),
-        locality="LOCAL",
+        locality=POOL_LOCALITY if medium == POOL_MEDIUM else WARM_LOCALITY,
         ownership=POOL_OWNER if medium == POOL_MEDIUM else WARM_OWNER,
     )
 

@@ -78,6 +78,7 @@ class SpanRecorder:
         random_ids = getattr(self._ids, "is_trace_id_random", None)
         self._random_roots = _RANDOM if random_ids is not None and random_ids() else 0
         self._origin: Origin = (self._resource, self._info, scope)
+        self._processors = _processors(self._processor)
         self._sinks = record_sinks(self._processor)
 
     def sampled_context(self, name: str, kind: SpanKind, context: Context | None) -> Sampled | None:
@@ -131,6 +132,10 @@ class SpanRecorder:
         to record sinks, else as the ReadableSpan `Span.end` would build."""
         trace_id, span_id, flags, state, parent, extra = sampled
         plain = not extra and len(attributes) <= self._plain_max
+        if _processors(self._processor) is not self._processors:
+            # A processor was added to the provider since: look at them again.
+            self._processors = _processors(self._processor)
+            self._sinks = record_sinks(self._processor)
         if self._sinks is not None and plain and flags & _SAMPLED:
             fields = (name, kind, trace_id, span_id, flags, state, parent, attributes)
             rec = _new_record(SpanRecord, (*fields, start_ns, end_ns, status, self._origin))
@@ -166,6 +171,11 @@ class SpanRecorder:
             instrumentation_scope=self._scope,
         )
         self._processor.on_end(span)
+
+
+def _processors(processor: Any) -> Any:
+    """The provider's tuple of processors (replaced, not changed, when one is added)."""
+    return getattr(processor, "_span_processors", None)
 
 
 def _root_rule(sampler: Sampler) -> Callable[[int], Decision] | None:

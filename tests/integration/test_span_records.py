@@ -170,3 +170,22 @@ def test_the_collector_receives_the_sdks_request(
     (body,) = received.bodies
     assert Request.FromString(body) == encode_spans(expected)
     assert body == encode_spans(expected).SerializeToString()
+
+
+def test_a_processor_added_later_gets_the_spans(grpc_collector: tuple[_Received, str]) -> None:
+    """The recorder looks at the provider's processors again when one is added after it was
+    made: a span processor that takes no records still gets every span, built."""
+    received, address = grpc_collector
+    tp = _provider(ParentBased(ALWAYS_ON), None)
+    tp.add_span_processor(RecordBatchProcessor(_exporter("grpc", address)))
+    recorder = Telemetry(tp, tracing=True).span_recorder()
+    assert recorder is not None
+    built = Collect()
+    tp.add_span_processor(built)
+    sampled = recorder.sampled_context(NAME, SpanKind.SERVER, None)
+    assert sampled is not None
+    recorder.finish(NAME, SpanKind.SERVER, sampled, {"rpc.method": "Lookup"}, 1, 2)
+    assert tp.force_flush(10_000)
+    tp.shutdown()
+    assert len(built.spans) == 1
+    assert Request.FromString(received.bodies[0]) == encode_spans(built.spans)

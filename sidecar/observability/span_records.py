@@ -13,6 +13,8 @@ built (tests/unit/test_span_records.py compares both paths' OTLP requests).
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
@@ -88,9 +90,43 @@ class RecordBatchProcessor(BatchSpanProcessor):
     shutdown) that also takes `SpanRecord`s; its exporter must accept them in a batch
     (otlp.py's exporters do)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        batch = getattr(self, "_batch_processor", None)
+        # The SDK's BatchProcessor.emit checks os.getpid() on every span (a system call,
+        # a third of a traced RPC's span work in a profile here) to notice a fork, which
+        # its at-fork hook handles already where os.register_at_fork exists (Linux).
+        # `record` does what emit does without that check, on the processor's own members,
+        # where all of them are there; elsewhere it calls emit.
+        self._fast = (
+            hasattr(os, "register_at_fork")
+            and batch is not None
+            and all(hasattr(batch, a) for a in _EMIT_MEMBERS)
+            and isinstance(batch._queue, deque)
+        )
+
     def record(self, span: SpanRecord) -> None:
         """Queue a sampled span (no `on_end`: the record is sampled by construction)."""
-        self._batch_processor.emit(span)  # type: ignore[arg-type]
+        batch = self._batch_processor
+        if not self._fast or batch._shutdown:
+            batch.emit(span)  # type: ignore[arg-type]
+            return
+        queue = batch._queue
+        if len(queue) == batch._max_queue_size:
+            batch.emit(span)  # type: ignore[arg-type]  # its warning and drop count
+            return
+        queue.appendleft(span)
+        if len(queue) >= batch._max_export_batch_size and not batch._worker_awaken.is_set():
+            batch._worker_awaken.set()
+
+
+_EMIT_MEMBERS = (
+    "_shutdown",
+    "_queue",
+    "_max_queue_size",
+    "_max_export_batch_size",
+    "_worker_awaken",
+)
 
 
 def record_sinks(processor: SpanProcessor) -> tuple[Callable[[SpanRecord], None], ...] | None:

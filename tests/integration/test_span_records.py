@@ -145,13 +145,17 @@ def test_the_collector_receives_the_sdks_request(
     processor = RecordBatchProcessor(_exporter(protocol, address))
     tp.add_span_processor(processor)
     queued: list[Any] = []
-    emit = processor._batch_processor.emit
+    record, on_end = processor.record, processor.on_end
 
-    def watched(span: Any) -> None:
+    def recorded(span: Any) -> None:
         queued.append(span)
-        emit(span)
+        record(span)
 
-    processor._batch_processor.emit = watched  # type: ignore[method-assign,assignment]
+    def ended(span: Any) -> None:
+        queued.append(span)
+        on_end(span)
+
+    processor.record, processor.on_end = recorded, ended  # type: ignore[method-assign]
     sent = _record(tp)
     assert tp.force_flush(10_000)
     tp.shutdown()
@@ -189,3 +193,47 @@ def test_a_processor_added_later_gets_the_spans(grpc_collector: tuple[_Received,
     tp.shutdown()
     assert len(built.spans) == 1
     assert Request.FromString(received.bodies[0]) == encode_spans(built.spans)
+
+
+class _Wakes:
+    """Stands for the batch processor's wake-up event: notes set(), wakes nobody."""
+
+    def __init__(self) -> None:
+        self.flag = False
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def set(self) -> None:
+        self.flag = True
+
+
+def test_record_queues_as_the_sdks_emit_would() -> None:
+    """The processor's own queueing (no os.getpid per span) keeps what emit keeps: the
+    newest spans when full, none after shutdown; and it wakes the worker at a batch."""
+    from bench.telemetry.observer_cost import _null
+
+    def run(use_record: bool) -> tuple[list[Any], bool]:
+        processor = RecordBatchProcessor(
+            _null(), max_queue_size=4, max_export_batch_size=3, schedule_delay_millis=60_000
+        )
+        batch = processor._batch_processor
+        # The worker waits on the real event for 60 s: it takes nothing while we look.
+        real, wakes = batch._worker_awaken, _Wakes()
+        batch._worker_awaken = wakes  # type: ignore[assignment]
+        spans = [SpanRecord((f"s{i}",)) for i in range(6)]
+        for n, span in enumerate(spans):
+            processor.record(span) if use_record else batch.emit(span)  # type: ignore[arg-type]
+            assert wakes.flag == (n >= 2)  # at a batch of 3
+        queued = list(batch._queue)
+        batch._queue.clear()
+        batch._worker_awaken = real
+        processor.shutdown()  # type: ignore[no-untyped-call]
+        processor.record(spans[0]) if use_record else batch.emit(spans[0])  # type: ignore[arg-type]
+        assert not batch._queue
+        return queued, processor._fast
+
+    fast, used = run(True)
+    assert used, "the processor's own queueing is not in use: nothing is compared"
+    assert fast == run(False)[0]
+    assert [s[0] for s in fast] == ["s5", "s4", "s3", "s2"]

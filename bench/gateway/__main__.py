@@ -21,6 +21,11 @@ keep-alive HTTP/1.1, closed loop) drives each in turn, alternating the order eve
 Figures are medians over rounds of each loop's p50, p99 and RPS. Then the correctness
 probes (bench/gateway/probes.py) against both and the SSE replay check.
 
+  --baseline CMD   a second infercache gateway (another checkout's `infercache`, its own
+                   redis-server) in the same rotation as the first: before and after a
+                   change from one run; its floor keys end in _base
+  --skip-litellm   no LiteLLM (its venv is not built; its keys are nan)
+
 Summary keys (the hit ratios conservative: the worst concurrency counts):
 hit_p50_vs_litellm (max over concurrencies of infercache p50 / LiteLLM p50; goal <= 0.3),
 hit_rps_vs_litellm (min of the RPS ratios; goal >= 3), miss_overhead_ms (at concurrency
@@ -57,6 +62,7 @@ from bench.gateway import floors, messages, servers
 from bench.gateway.load import LoadResult, Target, closed_loop, cycling, distinct, one, verdict
 from bench.gateway.probes import SseCheck, chat_body, run_probes, sse_replay, upstream_streams
 from bench.gateway.responses import measure_responses
+from bench.harness.procs import redis_server
 from bench.harness.report import print_head, print_summary
 from bench.harness.stats import median, percentile
 
@@ -75,6 +81,9 @@ class Plan:
     delay_ms: int
     infercache: Path = servers.INFERCACHE
     model_server: Path = servers.MODEL_SERVER
+    baseline: Path | None = None
+    """Another `infercache` whose gateway runs beside this one (before/after in one run)."""
+    litellm: bool = True
 
 
 @dataclass(slots=True)
@@ -115,6 +124,17 @@ class Side:
 
     def rps(self, kind: str, concurrency: int) -> float:
         return median(r.rps for r in self.loops.get((kind, concurrency), []))
+
+
+def _gateway_side(name: str, pid: int, port: int) -> Side:
+    """An infercache gateway: its two tenants' targets."""
+    path, keys = "/v1/chat/completions", servers.KEYS
+    return Side(
+        name,
+        pid,
+        Target(port, path, (("Authorization", f"Bearer {keys['acme']}"),)),
+        Target(port, path, (("Authorization", f"Bearer {keys['globex']}"),)),
+    )
 
 
 def _hot_bodies(side: str) -> list[bytes]:
@@ -183,10 +203,16 @@ def _ratio(a: float, b: float) -> float:
 
 
 def report(
-    gw: Side | None, ll: Side | None, direct: Side, bare: Side, canned: Side, plan: Plan
+    gw: Side | None,
+    ll: Side | None,
+    direct: Side,
+    bare: Side,
+    canned: Side,
+    plan: Plan,
+    base: Side | None = None,
 ) -> dict[str, Any]:
-    """Print the tables; the summary's pairs."""
-    shown = [s for s in (gw, ll) if s is not None]
+    """Print the tables; the summary's pairs (`base`'s floor figures with a _base suffix)."""
+    shown = [s for s in (gw, base, ll) if s is not None]
     print_head(
         f"{'kind':<5} {'conc':>4} {'server':<11} {'p50 ms':>8} {'p99 ms':>8} {'rps':>8} "
         f"{'cpu ms/req':>10}"
@@ -225,6 +251,12 @@ def report(
     misses = {c: (gw.loops.get(("miss", c), []) if gw else []) for c in plan.miss_concurrency}
     bares = {c: bare.loops.get(("miss", c), []) for c in plan.miss_concurrency}
     pairs |= floors.summary(rpss(gw), rpss(canned), misses, bares)
+    if base is not None:
+        base_misses = {c: base.loops.get(("miss", c), []) for c in plan.miss_concurrency}
+        base_floors = floors.summary(rpss(base), rpss(canned), base_misses, bares)
+        pairs |= {f"{k}_base": v for k, v in base_floors.items()}
+        pairs["gateway_hit_cpu_ms_base"] = base.cpu("hit", plan.hit_concurrency[-1])
+        pairs["gateway_miss_cpu_ms_base"] = base.cpu("miss", plan.miss_concurrency[0])
     m1 = plan.miss_concurrency[0]
     for maybe, prefix in ((gw, ""), (ll, "litellm_"), (bare, "bare_proxy_")):
         pairs[prefix + "miss_overhead_ms"] = overhead(maybe, m1)
@@ -287,6 +319,10 @@ async def run(plan: Plan) -> int:
         rs = servers.redises(work)
         bp = servers.bare_proxy(up.port)
         procs = [up, rs.litellm, rs.gateway, bp]
+        if plan.baseline is not None:
+            (work / "base").mkdir()
+            base_redis = redis_server(str(work / "base"), "redis-gateway-base")
+            procs.append(base_redis)
         for p in procs:
             stack.callback(p.stop)
             p.start()
@@ -296,20 +332,16 @@ async def run(plan: Plan) -> int:
             g = servers.gateway(plan.infercache, work, up.port, rs.gateway.port)
             stack.callback(g.stop)
             g.start(timeout_s=120)
-            keys = servers.KEYS
-            gw = Side(
-                "infercache",
-                g.pid,
-                Target(
-                    g.port, "/v1/chat/completions", (("Authorization", f"Bearer {keys['acme']}"),)
-                ),
-                Target(
-                    g.port, "/v1/chat/completions", (("Authorization", f"Bearer {keys['globex']}"),)
-                ),
-            )
+            gw = _gateway_side("infercache", g.pid, g.port)
         else:
             print(f"# infercache gateway skipped: {plan.infercache} serve has no --gateway-listen")
-        venv, why = servers.litellm_venv()
+        base: Side | None = None
+        if plan.baseline is not None:
+            b = servers.gateway(plan.baseline, work / "base", up.port, base_redis.port)
+            stack.callback(b.stop)
+            b.start(timeout_s=120)
+            base = _gateway_side("infercache-base", b.pid, b.port)
+        venv, why = servers.litellm_venv() if plan.litellm else (None, "--skip-litellm")
         if venv is not None:
             lp = servers.litellm(venv, work, up.port, rs.litellm.port)
             stack.callback(lp.stop)
@@ -332,7 +364,7 @@ async def run(plan: Plan) -> int:
         cp.start()
         at = Target(cp.port, "/v1/chat/completions")
         canned = Side("canned", cp.pid, at, at, floor=True)
-        sides = [s for s in (gw, ll) if s is not None]
+        sides = [s for s in (gw, base, ll) if s is not None]
         await measure(sides, [direct, bare], canned, plan, up.port)
         responses: dict[str, Any] = {}
         if gw is not None:  # bench/gateway/responses.py: /v1/responses, the same run
@@ -350,14 +382,14 @@ async def run(plan: Plan) -> int:
             up.port,
         )
         streams = await upstream_streams(direct.first)
-        for s in sides:
+        for s in [x for x in (gw, ll) if x is not None]:
             s.probes = await run_probes(s.first, s.second)
             if streams:
                 s.sse = await sse_replay(s.first)
         if not streams:
             print("# sse replay untested: the model server does not stream")
-        print_correctness(sides)
-        pairs = report(gw, ll, direct, bare, canned, plan) | responses | on_messages
+        print_correctness([x for x in (gw, ll) if x is not None])
+        pairs = report(gw, ll, direct, bare, canned, plan, base) | responses | on_messages
     idle = ", ".join(
         f"{s.name} {s.idle_cpu_per_s * 1000:.1f}" for s in [direct, bare, canned, *sides]
     )
@@ -386,8 +418,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=servers.MODEL_SERVER,
         help="the model server script (default: this checkout's tests/support/model_server.py)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another `infercache` command whose gateway runs beside this one, in the same"
+        " rotation (its floor figures get a _base suffix)",
+    )
+    parser.add_argument(
+        "--skip-litellm", action="store_true", help="leave LiteLLM out (its keys report nan)"
+    )
     args = parser.parse_args(argv)
-    tools = (args.delay_ms, args.infercache, args.model_server)
+    tools = (
+        args.delay_ms,
+        args.infercache,
+        args.model_server,
+        args.baseline,
+        not args.skip_litellm,
+    )
     if args.smoke:
         plan = Plan(1, 0.4, (1, 16, 64), (1, 16), *tools)
     else:

@@ -23,13 +23,23 @@ import structlog
 
 from sidecar.errors import InfercacheError, OverLimit, ResourceExhausted
 from sidecar.gateway.auth import ANTHROPIC_KEY_HEADERS, ApiKeys
-from sidecar.gateway.controls import CacheMode, Controls, controls, pacing, prompt_version
+from sidecar.gateway.controls import (
+    PROMPT_VERSION_HEADER,
+    CacheMode,
+    Controls,
+    controls,
+    pacing,
+    prompt_version,
+)
 from sidecar.gateway.errors import HttpError, body_param, for_domain, for_wire
 from sidecar.gateway.hit import ReplayLimits
+from sidecar.gateway.hit_bodies import HitBodies
 from sidecar.gateway.hit_plans import planner_for
 from sidecar.gateway.messages import tee_message_stream, whole_message
 from sidecar.gateway.records import Recording
 from sidecar.gateway.reply import CACHE_HEADER, Headers, Reply
+from sidecar.gateway.request_body import Body
+from sidecar.gateway.request_keys import RequestKeys
 from sidecar.gateway.responses_answers import (
     tee_response_stream,
     whole_response,
@@ -77,38 +87,6 @@ _TEES = {
 """How a miss of an API other than chat/completions/embeddings is teed and judged."""
 
 
-class Body:
-    """A request body as the client sent it (what is keyed and recorded for prewarm)
-    and as the model server gets it (with the tenant's cache_salt): the latter made
-    only when the request is forwarded, never for a hit."""
-
-    __slots__ = ("_doc", "_endpoint", "_salts", "_sent", "_tenant", "raw")
-
-    def __init__(
-        self,
-        raw: bytes,
-        doc: Mapping[str, Any],
-        endpoint: str,
-        tenant: str,
-        salts: TenantSalts | None,
-    ) -> None:
-        self.raw = raw
-        self._doc, self._endpoint, self._tenant, self._salts = doc, endpoint, tenant, salts
-        self._sent: bytes | None = None
-
-    @property
-    def sent(self) -> bytes:
-        """The bytes to send the model server."""
-        if self._sent is None:
-            salts = self._salts
-            self._sent = (
-                self.raw
-                if salts is None
-                else salts.body_for(self._endpoint, self._tenant, self._doc, self.raw)
-            )
-        return self._sent
-
-
 @dataclass(frozen=True, slots=True)
 class FlowSettings:
     """The gateway's request handling settings (see the INFERCACHE_GATEWAY_* settings)."""
@@ -144,6 +122,8 @@ class Flow:
         self.stats = stats
         self.recording = recording
         self.verifier: GatewayVerifier | NoVerifier = NO_VERIFIER  # build.py sets it
+        self.hit_bodies = HitBodies()
+        self.request_keys = RequestKeys(keys)
 
     def tenant(self, headers: Mapping[bytes, bytes], endpoint: str | None = None) -> str:
         """The request's tenant from its credentials (401 HttpError otherwise); the
@@ -177,25 +157,20 @@ class Flow:
         reply: Reply,
     ) -> None:
         """Answer one POST to `endpoint` by `tenant` (authenticated) whose body is `raw`."""
-        try:
-            doc = parse_body(raw)
-        except WireError as exc:
-            raise for_wire(exc) from None
+        request_id = (endpoint, tenant, headers.get(PROMPT_VERSION_HEADER), raw)
+        known = self.request_keys.known(request_id)
+        doc: dict[str, Any] | None = None
+        if known is None:
+            try:
+                doc = parse_body(raw)
+            except WireError as exc:
+                raise for_wire(exc) from None
         asked = controls(headers, self.default_mode(tenant))
-        version = prompt_version(headers, self.settings.default_prompt_version)
-        try:
-            if endpoint == MESSAGES:
-                kr = keyed_message_request(doc, tenant, version)
-            elif endpoint == RESPONSES:
-                kr = responses_request(doc, tenant, version)
-            else:
-                kr = keyed_request(endpoint, doc, tenant, version)
-        except WireError as exc:
-            raise for_wire(exc) from None
-        except RecursionError:
-            # Parsed, but too deep to re-serialise (the parser's limit is on its own stack).
-            raise HttpError(400, "the body is nested too deeply", code="invalid_json") from None
-        kr = for_adapter(kr, self.keys.pod.adapter_versions)
+        key: CacheKey | None = None
+        if doc is not None:
+            kr = self._keyed(endpoint, doc, tenant, headers)
+        elif known is not None:
+            kr, key = known  # keyed before from the same bytes (request_keys.py)
         body = Body(raw, doc, endpoint, tenant, self.salts)
         # Read for every streamed request before anything is forwarded or looked up, so a
         # bad value is the same 400 on a miss as on a hit; not read when nothing streams.
@@ -209,16 +184,18 @@ class Flow:
             reason = kr.uncacheable or asked.why
             await self._bypass(endpoint, body, kr, info, reason, reply)
             return
-        try:
-            key = self.keys.resolve(kr.key)
-        except OverLimit as exc:
-            # Valid, only too large to key here: the model server may answer it.
-            where = body_param(exc.field, INPUT_FIELDS[endpoint])
-            why = f"too large to key: {where} {exc.problem}"
-            await self._bypass(endpoint, body, kr, info, why, reply)
-            return
-        except InfercacheError as exc:
-            raise for_domain(exc, INPUT_FIELDS[endpoint]) from exc
+        if key is None:
+            try:
+                key = self.keys.resolve(kr.key)
+            except OverLimit as exc:
+                # Valid, only too large to key here: the model server may answer it.
+                where = body_param(exc.field, INPUT_FIELDS[endpoint])
+                why = f"too large to key: {where} {exc.problem}"
+                await self._bypass(endpoint, body, kr, info, why, reply)
+                return
+            except InfercacheError as exc:
+                raise for_domain(exc, INPUT_FIELDS[endpoint]) from exc
+            self.request_keys.keep(request_id, kr, key)
         info.append((b"x-infercache-key", key.digest.hex()[:16].encode()))
         if asked.read:
             await self._lookup(endpoint, body, kr, key, asked, pace, info, reply)
@@ -230,6 +207,25 @@ class Flow:
         self.stats.count("refresh")
         lease = self.cache.fresh_lease(key)
         await self._forward(endpoint, body, kr, key, lease, asked, info, b"refresh", reply)
+
+    def _keyed(
+        self, endpoint: str, doc: Mapping[str, Any], tenant: str, headers: Mapping[bytes, bytes]
+    ) -> KeyedRequest:
+        """The request's reading for the key (400 HttpError for one that cannot be keyed)."""
+        version = prompt_version(headers, self.settings.default_prompt_version)
+        try:
+            if endpoint == MESSAGES:
+                kr = keyed_message_request(doc, tenant, version)
+            elif endpoint == RESPONSES:
+                kr = responses_request(doc, tenant, version)
+            else:
+                kr = keyed_request(endpoint, doc, tenant, version)
+        except WireError as exc:
+            raise for_wire(exc) from None
+        except RecursionError:
+            # Parsed, but too deep to re-serialise (the parser's limit is on its own stack).
+            raise HttpError(400, "the body is nested too deeply", code="invalid_json") from None
+        return for_adapter(kr, self.keys.pod.adapter_versions)
 
     async def _lookup(
         self,
@@ -243,7 +239,7 @@ class Flow:
         reply: Reply,
     ) -> None:
         replay = ReplayLimits(self.settings.replay_max_gap_ms, self.settings.replay_max_duration_ms)
-        planner = planner_for(endpoint, kr, pace, replay)
+        planner = planner_for(endpoint, kr, pace, replay, self.hit_bodies)
         query = LookupQuery(key, asked.max_age_s, self.settings.wait_ms, kr.key, kr.traits, planner)
         try:
             result = await self.cache.lookup(query)

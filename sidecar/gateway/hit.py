@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from sidecar.entries import ChunkMeta, Entry
 from sidecar.gateway.errors import HttpError
+from sidecar.gateway.hit_bodies import HitBodies
 from sidecar.gateway.reply import CACHE_HEADER, JSON, SSE_HEADERS, Headers, Reply
 from sidecar.results.pacing import Pacing, schedule
 from sidecar.wire.openai.keys import KeyedRequest
@@ -96,9 +97,15 @@ def stream_hit(
 
 
 def plan_hit(
-    endpoint: str, kr: KeyedRequest, entry: Entry, pace: Pacing, limits: ReplayLimits
+    endpoint: str,
+    kr: KeyedRequest,
+    entry: Entry,
+    pace: Pacing,
+    limits: ReplayLimits,
+    bodies: HitBodies | None = None,
 ) -> Serve | None:
-    """The answer to `kr` from `entry`; None when it cannot answer this request."""
+    """The answer to `kr` from `entry`; None when it cannot answer this request. A whole
+    body answering a request that does not stream is rendered from `bodies`' template."""
     renewal = Renewal(endpoint)
     if entry.chunk_table:  # stored as a stream (a whole body has no chunk table)
         pieces = list(entry.chunks())
@@ -110,6 +117,9 @@ def plan_hit(
         if replayed is None:
             return None
         return stream_hit(replayed, [meta for meta, _ in pieces], pace, limits)
+    if not kr.stream and bodies is not None:
+        body = bodies.render(endpoint, entry.payload, renewal)
+        return None if body is None else whole_hit(body)
     doc = body_doc(entry.payload)
     if doc is None:
         return None

@@ -27,7 +27,7 @@ JSON = "application/json"
 
 
 class Sent(Protocol):
-    """A request body as the model server gets it (flow.Body)."""
+    """A request body as the model server gets it (request_body.Body)."""
 
     @property
     def sent(self) -> bytes: ...

@@ -27,6 +27,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
+from sidecar.observability.span_records import SpanRecord, readable
+
 _MEMO_MAX = 8192
 _INT64 = 1 << 63
 _HAS_IS_REMOTE = 0x100  # SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
@@ -97,10 +99,9 @@ class _Memo:
                 self.attrs[memo_key] = got
         return got
 
-    def head(self, span: ReadableSpan) -> tuple[bytes, ...]:
+    def head(self, span: ReadableSpan, group: tuple[Resource, Any]) -> tuple[bytes, ...]:
         """(resource field, scope field, scope schema field, resource schema field) of the
-        span's group, from the SDK's own encoding of it."""
-        group = (span.resource, span.instrumentation_scope or None)
+        span's `group` (resource, scope), from the SDK's own encoding of the span."""
         got = self.heads.get(group)
         if got is None:
             rs = encode_spans([span]).resource_spans[0]
@@ -158,12 +159,41 @@ def _span(span: ReadableSpan, memo: _Memo) -> bytes:
     return b"".join(out)
 
 
+def _record(span: SpanRecord, memo: _Memo) -> bytes:
+    """`_span` for a SpanRecord: the same bytes as for its ReadableSpan (no events, links or
+    dropped counts: a record has none)."""
+    name, kind, trace_id, span_id, _, state, parent, attributes, start, end, status, _ = span
+    out = [
+        b"\x0a\x10",
+        trace_id.to_bytes(16, "big"),
+        b"\x12\x08",
+        span_id.to_bytes(8, "big"),
+        _field(b"\x1a", ",".join(f"{k}={v}" for k, v in state.items()).encode()) if state else b"",
+        b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent else b"",
+        _field(b"\x2a", name.encode()) if name else b"",
+        _SERVER if kind is SpanKind.SERVER else _KIND[kind.value],
+        b"\x39" + _PACK_Q(start) if start else b"",
+        b"\x41" + _PACK_Q(end) if end else b"",
+    ]
+    known, attribute = memo.attrs.get, memo.attribute
+    out += [known((k, v.__class__, v)) or attribute(k, v) for k, v in attributes.items()]
+    if status.status_code is StatusCode.UNSET and not status.description:
+        out.append(b"\x7a\x00")
+    else:
+        body = _field(b"\x12", status.description.encode()) if status.description else b""
+        if status.status_code.value:
+            body += b"\x18" + _varint(status.status_code.value)
+        out.append(_field(b"\x7a", body))
+    out.append(_FLAGS[bool(parent and parent.is_remote)])
+    return b"".join(out)
+
+
 # SpanKind INTERNAL..CONSUMER (0-4) are OTLP's SPAN_KIND_INTERNAL..CONSUMER (1-5).
 _KIND = [b"\x30" + _varint(v + 1) for v in range(5)]
 _SERVER = _KIND[SpanKind.SERVER.value]
 
 
-def _request_bytes(spans: Sequence[ReadableSpan], memo: _Memo) -> bytes:
+def _request_bytes(spans: Sequence[ReadableSpan | SpanRecord], memo: _Memo) -> bytes:
     # Grouped by resource, then scope, in order of first appearance, as the SDK does; equal
     # objects share a group, but a Resource hashes by dumping its attributes to JSON, so
     # each distinct object of the batch is hashed once, not once per span.
@@ -171,14 +201,21 @@ def _request_bytes(spans: Sequence[ReadableSpan], memo: _Memo) -> bytes:
     by_identity: dict[tuple[int, int], list[bytes]] = {}
     heads: dict[tuple[Resource, InstrumentationScope | None], tuple[bytes, ...]] = {}
     for span in spans:
-        resource, scope = span.resource, span.instrumentation_scope or None
+        record = span.__class__ is SpanRecord
+        if record:
+            resource, _, scope = span[11]  # type: ignore[index]
+            scope = scope or None
+        else:
+            resource, scope = span.resource, span.instrumentation_scope or None  # type: ignore[union-attr]
         encoded = by_identity.get((id(resource), id(scope)))
         if encoded is None:
             encoded = groups.setdefault(resource, {}).setdefault(scope, [])
             by_identity[id(resource), id(scope)] = encoded
             if (resource, scope) not in heads:
-                heads[resource, scope] = memo.head(span)
-        encoded.append(_field(b"\x12", _span(span, memo)))
+                sdk_span = span.readable() if record else span  # type: ignore[union-attr]
+                heads[resource, scope] = memo.head(sdk_span, (resource, scope))  # type: ignore[arg-type]
+        body = _record(span, memo) if record else _span(span, memo)  # type: ignore[arg-type]
+        encoded.append(_field(b"\x12", body))
     out = []
     for resource, scopes in groups.items():
         parts = []
@@ -191,21 +228,25 @@ def _request_bytes(spans: Sequence[ReadableSpan], memo: _Memo) -> bytes:
 
 
 class SpanEncoder:
-    """`encode_spans`, faster: the same ExportTraceServiceRequest for the same spans."""
+    """`encode_spans`, faster: the same ExportTraceServiceRequest for the same spans (a
+    SpanRecord standing for its ReadableSpan)."""
 
     def __init__(self) -> None:
         self._memo = _Memo()
         self.handed_on = 0
         """Batches given to the SDK's encoder."""
 
-    def __call__(self, spans: Sequence[ReadableSpan]) -> PB2ExportTraceServiceRequest:
-        """The request the SDK's encode_spans(spans) builds."""
+    def data(self, spans: Sequence[ReadableSpan | SpanRecord]) -> bytes:
+        """The serialised request."""
         try:
-            data = _request_bytes(spans, self._memo)
+            return _request_bytes(spans, self._memo)
         except (_Unsupported, UnicodeEncodeError):
             self.handed_on += 1
-            return encode_spans(spans)
-        return PB2ExportTraceServiceRequest.FromString(data)
+            return bytes(encode_spans(readable(spans)).SerializeToString())
+
+    def __call__(self, spans: Sequence[ReadableSpan | SpanRecord]) -> PB2ExportTraceServiceRequest:
+        """The request the SDK's encode_spans(spans) builds."""
+        return PB2ExportTraceServiceRequest.FromString(self.data(spans))
 
 
 class GrpcSpanExporter(OTLPSpanExporter):
@@ -215,5 +256,7 @@ class GrpcSpanExporter(OTLPSpanExporter):
         super().__init__(*args, **kwargs)
         self._encode = SpanEncoder()
 
-    def _translate_data(self, data: Sequence[ReadableSpan]) -> PB2ExportTraceServiceRequest:
+    def _translate_data(
+        self, data: Sequence[ReadableSpan | SpanRecord]
+    ) -> PB2ExportTraceServiceRequest:
         return self._encode(data)

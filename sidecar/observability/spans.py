@@ -13,7 +13,8 @@ opt-in self-metrics of spans started and ended (OTEL_PYTHON_SDK_INTERNAL_METRICS
 experimental tracer configurator. For a root span under the SDK's own samplers the decision is
 read from the trace id directly (what those samplers compute, without their context look-ups).
 What reaches the processors is the same span, field for field, built from the same ids
-(tests/unit/test_span_recorder.py).
+(tests/unit/test_span_recorder.py); where every processor takes records
+(span_records.py), not even the ReadableSpan is built on the event loop.
 """
 
 from __future__ import annotations
@@ -37,12 +38,19 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, TraceState
 from opentelemetry.util.types import AttributeValue
 
+from sidecar.observability.span_records import Origin, SpanRecord, record_sinks
+
+_new_record = tuple.__new__
+
 Attributes = dict[str, AttributeValue]
+Sampled = tuple[int, int, int, TraceState | None, SpanContext | None, Mapping[str, Any]]
+"""What `sampled_context` decided: trace id, span id, trace flags, trace state, parent and
+the sampler's attributes (opaque to callers: handed back to `finish`)."""
 
 _UNSET = Status()
 _NO_ATTRIBUTES: Mapping[str, Any] = {}
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_DEFAULT = TraceFlags(TraceFlags.DEFAULT)
+_SAMPLED = int(TraceFlags.SAMPLED)
+_DEFAULT = int(TraceFlags.DEFAULT)
 # W3C level 2's random-trace-id flag (API >= 1.39); 0 where the API predates it.
 _RANDOM = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
 
@@ -69,11 +77,13 @@ class SpanRecorder:
         self._root_decision = _root_rule(self._sampler)
         random_ids = getattr(self._ids, "is_trace_id_random", None)
         self._random_roots = _RANDOM if random_ids is not None and random_ids() else 0
+        self._origin: Origin = (self._resource, self._info, scope)
+        self._processors = _processors(self._processor)
+        self._sinks = record_sinks(self._processor)
 
-    def sampled_context(
-        self, name: str, kind: SpanKind, context: Context | None
-    ) -> tuple[SpanContext, SpanContext | None, Mapping[str, Any]] | None:
-        """The span's context, its parent's and the sampler's attributes; None if not recorded.
+    def sampled_context(self, name: str, kind: SpanKind, context: Context | None) -> Sampled | None:
+        """The span's ids, flags, trace state, parent and the sampler's attributes; None if
+        not recorded.
 
         As `Tracer.start_span`: the parent is the span in `context` (the current context when
         None), its trace id continues, and the tracer's sampler decides.
@@ -90,8 +100,7 @@ class SpanRecorder:
                 if decision is Decision.DROP:
                     return None
                 flags = _SAMPLED if decision is Decision.RECORD_AND_SAMPLE else _DEFAULT
-                own = self._context(trace_id, span_id, flags, random_flag, None)
-                return own, None, _NO_ATTRIBUTES
+                return (trace_id, span_id, flags | random_flag, None, None, _NO_ATTRIBUTES)
         else:
             trace_id = parent.trace_id
             random_flag = int(parent.trace_flags) & _RANDOM
@@ -100,37 +109,41 @@ class SpanRecorder:
         if result.decision is Decision.DROP:
             return None
         flags = _SAMPLED if result.decision is Decision.RECORD_AND_SAMPLE else _DEFAULT
-        own = self._context(trace_id, span_id, flags, random_flag, result.trace_state)
-        return own, parent, result.attributes
-
-    @staticmethod
-    def _context(
-        trace_id: int, span_id: int, flags: TraceFlags, random_flag: int, state: TraceState | None
-    ) -> SpanContext:
-        if random_flag:
-            flags = TraceFlags(flags | random_flag)
-        return SpanContext(
+        return (
             trace_id,
             span_id,
-            is_remote=False,
-            trace_flags=flags,
-            trace_state=state,
+            flags | random_flag,
+            result.trace_state,
+            parent,
+            result.attributes,
         )
 
     def finish(
         self,
         name: str,
         kind: SpanKind,
-        sampled: tuple[SpanContext, SpanContext | None, Mapping[str, Any]],
+        sampled: Sampled,
         attributes: Attributes,
         start_ns: int,
         end_ns: int,
         status: Status = _UNSET,
     ) -> None:
-        """Hand the finished span to the processors (as `Span.end` does)."""
-        own, parent, extra = sampled
+        """Hand the finished span to the processors (as `Span.end` does): as a SpanRecord
+        to record sinks, else as the ReadableSpan `Span.end` would build."""
+        trace_id, span_id, flags, state, parent, extra = sampled
+        plain = not extra and len(attributes) <= self._plain_max
+        if _processors(self._processor) is not self._processors:
+            # A processor was added to the provider since: look at them again.
+            self._processors = _processors(self._processor)
+            self._sinks = record_sinks(self._processor)
+        if self._sinks is not None and plain and flags & _SAMPLED:
+            fields = (name, kind, trace_id, span_id, flags, state, parent, attributes)
+            rec = _new_record(SpanRecord, (*fields, start_ns, end_ns, status, self._origin))
+            for sink in self._sinks:
+                sink(rec)
+            return
         attrs: Mapping[str, Any] = attributes
-        if extra or len(attributes) > self._plain_max:
+        if not plain:
             # Limits or sampler attributes in play: the SDK's own cleaning, in its order.
             bounded = BoundedAttributes(
                 self._limits.max_span_attributes,
@@ -141,6 +154,9 @@ class SpanRecorder:
             for key, value in attributes.items():
                 bounded[key] = value
             attrs = bounded
+        own = SpanContext(
+            trace_id, span_id, is_remote=False, trace_flags=TraceFlags(flags), trace_state=state
+        )
         span = ReadableSpan(
             name=name,
             context=own,
@@ -155,6 +171,11 @@ class SpanRecorder:
             instrumentation_scope=self._scope,
         )
         self._processor.on_end(span)
+
+
+def _processors(processor: Any) -> Any:
+    """The provider's tuple of processors (replaced, not changed, when one is added)."""
+    return getattr(processor, "_span_processors", None)
 
 
 def _root_rule(sampler: Sampler) -> Callable[[int], Decision] | None:

@@ -17,8 +17,9 @@ OTEL_TRACES_SAMPLER(_ARG), OTEL_EXPORTER_OTLP_*, OTEL_METRIC_EXPORT_INTERVAL):
 - Metrics go to OTLP under the same rule (OTEL_METRICS_EXPORTER), and are always
   scrapeable at INFERCACHE_METRICS_LISTEN (/metrics) unless that is empty.
 - OTEL_EXPORTER_OTLP_PROTOCOL (or the per-signal variable): http/protobuf (the
-  spec's default) or grpc; grpc encodes spans with observability/otlp.py's faster
-  encoder. The exporters are the optional extra `otlp`.
+  spec's default) or grpc; both encode spans with observability/otlp.py's faster
+  encoder, and their batch processor takes the spans as records, built off the event
+  loop (span_records.py). The exporters are the optional extra `otlp`.
 - On stop the exporters get FLUSH_BUDGET_S to send what is pending; then their
   retries are cut short, so that a collector that is not there does not hold the
   process past its grace period (the SDK alone retries for up to 10 s per signal).
@@ -192,11 +193,11 @@ def _span_exporter(kind: str, env: Mapping[str, str]) -> Any:
             from sidecar.observability.otlp import GrpcSpanExporter
 
             return GrpcSpanExporter()
-        # http/protobuf serialises inside its export(): the SDK's encoder, unchanged.
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        # The SDK's http exporter, its export() encoding with the same encoder.
+        from sidecar.observability.otlp_http import HttpSpanExporter
     except ImportError as exc:
         raise _otlp_missing(exc) from exc
-    return OTLPSpanExporter()
+    return HttpSpanExporter()
 
 
 def _metric_exporter(kind: str, env: Mapping[str, str]) -> Any:
@@ -238,6 +239,8 @@ def configure_telemetry(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from sidecar.observability.span_records import RecordBatchProcessor
+
     disabled = _flag(otel_env, "OTEL_SDK_DISABLED")
     trace_kinds = [] if disabled else _exporters(otel_env, "traces")
     metric_kinds = [] if disabled else _exporters(otel_env, "metrics")
@@ -250,7 +253,9 @@ def configure_telemetry(
         for kind in trace_kinds:
             exporter = _span_exporter(kind, otel_env)
             setup._exporters.append(exporter)
-            sdk_tracer.add_span_processor(BatchSpanProcessor(exporter))
+            # OTLP's exporters take spans as records (observability/span_records.py).
+            batch = RecordBatchProcessor if kind == "otlp" else BatchSpanProcessor
+            sdk_tracer.add_span_processor(batch(exporter))
         setup._closers.append(sdk_tracer.shutdown)
         tracer_provider = sdk_tracer
 

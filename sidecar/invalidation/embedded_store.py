@@ -22,6 +22,10 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _never(lease_id: bytes) -> bool:
+    return False
+
+
 class EmbeddedControlStore:
     """ControlStore in process memory."""
 
@@ -35,6 +39,7 @@ class EmbeddedControlStore:
         self._rules: list[Rule] = []
         self._audit: deque[AuditRecord] = deque(maxlen=_AUDIT_MAX)
         self._holders: dict[KeyDigest, tuple[bytes, int]] = {}
+        self._kept: Callable[[bytes], bool] = _never
         self._locks: dict[str, tuple[str, int]] = {}
         self._secret: bytes | None = None
         self._subscribers: set[asyncio.Queue[int]] = set()
@@ -121,7 +126,7 @@ class EmbeddedControlStore:
         """acquire_holder without a suspension point (see backends/embedded_holding.py)."""
         now = self._clock_ms()
         current = self._holders.get(digest)
-        if current is not None and current[1] > now:
+        if current is not None and (current[1] > now or self._kept(current[0])):
             return False
         self._holders[digest] = (lease_id, now + ttl_ms)
         if len(self._holders) > 100_000:
@@ -146,11 +151,19 @@ class EmbeddedControlStore:
         renewed: list[bool] = []
         for digest, lease_id in holds:
             current = self._holders.get(digest)
-            ours = current is not None and current[0] == lease_id and current[1] > now
+            # Past its TTL but still ours: nobody took it (a hold this process keeps is
+            # never taken here), the renewal only ran late (a stalled event loop).
+            ours = current is not None and current[0] == lease_id
             if ours:
                 self._holders[digest] = (lease_id, now + ttl_ms)
             renewed.append(ours)
         return renewed
+
+    def judge_holds_by(self, kept: Callable[[bytes], bool]) -> None:
+        """Holds `kept` says are kept are live whatever their TTL (one process: the
+        keeper's renewal and a waiter's take-over run on one loop, and after a stall
+        longer than the TTL the waiter's timer may come first)."""
+        self._kept = kept
 
     async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take or extend a lock."""

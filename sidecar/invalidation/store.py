@@ -6,7 +6,7 @@ Every method raises TierUnavailable when the backend fails, and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -138,6 +138,13 @@ class ControlStore(Protocol):
     ) -> list[bool]:
         """Extend each (key, lease id) hold that lease still has to `ttl_ms` from now; True
         where it did (never takes a hold back that lapsed or went to another lease)."""
+        ...
+
+    def judge_holds_by(self, kept: Callable[[bytes], bool]) -> None:
+        """`kept(lease_id)`: this process still keeps that hold alive (hold_keeper.py).
+        A store inside the process judges its own holds by it, not by a TTL that a
+        stalled event loop let lapse; a shared store ignores it (its TTL is what other
+        pods see)."""
         ...
 
     async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:

@@ -9,7 +9,10 @@ STALE_LEASE, so nobody should wait for it). A holder that dies, or a hold nobody
 computes (one a timed-out read took on Redis after its caller gave up), stops being
 renewed and lapses within the TTL: waiters take the key over instead of waiting out
 the lease. Renewal only extends a hold its lease still has; one that lapsed or went
-to another lease is forgotten, never taken back.
+to another lease is forgotten, never taken back. A store inside the process (the
+embedded one) asks the keeper instead of the TTL (`judge_holds_by`): there the keeper
+and the waiters share one event loop, and after a stall longer than the TTL a waiter's
+timer could otherwise take over a hold whose computation is running.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class HoldKeeper:
         self._clock_ms = clock_ms
         self._release = release
         self._held: dict[bytes, _Held] = {}
+        control.judge_holds_by(self.keeps)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._throttle = LogThrottle()
@@ -70,6 +74,12 @@ class HoldKeeper:
     def held(self) -> int:
         """Holds being kept now."""
         return len(self._held)
+
+    def keeps(self, lease_id: bytes) -> bool:
+        """`lease_id`'s hold is being kept here, and its lease has not expired (a Store
+        would still be taken)."""
+        h = self._held.get(lease_id)
+        return h is not None and h.lease.expires_at_ms > self._clock_ms()
 
     def keep(self, lease: Lease, dims: Dims) -> None:
         """Renew `lease`'s hold (just taken, for a key of `dims`) until it is dropped."""

@@ -29,7 +29,7 @@ clock so that members' liveness deadlines are compared on one clock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import cast
 
 import structlog
@@ -238,6 +238,9 @@ class RedisControlStore:
             keys = [self.keys.holder(d) for d, _ in holds]
             reply = await self._renew(keys=keys, args=[*(lid for _, lid in holds), ttl])
         return [r == 1 for r in reply]
+
+    def judge_holds_by(self, kept: Callable[[bytes], bool]) -> None:
+        """Ignored: other pods see a hold's TTL in Redis, not this process's keeper."""
 
     async def try_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take or extend."""

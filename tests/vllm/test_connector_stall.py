@@ -21,6 +21,7 @@ from typing import Any
 
 from infercache.v1 import kv_pb2 as pb
 from infercache_client.vllm.chain import ChainScope, request_chain
+from infercache_client.vllm.config import ConnectorConfig
 from infercache_client.vllm.identity import AdapterFingerprints
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.probes import INLINE_WAIT_S
@@ -125,7 +126,7 @@ def test_every_scheduler_call_is_bounded_and_attaches_run_off_the_engine_loop() 
         link,
         tenant="t",
         block_size=4,
-        adapters=AdapterFingerprints("fast"),
+        adapters=AdapterFingerprints(ConnectorConfig(fingerprint_mode="fast")),
         lookup_timeout_s=LOOKUP_S,
     )
     cached_prompt = list(range(3, 20))  # 4 full blocks loadable

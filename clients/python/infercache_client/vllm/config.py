@@ -66,6 +66,12 @@ class ConnectorConfig:
     (`infercache fingerprint DIR`); only for a model vLLM loads from elsewhere."""
     fingerprint_mode: str = "full"
     """fast or full: must be the mode the sidecar fingerprints its --model-path with."""
+    serving_config: str = ""
+    """The serving-config file the sidecar declares (its INFERCACHE_SERVING_CONFIG, the
+    same content): a component of the fingerprint, so both must name the same options."""
+    fingerprint_cache_file: str = ""
+    """Full-mode memo file ("": $XDG_CACHE_HOME/infercache/fingerprints.json, the
+    sidecar's default); it spares a restart the rehash and never changes the value."""
     domain_key_file: str = ""
     """The trust domain's key file (`<INFERCACHE_KV_SHM_DIR>/<domain>/infercache-kv-domain.key`)
     when the sidecar has INFERCACHE_KV_TRUST_DOMAINS: the attach proves with it that this
@@ -93,6 +99,10 @@ class ConnectorConfig:
                 extra, "model_fingerprint", d.model_fingerprint, required=False
             ),
             fingerprint_mode=mode,
+            serving_config=_text(extra, "serving_config", d.serving_config, required=False),
+            fingerprint_cache_file=_text(
+                extra, "fingerprint_cache_file", d.fingerprint_cache_file, required=False
+            ),
             domain_key_file=_text(extra, "domain_key_file", d.domain_key_file, required=False),
         )
 

@@ -16,7 +16,6 @@ import itertools
 import random
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 from infercache.v1 import kv_pb2 as pb
@@ -27,7 +26,13 @@ from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.probes import INLINE_WAIT_S
 from infercache_client.vllm.scheduler import SchedulerSide
 
-from tests.support.kv_link_fake import FakeClock, FakeSidecar
+from tests.support.kv_link_fake import (
+    FakeClock,
+    FakeSidecar,
+    fake_blocks,
+    fake_request,
+    fake_step,
+)
 from tests.support.vllm_engine import BLOCK_SIZE, EngineProcess
 from tests.support.vllm_model import VOCAB, Models
 from tests.support.vllm_sidecar import SidecarServer
@@ -40,36 +45,6 @@ ATTACH_S = 5.0
 
 
 # -- the scheduler half against a fake frozen sidecar --------------------------------
-
-
-def fake_request(req_id: str, prompt: list[int]) -> Any:
-    return SimpleNamespace(
-        request_id=req_id,
-        prompt_token_ids=prompt,
-        cache_salt=None,
-        lora_request=None,
-        prompt_embeds=None,
-        mm_features=None,
-        num_computed_tokens=0,
-    )
-
-
-def fake_blocks(ids: list[int]) -> Any:
-    return SimpleNamespace(get_block_ids=lambda: (ids,))
-
-
-def fake_step(new: list[tuple[Any, list[int]]]) -> Any:
-    """A scheduler output that prefills `new` (request, block ids) completely."""
-    return SimpleNamespace(
-        num_scheduled_tokens={r.request_id: len(r.prompt_token_ids) for r, _ in new},
-        scheduled_new_reqs=[
-            SimpleNamespace(req_id=r.request_id, block_ids=(ids,), num_computed_tokens=0)
-            for r, ids in new
-        ],
-        scheduled_cached_reqs=SimpleNamespace(
-            req_ids=[], new_block_ids=[], resumed_req_ids=set(), num_computed_tokens=[]
-        ),
-    )
 
 
 class Timed:

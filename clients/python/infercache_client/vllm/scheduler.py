@@ -1,8 +1,8 @@
 """The scheduler half: prefix lookups, pins, and what to load and save each step.
 
-- get_num_new_matched_tokens asks the sidecar for the longest cached prefix and lets go
-  of it at once (the lookup's lease is released: vLLM may ask again, or never schedule
-  the request, so nothing may stay pinned). The lookup runs off the engine loop
+- get_num_new_matched_tokens asks the sidecar for the longest cached prefix; its lease
+  is kept but not renewed (probes.Held: vLLM may ask again, or never schedule the
+  request, so nothing stays pinned for long). The lookup runs off the engine loop
   (probes.py): until it answers, vLLM is told to ask again (None).
 - update_state_after_alloc pins the promised blocks: it takes over the probe's lease
   (probes.Held) when it is young and of the current attachment, else looks up again;
@@ -103,8 +103,9 @@ class SchedulerSide:
         return request_chain(prompt, self._block_size, scope, limit), salt
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> int | None:
-        """External tokens beyond `num_computed_tokens` the sidecar holds (nothing pinned),
-        or None while the lookup has not answered (vLLM asks again next step)."""
+        """External tokens beyond `num_computed_tokens` the sidecar holds (pinned only by
+        the probe's unrenewed lease), or None while the lookup has not answered (vLLM asks
+        again next step)."""
         req_id = request.request_id
         self._drop(self._matches.pop(req_id, None))
         wait_s = 0.0

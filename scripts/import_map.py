@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("invalidation",),
     ("observability", "policy", "verification"),
     ("identity", "config", "tiers", "events"),
-    ("kv", "fingerprint", "keys", "key_input", "key_types", "key_surface", "key_records"),
+    ("kv", "keys", "key_input", "key_types", "key_surface", "key_records"),
     ("entries", "errors"),
     ("macs",),
     ("__init__",),

@@ -13,6 +13,8 @@ parameters), and so are the prompts: random token ids, a ~1,500-token prefix.
 - miss: engine A (infercache connector) answers prompts nobody has seen: the connector
   looks up, finds nothing, and saves the prefix's KV to the sidecar.
 - infercache hit: engine B, fresh, answers A's prompts: the prefix comes from the sidecar.
+  Inside B each part of the connector is timed per hit (bench/connector/parts.py): the
+  lookup as the engine loop waits for it, the pin, the copy, the torn check, the save.
 - stale-KV probe: the weights are replaced in place (v1 -> v2, same path, names and
   config); a fresh v2 engine with infercache's connector and one with vLLM's
   ExampleConnector (keyed by tokens only, whose v1 engine saved the same prompt) answer
@@ -26,11 +28,13 @@ recomputes and APC hits.
 The driver runs in the project venv (it starts the sidecar) and the engines in the vllm
 venv (scripts/vllm_env.sh). Medians over the rounds; the last line is key=value:
 ttft_hit_vs_recompute, ttft_hit_vs_vllm_apc, miss_overhead,
-throttled_ttft_vs_no_connector (each a ratio of medians), stale_tokens_loaded (must be
-0), example_connector_stale_tokens, outputs_equal, events_decoded_by_vllm (A's KV event
-stream, decoded by vLLM's own KVEventBatch decoder, held infercache's blocks) and
-router_hash_parity (the fraction of A's saved blocks, plain and salted, whose hash
-infercache_client.vllm.router_hash computes was published).
+throttled_ttft_vs_no_connector (each a ratio of medians), hit_minus_apc_ms and the
+hit's parts in ms (hit_lookup_ms, hit_pin_ms, hit_copy_ms, hit_save_ms),
+stale_tokens_loaded (must be 0), example_connector_stale_tokens, outputs_equal,
+events_decoded_by_vllm (A's KV event stream, decoded by vLLM's own KVEventBatch
+decoder, held infercache's blocks) and router_hash_parity (the fraction of A's saved
+blocks, plain and salted, whose hash infercache_client.vllm.router_hash computes was
+published).
 
 - throttled (bench/connector/throttled.py): a second sidecar whose Redis is behind a
   2 MB/s proxy the bench runs; the prompts' KV is only in Redis; a fresh engine W
@@ -47,7 +51,7 @@ import signal
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,15 +90,19 @@ class Run:
         """A prompt nobody has seen."""
         return prompt(self.rng, length, self.vocab)
 
-    def spawn(self, connector: str, **extra: object) -> Engine:
+    def spawn(
+        self, connector: str, extra: Mapping[str, object] | None = None, *, time_parts: bool = False
+    ) -> Engine:
         """A fresh engine on the served model directory (started, not yet ready)."""
-        return self._spawn(connector, extra, kv_events=False)
+        return self._spawn(connector, dict(extra or {}), kv_events=False, time_parts=time_parts)
 
     def spawn_tapped(self, connector: str) -> Engine:
         """spawn(), with vLLM's KV event stream on and tapped in the engine process."""
         return self._spawn(connector, {}, kv_events=True)
 
-    def _spawn(self, connector: str, extra: dict[str, object], *, kv_events: bool) -> Engine:
+    def _spawn(
+        self, connector: str, extra: dict[str, object], *, kv_events: bool, time_parts: bool = False
+    ) -> Engine:
         if connector == "infercache":
             extra = {"sidecar": self.target, "lookup_timeout_s": 5.0, **extra}
         engine = Engine(
@@ -105,6 +113,7 @@ class Run:
             max_model_len=MAX_MODEL_LEN,
             kv_cache_bytes=SMOKE_KV_CACHE_BYTES if self.smoke else KV_CACHE_BYTES,
             kv_events_port=free_port() if kv_events else 0,
+            time_parts=time_parts,
         )
         self._engines.append(engine)
         return engine
@@ -174,8 +183,8 @@ def scenarios(
     example: dict[str, object] = {"shared_storage_path": str(root / "example-kv")}
     c = run.spawn("none")
     a = run.spawn_tapped("infercache")
-    early_b = run.spawn("infercache") if run.smoke else None
-    early_ex = run.spawn("example", **example) if run.smoke else None
+    early_b = run.spawn("infercache", time_parts=True) if run.smoke else None
+    early_ex = run.spawn("example", example) if run.smoke else None
     run.ready(c)
     run.ready(a)
     recompute: list[Answer] = []  # C's, beside A's misses
@@ -189,20 +198,23 @@ def scenarios(
     recompute.extend(reference)
     events = event_parity(run, a, [(p, "") for p in shared + fresh], length)
     a.close()  # its saves are committed: each request finished
-    b = run.ready(early_b or run.spawn("infercache"))
+    b = run.ready(early_b or run.spawn("infercache", time_parts=True))
     recompute_b: list[Answer] = []  # C's, beside B's hits
     apc: list[Answer] = []
     hits: list[Answer] = []
+    hit_parts: list[dict[str, float]] = []
+    b.parts()  # not the warm-up requests'
     for s in shared:
         own = run.prompt(length)
         recompute_b.append(c.ttft(own, MAX_TOKENS))
         hits.append(b.ttft(s, MAX_TOKENS))
+        hit_parts.append(b.parts())
         apc.append(c.ttft(own, MAX_TOKENS))
     b.close()
     c.close()
     slow_base, slow = throttled(run, rounds, length, root, stack)
     probe = shared[0]
-    ex = run.ready(early_ex or run.spawn("example", **example))
+    ex = run.ready(early_ex or run.spawn("example", example))
     ex.ttft(probe, MAX_TOKENS)  # saves the probe's v1 KV to disk, keyed by its tokens
     ex.close()
     replace_weights(root / "v2", run.served)  # in place: same path, names, config
@@ -211,16 +223,16 @@ def scenarios(
         ("example", example),
         ("none", {}),
     ]
-    early = [run.spawn(name, **extra) for name, extra in specs] if run.smoke else []
+    early = [run.spawn(name, extra) for name, extra in specs] if run.smoke else []
     answers: list[Answer] = []
     for i, (name, extra) in enumerate(specs):
-        engine = early[i] if early else run.spawn(name, **extra)
+        engine = early[i] if early else run.spawn(name, extra)
         answers.append(run.ready(engine).ttft(probe, MAX_TOKENS))
         engine.close()
     stale, example_stale, v2 = answers
     report(
         length,
-        Figures(recompute, misses, recompute_b, apc, hits, slow_base, slow),
+        Figures(recompute, misses, recompute_b, apc, hits, hit_parts, slow_base, slow),
         reference,
         stale,
         example_stale,
@@ -257,8 +269,18 @@ class Figures:
     recompute_b: Sequence[Answer]
     apc: Sequence[Answer]
     hits: Sequence[Answer]
+    hit_parts: Sequence[Mapping[str, float]]
+    """Seconds (or counts) per connector part, one mapping per hit (parts.py)."""
     recompute_slow: Sequence[Answer]
     slow: Sequence[Answer]
+
+
+PARTS = ("lookup", "lookup_rpc", "pin", "load", "copy", "torn_check", "plan", "save", "finish")
+
+
+def part_ms(fig: Figures, name: str) -> float:
+    """Median milliseconds of one part over the hits (0 where it never ran)."""
+    return 1000 * statistics.median(p.get(name, 0.0) for p in fig.hit_parts)
 
 
 def report(
@@ -288,6 +310,12 @@ def report(
         cached = statistics.median(a.cached for a in answers)
         print(f"{name:<34} {med(answers):>10.3f} {len(answers):>3} {cached:>18.0f}")
     print(f"every hit loaded >= {loadable} tokens: {hits_loaded}")
+    print("infercache hit, per part (ms p50 per request; load = copy + torn check):")
+    print("  " + "  ".join(f"{name} {part_ms(fig, name):.2f}" for name in PARTS))
+    steps = statistics.median(p.get("lookup_not_known_yet", 0.0) for p in fig.hit_parts)
+    runs = statistics.median(p.get("copy_runs", 0.0) for p in fig.hit_parts)
+    print(f"  lookups not answered in time (an extra scheduler step each), p50: {steps:.0f}")
+    print(f"  runs of consecutive slots and blocks per copy, p50: {runs:.0f}")
     wrong = "differs from" if example_stale.tokens != v2.tokens else "equals"
     print(
         f"stale probe (v1 -> v2 in place): infercache loaded {stale.cached} tokens, "
@@ -300,6 +328,11 @@ def report(
             "ttft_hit_vs_vllm_apc": med(fig.hits) / med(fig.apc),
             "miss_overhead": med(fig.misses) / med(fig.recompute_a),
             "throttled_ttft_vs_no_connector": med(fig.slow) / med(fig.recompute_slow),
+            "hit_minus_apc_ms": 1000 * (med(fig.hits) - med(fig.apc)),
+            "hit_lookup_ms": part_ms(fig, "lookup"),
+            "hit_pin_ms": part_ms(fig, "pin"),
+            "hit_copy_ms": part_ms(fig, "load"),
+            "hit_save_ms": part_ms(fig, "save"),
             "stale_tokens_loaded": stale.cached,
             "example_connector_stale_tokens": example_stale.cached,
             "outputs_equal": "yes" if equal and hits_loaded else "no",

@@ -11,7 +11,9 @@ shares nothing with the engines before it but what a connector loads.
 Command {"op": "ttft", "prompt": [ids], "max_tokens": n} answers {"ttft_s", "tokens",
 "cached"}: the time from handing the request to the engine to its first generated token
 (LLMEngine.step() until the request has one), its greedy tokens, and the prompt tokens
-it did not compute (vLLM's prefix cache plus what a connector loaded).
+it did not compute (vLLM's prefix cache plus what a connector loaded). With
+--time-parts, {"op": "parts"} answers the seconds each part of the infercache connector
+took since the last such command (bench/connector/parts.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.connector import parts
 from tests.support.vllm_engine import MARK
 from tests.support.vllm_engine import _transfer_config as transfer_config
 
@@ -73,6 +76,8 @@ def serve(llm: Any, events: Any = None) -> None:
                 answer = ttft(
                     llm, command["prompt"], command["max_tokens"], seq, command.get("cache_salt")
                 )
+            elif command["op"] == "parts":
+                answer = {"parts": parts.take()}
             else:
                 answer = {"error": f"unknown op {command['op']!r}"}
         except Exception as exc:  # reported to the driver, which fails the run
@@ -89,7 +94,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--kv-cache-bytes", type=int, default=256 << 20)
     parser.add_argument("--kv-events-port", type=int, default=0)
+    parser.add_argument("--time-parts", action="store_true", help="time the connector's parts")
     args = parser.parse_args(argv)
+    if args.time_parts:
+        parts.install()
     from vllm import LLM
 
     from bench.connector.events import StreamTap, events_config

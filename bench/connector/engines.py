@@ -85,13 +85,16 @@ class Engine(EngineProcess):
         max_model_len: int,
         kv_cache_bytes: int,
         kv_events_port: int = 0,
+        time_parts: bool = False,
     ) -> None:
         """Start it (wait_ready() waits for vLLM's init: 10-60 s); `kv_events_port`: vLLM
-        publishes KV events there, and the engine process decodes them itself."""
+        publishes KV events there, and the engine process decodes them itself;
+        `time_parts`: time the connector's parts (parts())."""
         argv = ["--model", str(model), "--connector", connector]
         argv += ["--kv-events-port", str(kv_events_port)]
         argv += ["--extra", json.dumps(extra or {}), "--max-model-len", str(max_model_len)]
         argv += ["--kv-cache-bytes", str(kv_cache_bytes)]
+        argv += ["--time-parts"] if time_parts else []
         self.name = connector
         self.started = time.monotonic()
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
@@ -109,6 +112,11 @@ class Engine(EngineProcess):
         """One greedy request, timed to its first token inside the engine process."""
         a = self.request({"op": "ttft", "prompt": prompt, "max_tokens": max_tokens})
         return Answer(float(a["ttft_s"]), tuple(a["tokens"]), int(a["cached"]))
+
+    def parts(self) -> dict[str, float]:
+        """Seconds per connector part since the last call (an engine with time_parts)."""
+        timed: dict[str, float] = self.request({"op": "parts"})["parts"]
+        return timed
 
     def close(self) -> None:
         """Ask it to exit, then make sure it did (again: nothing)."""

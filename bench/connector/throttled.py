@@ -58,11 +58,13 @@ def throttled(
     sidecar.start(timeout_s=120)
     target = f"127.0.0.1:{spec.ports.data}"
     prompts = [run.prompt(length) for _ in range(rounds)]
-    saver = run.ready(run.spawn("infercache", sidecar=target))
+    saver = run.ready(run.spawn("infercache", {"sidecar": target}))
     for p in prompts:
         saver.ttft(p, MAX_TOKENS)
     saver.close()
-    switch = run.spawn("infercache", sidecar=target, model_fingerprint="bench-other-version")
+    switch = run.spawn(
+        "infercache", {"sidecar": target, "model_fingerprint": "bench-other-version"}
+    )
     switch.wait_ready()  # its attach makes the sidecar demote v1's blocks
     blocks = rounds * ((length - 1) // 32)
     deadline = time.monotonic() + 300
@@ -72,7 +74,7 @@ def throttled(
     print(f"  warm tier: {_dbsize(redis.port)} keys, link throttled to {THROTTLE_BPS} B/s")
     proxy.rate = THROTTLE_BPS
     base = run.ready(run.spawn("none"))
-    w = run.ready(run.spawn("infercache", sidecar=target))
+    w = run.ready(run.spawn("infercache", {"sidecar": target}))
     recompute: list[Answer] = []
     loaded: list[Answer] = []
     for p in prompts:

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 from blake3 import blake3
-
-from sidecar.fingerprint import fingerprint
+from infercache_client.fingerprint import fingerprint
 
 READ_CHUNK = 16 << 20
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sidecar.fingerprint import (
+from infercache_client.fingerprint import (
     Fingerprint,
     FingerprintError,
     default_cache_file,

@@ -9,13 +9,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from infercache_client.fingerprint import FingerprintError
+
 from sidecar import __version__
 from sidecar.cli import admin as admin_cli
 from sidecar.cli import fingerprint as fingerprint_cli
 from sidecar.cli import prewarm as prewarm_cli
 from sidecar.cli import verification as verification_cli
 from sidecar.config import SETTINGS, ConfigError, load_config, unknown_variables
-from sidecar.fingerprint import FingerprintError
 from sidecar.policy.file import PolicyError
 
 

@@ -73,7 +73,7 @@ def load_config(environ: Mapping[str, str], overrides: Mapping[str, str] | None 
     if admin["tokens_file"]:
         admin["tokens"] = _merge_token_file(admin["tokens"], admin["tokens_file"])
     if not identity["fingerprint_cache_file"]:
-        from sidecar.fingerprint import default_cache_file
+        from infercache_client.fingerprint import default_cache_file
 
         identity["fingerprint_cache_file"] = str(default_cache_file(environ))
     config = Config(

@@ -3,12 +3,13 @@ fingerprints (on worker threads), and the watcher that polls their paths for cha
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import structlog
+from infercache_client.fingerprint import fingerprint_async, pod_fingerprint
 
 from sidecar.config import IdentityConfig
-from sidecar.fingerprint import fingerprint_async, load_serving_config
 from sidecar.identity.cell import IdentityCell
 from sidecar.identity.pod import PodIdentity
 from sidecar.identity.watch import IdentityWatcher, WatchedPath
@@ -23,12 +24,13 @@ async def identify_pod(config: IdentityConfig) -> PodIdentity:
     cache_file = config.fingerprint_cache_file
     model = ""
     if config.model_path:
-        serving_file = config.serving_config
-        fp = await fingerprint_async(
+        # pod_fingerprint: the very call the vLLM connector makes on the same inputs.
+        fp = await asyncio.to_thread(
+            pod_fingerprint,
             config.model_path,
             mode=config.fingerprint_mode,
             cache_file=cache_file,
-            serving=load_serving_config(serving_file) if serving_file else None,
+            serving_config=config.serving_config,
         )
         log.info(
             "model_fingerprint",

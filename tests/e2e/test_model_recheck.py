@@ -14,9 +14,9 @@ import grpc
 import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
+from infercache_client.fingerprint import fingerprint
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.fingerprint import fingerprint
 from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 from tests.support.keys import key
 from tests.support.sidecars import SidecarProcess

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
+from infercache_client.fingerprint import fingerprint
 
-from sidecar.fingerprint import fingerprint
 from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 from tests.support.keys import key
 from tests.support.processes import RedisServer

@@ -13,8 +13,8 @@ from infercache.v1 import cache_pb2 as pb
 from infercache.v1 import kv_pb2 as kv_pb
 from infercache.v1 import kv_pb2_grpc
 from infercache_client import AsyncCacheClient, make_key
+from infercache_client.fingerprint import fingerprint
 
-from sidecar.fingerprint import fingerprint
 from sidecar.testing import in_process_sidecar
 from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 from tests.support.sidecars import isolated_env

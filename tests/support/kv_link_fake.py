@@ -3,7 +3,8 @@
 FakeSidecar can freeze (every call then waits for its deadline, as against a SIGSTOPped
 process, and fails DEADLINE_EXCEEDED), thaw, and restart (attachments made before are
 unknown: FAILED_PRECONDITION, as the real sidecar answers). `connect` is what SidecarLink
-takes to open a client; FakeClock is its back-off clock, moved by hand.
+takes to open a client; FakeClock is its back-off clock, moved by hand. fake_request,
+fake_blocks and fake_step are what vLLM hands the scheduler half.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, cast
 
 import grpc
@@ -57,6 +59,7 @@ class FakeMatch:
 @dataclass(frozen=True)
 class FakeLease:
     lease_id: str
+    ttl_ms: int = 0
 
 
 @dataclass
@@ -67,6 +70,9 @@ class FakeSidecar:
     generation: int = 1
     attaches: int = 0
     released: list[str] = field(default_factory=list)
+    lookups: int = 0
+    lease_ttl_ms: int = 0
+    """The ttl leases are granted with (0: none said, so a probe's hold is never taken over)."""
     _thawed: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -132,11 +138,12 @@ class FakeTier:
         hot_only: bool = False,
     ) -> FakeMatch:
         self._call(timeout_s)
+        self.sidecar.lookups += 1
         matched = 0
         while matched < len(block_hashes) and block_hashes[matched] in self.sidecar.cached:
             matched += 1
         self._leases += 1
-        lease = FakeLease(f"lease-{self._leases}") if matched else None
+        lease = FakeLease(f"lease-{self._leases}", self.sidecar.lease_ttl_ms) if matched else None
         return FakeMatch(tuple(range(matched)), lease, (1,) * matched)
 
     def release(self, lease_id: str) -> int:
@@ -165,3 +172,35 @@ class FakeClient:
 
     def close(self) -> None:
         pass
+
+
+def fake_request(req_id: str, prompt: list[int]) -> Any:
+    """What the scheduler half reads of a vLLM request (no salt, adapter or media)."""
+    return SimpleNamespace(
+        request_id=req_id,
+        prompt_token_ids=prompt,
+        cache_salt=None,
+        lora_request=None,
+        prompt_embeds=None,
+        mm_features=None,
+        num_computed_tokens=0,
+    )
+
+
+def fake_blocks(ids: list[int]) -> Any:
+    """vLLM's KVCacheBlocks of one group."""
+    return SimpleNamespace(get_block_ids=lambda: (ids,))
+
+
+def fake_step(new: list[tuple[Any, list[int]]]) -> Any:
+    """A scheduler output that prefills `new` (request, block ids) completely."""
+    return SimpleNamespace(
+        num_scheduled_tokens={r.request_id: len(r.prompt_token_ids) for r, _ in new},
+        scheduled_new_reqs=[
+            SimpleNamespace(req_id=r.request_id, block_ids=(ids,), num_computed_tokens=0)
+            for r, ids in new
+        ],
+        scheduled_cached_reqs=SimpleNamespace(
+            req_ids=[], new_block_ids=[], resumed_req_ids=set(), num_computed_tokens=[]
+        ),
+    )

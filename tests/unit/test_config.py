@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from infercache_client.fingerprint import default_cache_file
 
 from sidecar.api.streams import StreamSettings
 from sidecar.backends.redis.client import RedisKeys
@@ -31,7 +32,6 @@ from sidecar.config import (
 )
 from sidecar.config.fields import section_settings
 from sidecar.config.table import markdown_table, row, splice, spliced_block
-from sidecar.fingerprint import default_cache_file
 from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.reclaim import Reclaimer
 from sidecar.observability.stats import CacheStats

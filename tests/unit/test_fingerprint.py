@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from sidecar.fingerprint import (
+from infercache_client.fingerprint import (
     ABSENT,
     Fingerprint,
     FingerprintError,
@@ -26,10 +25,11 @@ from sidecar.fingerprint import (
     fingerprint_async,
     hashing,
 )
-from sidecar.fingerprint import api as fp_api
-from sidecar.fingerprint import weights as fp_weights
-from sidecar.fingerprint.hashing import WHOLE_BYTES, WINDOW_BYTES, sample_spans
-from sidecar.fingerprint.safetensors_header import TensorEntry
+from infercache_client.fingerprint import api as fp_api
+from infercache_client.fingerprint import weights as fp_weights
+from infercache_client.fingerprint.hashing import WHOLE_BYTES, WINDOW_BYTES, sample_spans
+from infercache_client.fingerprint.safetensors_header import TensorEntry
+
 from tests.support.checkpoints import (
     HIDDEN,
     edit,

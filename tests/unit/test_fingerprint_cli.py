@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from infercache_client.fingerprint import fingerprint
 
 from sidecar.cli.fingerprint import add_parser
-from sidecar.fingerprint import fingerprint
 from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +116,8 @@ def test_runs_as_a_subprocess(model: Path) -> None:
         "p = argparse.ArgumentParser(prog='infercache'); add_parser(p.add_subparsers()); "
         "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # The checkout's client too: the fingerprint package ships in its distribution.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "clients/python")])}
     ok = subprocess.run(
         [sys.executable, "-c", code, "fingerprint", str(model)],
         capture_output=True,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from infercache_client.fingerprint import ABSENT, Fingerprint, diff, fingerprint
+from infercache_client.fingerprint.weights import Mode
 from safetensors.numpy import save_file
 
 from sidecar.cli.fingerprint import add_parser
-from sidecar.fingerprint import ABSENT, Fingerprint, diff, fingerprint
-from sidecar.fingerprint.weights import Mode
 from tests.support.checkpoints import (
     backdate,
     llama_tensors,

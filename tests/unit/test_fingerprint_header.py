@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from infercache_client.fingerprint import FingerprintError, Mode, fingerprint
+from infercache_client.fingerprint.safetensors_header import read_header
 from safetensors.numpy import save_file
 
-from sidecar.fingerprint import FingerprintError, Mode, fingerprint
-from sidecar.fingerprint.safetensors_header import read_header
 from tests.support.checkpoints import llama_tensors, write_model, write_raw_safetensors
 
 MODES: tuple[Mode, ...] = ("fast", "full")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from infercache_client.fingerprint import FingerprintError, default_cache_file, fingerprint, hashing
+from infercache_client.fingerprint.safetensors_header import TensorEntry
 
-from sidecar.fingerprint import FingerprintError, default_cache_file, fingerprint, hashing
-from sidecar.fingerprint.safetensors_header import TensorEntry
 from tests.support.checkpoints import backdate, llama_tensors, write_model
 
 

@@ -16,11 +16,11 @@ import itertools
 import random
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 from infercache.v1 import kv_pb2 as pb
 from infercache_client.vllm.chain import ChainScope, request_chain
+from infercache_client.vllm.config import ConnectorConfig
 from infercache_client.vllm.cost import LoadCostModel
 from infercache_client.vllm.gauge import LoadGauge
 from infercache_client.vllm.identity import AdapterFingerprints
@@ -28,7 +28,13 @@ from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.probes import INLINE_WAIT_S
 from infercache_client.vllm.scheduler import SchedulerSide
 
-from tests.support.kv_link_fake import FakeClock, FakeSidecar
+from tests.support.kv_link_fake import (
+    FakeClock,
+    FakeSidecar,
+    fake_blocks,
+    fake_request,
+    fake_step,
+)
 from tests.support.vllm_engine import BLOCK_SIZE, EngineProcess
 from tests.support.vllm_model import VOCAB, Models
 from tests.support.vllm_sidecar import SidecarServer
@@ -41,36 +47,6 @@ ATTACH_S = 5.0
 
 
 # -- the scheduler half against a fake frozen sidecar --------------------------------
-
-
-def fake_request(req_id: str, prompt: list[int]) -> Any:
-    return SimpleNamespace(
-        request_id=req_id,
-        prompt_token_ids=prompt,
-        cache_salt=None,
-        lora_request=None,
-        prompt_embeds=None,
-        mm_features=None,
-        num_computed_tokens=0,
-    )
-
-
-def fake_blocks(ids: list[int]) -> Any:
-    return SimpleNamespace(get_block_ids=lambda: (ids,))
-
-
-def fake_step(new: list[tuple[Any, list[int]]]) -> Any:
-    """A scheduler output that prefills `new` (request, block ids) completely."""
-    return SimpleNamespace(
-        num_scheduled_tokens={r.request_id: len(r.prompt_token_ids) for r, _ in new},
-        scheduled_new_reqs=[
-            SimpleNamespace(req_id=r.request_id, block_ids=(ids,), num_computed_tokens=0)
-            for r, ids in new
-        ],
-        scheduled_cached_reqs=SimpleNamespace(
-            req_ids=[], new_block_ids=[], resumed_req_ids=set(), num_computed_tokens=[]
-        ),
-    )
 
 
 class Timed:
@@ -127,7 +103,7 @@ def test_every_scheduler_call_is_bounded_and_attaches_run_off_the_engine_loop() 
         link,
         tenant="t",
         block_size=4,
-        adapters=AdapterFingerprints("fast"),
+        adapters=AdapterFingerprints(ConnectorConfig(fingerprint_mode="fast")),
         lookup_timeout_s=LOOKUP_S,
         gauge=LoadGauge(LoadCostModel(), block_bytes=1 << 10, block_size=4),
     )

@@ -113,8 +113,8 @@ def test_eight_embedding_rows_edited_in_place_load_no_stale_kv_at_default_settin
     """The blind spot of the sampled fingerprint: 8 rows of the embedding, none of them in a
     sampled window, edited in place. At default settings (full content hash) a fresh
     engine loads none of the old KV and answers as an engine without any cache does."""
-    from sidecar.fingerprint import fingerprint
-    from sidecar.fingerprint.hashing import sample_spans
+    from infercache_client.fingerprint import fingerprint
+    from infercache_client.fingerprint.hashing import sample_spans
 
     extra = {"sidecar": warm_sidecar.target}
     first = run(served_dir, extra, ["a"])

@@ -26,7 +26,7 @@ TENANT = "vllm"  # the connector's default tenant
 
 
 def _fingerprint(path: Path, kind: str) -> str:
-    from sidecar.fingerprint import fingerprint
+    from infercache_client.fingerprint import fingerprint
 
     return fingerprint(path, kind=kind, mode="full").value  # type: ignore[arg-type]
 

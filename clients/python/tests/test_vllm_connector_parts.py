@@ -11,7 +11,13 @@ import torch
 from infercache_client.kv import KvPool
 from infercache_client.vllm.chain import ChainScope, request_chain
 from infercache_client.vllm.config import ConfigError, ConnectorConfig
-from infercache_client.vllm.paged import UnknownLayout, detect_layout, load_blocks, save_blocks
+from infercache_client.vllm.paged import (
+    UnknownLayout,
+    detect_layout,
+    load_blocks,
+    runs,
+    save_blocks,
+)
 
 LAYERS, HEADS, DIM, TOKENS = 2, 2, 4, 3
 
@@ -112,6 +118,43 @@ def test_flash_layout_round_trip() -> None:
     fresh = [torch.zeros_like(kv) for kv in layers]
     load_blocks(layout, fresh, pool, [1], [0])
     assert all(torch.equal(f[:, 0], kv[:, 4]) for f, kv in zip(fresh, layers, strict=True))
+
+
+def test_runs_group_consecutive_slots_and_blocks() -> None:
+    assert runs([], []) == []
+    assert runs([7, 8, 9], [2, 3, 4]) == [(7, 2, 3)]
+    # A run breaks where either side jumps (or goes backwards).
+    assert runs([3, 4, 5, 0, 7, 6], [0, 1, 2, 5, 6, 7]) == [
+        (3, 0, 3),
+        (0, 5, 1),
+        (7, 6, 1),
+        (6, 7, 1),
+    ]
+    assert runs([1, 2], [4, 6]) == [(1, 4, 1), (2, 6, 1)]
+
+
+@pytest.mark.parametrize("kind", ["cpu", "flash"])
+def test_load_of_runs_and_scattered_blocks_writes_exactly_the_saved_blocks(kind: str) -> None:
+    """Guard of the run-wise copy: a mapping with runs of several blocks, single blocks
+    and a reversed pair loads every block as saved, and writes no other block."""
+    gen = torch.Generator().manual_seed(9)
+    if kind == "cpu":
+        layers = [torch.randn(10, HEADS, TOKENS, 2 * DIM, generator=gen) for _ in range(LAYERS)]
+    else:
+        layers = [torch.randn(2, 10, TOKENS, HEADS, DIM, generator=gen) for _ in range(LAYERS)]
+    layout = detect_layout(layers[0], block_size=TOKENS, num_kv_heads=HEADS, head_dim=DIM)
+    pool = _pool(8)
+    saved_blocks, slots = [0, 1, 2, 3, 4, 5], [3, 4, 5, 0, 7, 6]
+    save_blocks(layout, layers, pool, saved_blocks, slots)
+    fresh = [torch.zeros_like(kv) for kv in layers]
+    targets = [2, 3, 4, 8, 1, 0]
+    load_blocks(layout, fresh, pool, slots, targets)
+    axis = 0 if kind == "cpu" else 1
+    for before, after in zip(layers, fresh, strict=True):
+        for src, dst in zip(saved_blocks, targets, strict=True):
+            assert torch.equal(after.select(axis, dst), before.select(axis, src))
+        untouched = [b for b in range(10) if b not in targets]
+        assert not after.index_select(axis, torch.tensor(untouched)).any()
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 from infercache.v1 import kv_pb2 as pb
+from infercache_client.fingerprint.api import fingerprint
 from infercache_client.kv import HotTier, KvCacheClient, chain_hashes, kv_layout
 
-from sidecar.fingerprint.api import fingerprint
 from tests.support.kv_model.model import LayerKV, TinyCausalLM, TinyConfig, load_checkpoint
 
 TOKENS_PER_BLOCK = 16

@@ -78,6 +78,12 @@ class ConnectorConfig:
     load_margin: float = 0.8
     """Load a prefix only when its load is predicted to take at most this fraction of
     recomputing it (cost.py; 1.0: whenever it is predicted faster)."""
+    serving_config: str = ""
+    """The serving-config file the sidecar declares (its INFERCACHE_SERVING_CONFIG, the
+    same content): a component of the fingerprint, so both must name the same options."""
+    fingerprint_cache_file: str = ""
+    """Full-mode memo file ("": $XDG_CACHE_HOME/infercache/fingerprints.json, the
+    sidecar's default); it spares a restart the rehash and never changes the value."""
     domain_key_file: str = ""
     """The trust domain's key file (`<INFERCACHE_KV_SHM_DIR>/<domain>/infercache-kv-domain.key`)
     when the sidecar has INFERCACHE_KV_TRUST_DOMAINS: the attach proves with it that this
@@ -106,6 +112,10 @@ class ConnectorConfig:
                 extra, "model_fingerprint", d.model_fingerprint, required=False
             ),
             fingerprint_mode=mode,
+            serving_config=_text(extra, "serving_config", d.serving_config, required=False),
+            fingerprint_cache_file=_text(
+                extra, "fingerprint_cache_file", d.fingerprint_cache_file, required=False
+            ),
             domain_key_file=_text(extra, "domain_key_file", d.domain_key_file, required=False),
         )
 

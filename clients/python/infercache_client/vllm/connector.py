@@ -85,7 +85,7 @@ class InfercacheConnector(KVConnectorBase_V1):
                 self.link,
                 tenant=self.config.tenant,
                 block_size=layout.tokens_per_block,
-                adapters=AdapterFingerprints(self.config.fingerprint_mode),
+                adapters=AdapterFingerprints(self.config),
                 lookup_timeout_s=self.config.lookup_timeout_s,
                 events=self._events(vllm_config, fingerprint, layout),
                 gauge=LoadGauge(

@@ -1,22 +1,30 @@
 """What the connector declares when it attaches: the weights' fingerprint and KV layout.
 
-The fingerprint is the one of the files vLLM loaded (its model directory), computed
-here with the sidecar's own algorithm (sidecar.fingerprint, shipped by the
-`infercache` distribution the `vllm` extra pulls in), never a model name. The sidecar
-started with --model-path on the same directory computes the same value; when it
-does not (other files, a stale start), the attach is refused and the connector serves
-no external KV at all rather than another model's.
+The fingerprint is the one of the files vLLM loaded (its model directory) and the
+serving options the operator declares (kv_connector_extra_config.serving_config),
+computed by infercache_client.fingerprint.pod_fingerprint: the very call the sidecar
+makes for its --model-path and INFERCACHE_SERVING_CONFIG, shipped in this
+distribution (no server needed), never a model name. When the two differ (other
+files, other serving options, a stale start) the attach is refused and the connector
+serves no external KV at all rather than another model's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from infercache.v1 import kv_pb2 as PB2
 
+from infercache_client.fingerprint import (
+    FingerprintError,
+    Mode,
+    default_cache_file,
+    fingerprint,
+    pod_fingerprint,
+)
 from infercache_client.kv.pool import kv_layout
 from infercache_client.vllm.config import ConfigError, ConnectorConfig
 
@@ -25,28 +33,16 @@ class FingerprintUnavailable(RuntimeError):
     """The loaded weights cannot be fingerprinted here."""
 
 
-def _fingerprint_dir(path: str, *, kind: Literal["model", "adapter"], mode: str) -> str:
-    try:
-        from sidecar.fingerprint import default_cache_file, fingerprint
-    except ImportError as exc:
-        raise FingerprintUnavailable(
-            "the infercache vLLM connector fingerprints the weights vLLM loaded with "
-            "sidecar.fingerprint: install infercache-client[vllm] (it pulls in infercache), "
-            "or set kv_connector_extra_config.model_fingerprint"
-        ) from exc
+def _mode(config: ConnectorConfig) -> Mode:
+    return "full" if config.fingerprint_mode == "full" else "fast"
+
+
+def _cache_file(config: ConnectorConfig) -> str | None:
     # Full mode reads every byte: the memo (the sidecar's default file, keyed by each
     # shard's inode, size, mtime and ctime) spares an engine restart the rehash.
-    full = mode == "full"
-    try:
-        value: str = fingerprint(
-            path,
-            kind=kind,
-            mode="full" if full else "fast",
-            cache_file=default_cache_file(os.environ) if full else None,
-        ).value
-    except (OSError, ValueError) as exc:
-        raise FingerprintUnavailable(f"cannot fingerprint {path}: {exc}") from exc
-    return value
+    if config.fingerprint_mode != "full":
+        return None
+    return config.fingerprint_cache_file or str(default_cache_file(os.environ))
 
 
 def model_fingerprint(vllm_config: Any, config: ConnectorConfig) -> str:
@@ -59,23 +55,35 @@ def model_fingerprint(vllm_config: Any, config: ConnectorConfig) -> str:
             f"model {model!r} is not a local directory: its files cannot be fingerprinted; "
             "set kv_connector_extra_config.model_fingerprint"
         )
-    return _fingerprint_dir(model, kind="model", mode=config.fingerprint_mode)
+    try:
+        fp = pod_fingerprint(
+            model,
+            mode=_mode(config),
+            cache_file=_cache_file(config),
+            serving_config=config.serving_config,
+        )
+    except (OSError, FingerprintError) as exc:
+        raise FingerprintUnavailable(f"cannot fingerprint {model}: {exc}") from exc
+    return fp.value
 
 
 class AdapterFingerprints:
-    """LoRA adapter fingerprints by path, computed once each ("" if it cannot be)."""
+    """LoRA adapter fingerprints by path, computed once each (None if it cannot be)."""
 
-    def __init__(self, mode: str) -> None:
-        """`mode`: fast or full, as for the model."""
-        self._mode = mode
+    def __init__(self, config: ConnectorConfig) -> None:
+        """Mode and memo as for the model (an adapter has no serving options, as in
+        the sidecar's --adapter)."""
+        self._mode = _mode(config)
+        self._cache_file = _cache_file(config)
         self._by_path: dict[str, str | None] = {}
 
     def of(self, path: str) -> str | None:
         """The adapter directory's fingerprint; None when it cannot be computed."""
         if path not in self._by_path:
             try:
-                self._by_path[path] = _fingerprint_dir(path, kind="adapter", mode=self._mode)
-            except FingerprintUnavailable:
+                fp = fingerprint(path, kind="adapter", mode=self._mode, cache_file=self._cache_file)
+                self._by_path[path] = fp.value
+            except (OSError, FingerprintError):
                 self._by_path[path] = None
         return self._by_path[path]
 

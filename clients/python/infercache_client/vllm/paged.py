@@ -60,16 +60,19 @@ def _as_slots(layout: PagedLayout, kv: torch.Tensor, block_ids: torch.Tensor) ->
     return kv.index_select(1, block_ids).permute(1, 0, 2, 3, 4)
 
 
-def _into_paged(
-    layout: PagedLayout, kv: torch.Tensor, block_ids: torch.Tensor, src: torch.Tensor
-) -> None:
-    """Write [n, 2, T, H, D] into one layer's blocks."""
-    t, h, d = layout.block_size, layout.num_kv_heads, layout.head_dim
-    if layout.kind == "cpu":
-        packed = src.permute(0, 3, 1, 2, 4).reshape(-1, h, t, 2 * d)
-        kv.index_copy_(0, block_ids, packed.to(kv.dtype))
-    else:
-        kv.index_copy_(1, block_ids, src.permute(1, 0, 2, 3, 4).to(kv.dtype))
+def runs(slot_ids: Sequence[int], block_ids: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first slot, first block, count) of each run where both slots and blocks are
+    consecutive: one strided copy each (a fresh engine's blocks and one save's slots
+    mostly are, so a whole prefix is often a single run)."""
+    out: list[tuple[int, int, int]] = []
+    for slot, block in zip(slot_ids, block_ids, strict=True):
+        if out:
+            first_slot, first_block, count = out[-1]
+            if slot == first_slot + count and block == first_block + count:
+                out[-1] = (first_slot, first_block, count + 1)
+                continue
+        out.append((slot, block, 1))
+    return out
 
 
 def load_blocks(
@@ -79,12 +82,22 @@ def load_blocks(
     slot_ids: Sequence[int],
     block_ids: Sequence[int],
 ) -> None:
-    """Copy pool slots into vLLM blocks, every layer."""
-    slots = torch.tensor(list(slot_ids), dtype=torch.long, device=pool.device)
-    picked = pool.blocks.index_select(0, slots)  # [n, L, 2, T, H, D]
+    """Copy pool slots into vLLM blocks, every layer.
+
+    Each byte is read once and written once: per layer and run, the slots' view is
+    copied straight into the blocks' view (no gathered intermediate, no reshaped copy;
+    a hit's copy measured 2-3x faster than gathering first, bench/connector)."""
+    t, h, d = layout.block_size, layout.num_kv_heads, layout.head_dim
+    spans = runs(slot_ids, block_ids)
     for index, kv in enumerate(layers):
-        ids = torch.tensor(list(block_ids), dtype=torch.long, device=kv.device)
-        _into_paged(layout, kv, ids, picked[:, index].to(kv.device))
+        for slot, block, count in spans:
+            src = pool.blocks[slot : slot + count, index]  # [n, 2, T, H, D], a view
+            if layout.kind == "cpu":
+                # Per block and head: T rows of K then T rows of V (see the module doc).
+                dst = kv.view(-1, h, 2, t, d)[block : block + count]
+                dst.copy_(src.permute(0, 3, 1, 2, 4))
+            else:
+                kv[:, block : block + count].copy_(src.permute(1, 0, 2, 3, 4))
 
 
 def save_blocks(

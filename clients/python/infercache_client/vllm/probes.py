@@ -20,6 +20,11 @@ held the request's next blocks: only then is the request counted as a skipped lo
 
 A probe that answers short of a block whose save is still committing (inflight.py)
 looks again, RETRY_PAUSE_S later, within the same deadline.
+
+A probe that found blocks answers them still pinned (Held), so that the scheduler's pin
+needs no second LookupPrefix: its lease is not renewed, so unless the pin takes it over
+within HELD_FRACTION of its ttl it is released by whoever drops it, and expires on the
+sidecar at worst. Any doubt (an older hold, another attachment) means a fresh lookup.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
 
+from infercache_client.kv.client import HotTier
 from infercache_client.vllm.cost import Reason
 from infercache_client.vllm.gauge import LoadGauge
 from infercache_client.vllm.inflight import InFlightSaves
@@ -45,16 +51,39 @@ WARM_SAMPLE_INTERVAL_S = 1.0
 """Least time between two warm samples' starts."""
 RETRY_PAUSE_S = 0.002
 """How long a probe waiting for a save in flight pauses before it looks again."""
+HELD_FRACTION = 1 / 3
+"""A hold older than this fraction of its lease's ttl is not taken over (the renewer,
+which takes it over, renews at a third of the ttl counted from then)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The blocks a probe found, pinned under its (not renewed) lease."""
+
+    tier: HotTier
+    slot_ids: tuple[int, ...]
+    slot_generations: tuple[int, ...]
+    lease_id: str
+    ttl_ms: int
+    answered_at: float
+    """time.monotonic() when the sidecar answered."""
+
+    def usable(self, tier: HotTier | None, blocks: int, now: float) -> bool:
+        """Still the link's attachment, young enough, and covering `blocks` blocks."""
+        young = now - self.answered_at < self.ttl_ms / 1000 * HELD_FRACTION
+        return tier is self.tier and young and len(self.slot_ids) >= blocks
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What a probe found: `matched` blocks (of which `promoted` came from the warm tier)."""
+    """What a probe found: `matched` blocks (of which `promoted` came from the warm tier),
+    pinned by `held` (the caller takes it over or drop()s it)."""
 
     matched: int
     promoted: int = 0
     retry_later: bool = False
     seconds: float = 0.0
+    held: Held | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +144,8 @@ class PrefixProbes:
 
     def take(self, req_id: str, wait_s: float) -> tuple[Answer, list[bytes]] | None:
         """(what the probe found, the chain) once it answered, else None. The first call
-        for a probe waits up to `wait_s`, later ones not at all. A failed probe answers 0."""
+        for a probe waits up to `wait_s`, later ones not at all. A failed probe answers 0.
+        The caller owns the answer's hold: it takes it over or drop()s it."""
         probe = self._running[req_id]
         if req_id in self._waited:
             wait_s = 0.0
@@ -129,6 +159,7 @@ class PrefixProbes:
         if self._in_flight is not None:
             coming = self._in_flight.extent(probe.hashes, probe.usable)
             if answer.matched < coming and time.monotonic() + RETRY_PAUSE_S < probe.deadline:
+                self.drop(answer.held)
                 self._look_again(req_id, probe)
                 return None
             self._in_flight.found(probe.hashes, answer.matched)
@@ -170,12 +201,24 @@ class PrefixProbes:
         if future.cancelled() or future.exception() is not None:
             return
         answer = future.result()
+        self.drop(answer.held)
         self._gauge.warm_sample(answer.promoted, answer.retry_later, answer.seconds, why)
 
     def forget(self, req_id: str) -> None:
-        """The request is gone: its probe's answer is not wanted (its lease is released)."""
-        self._running.pop(req_id, None)
+        """The request is gone: its probe's answer is not wanted (its hold is released)."""
+        probe = self._running.pop(req_id, None)
         self._waited.discard(req_id)
+        if probe is not None:
+            probe.future.add_done_callback(self._drop_answer)
+
+    def drop(self, held: Held | None) -> None:
+        """Release a hold nobody takes over (in the background)."""
+        if held is not None:
+            self._link.release(held.tier, held.lease_id)
+
+    def _drop_answer(self, future: Future[Answer]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.drop(future.result().held)
 
     def close(self) -> None:
         """Stop taking probes (those in flight end within their deadline)."""
@@ -197,10 +240,24 @@ class PrefixProbes:
                 tenant, hashes, cache_salt=salt, timeout_s=remaining, hot_only=hot_only
             )
             seconds = time.perf_counter() - started
-            # Nothing stays pinned: vLLM may ask again, or never schedule the request.
-            if match.lease is not None:
-                self._link.release(tier, match.lease.lease_id)
-            promoted = int(match.promoted_blocks)
-            return Answer(int(match.matched_blocks), promoted, bool(match.retry_later), seconds)
+            matched, lease = int(match.matched_blocks), match.lease
+            promoted, retry_later = int(match.promoted_blocks), bool(match.retry_later)
+            held = None
+            if lease is not None and not matched:
+                self._link.release(tier, lease.lease_id)
+            elif lease is not None:
+                # Not renewed: vLLM may ask again, or never schedule the request; the pin
+                # takes it over (and renews it), or it is released, or it expires.
+                if tier.renewer is not None:
+                    tier.renewer.forget(lease.lease_id)
+                held = Held(
+                    tier,
+                    tuple(match.slot_ids),
+                    tuple(match.slot_generations),
+                    lease.lease_id,
+                    int(getattr(lease, "ttl_ms", 0)),
+                    time.monotonic(),
+                )
+            return Answer(matched, promoted, retry_later, seconds, held)
 
         return self._link.call("prefix lookup", lookup) or Answer(0)

@@ -1,14 +1,16 @@
 """The scheduler half: prefix lookups, pins, and what to load and save each step.
 
-- get_num_new_matched_tokens asks the sidecar for the longest cached prefix and lets go
-  of it at once (the lookup's lease is released: vLLM may ask again, or never schedule
-  the request, so nothing may stay pinned). The lookup runs off the engine loop
+- get_num_new_matched_tokens asks the sidecar for the longest cached prefix; its lease
+  is kept but not renewed (probes.Held: vLLM may ask again, or never schedule the
+  request, so nothing stays pinned for long). The lookup runs off the engine loop
   (probes.py), started as soon as vLLM hands the request over (on_new_request): until it
   answers, vLLM is told to ask again (None). Whether it waits for the warm tier, and
   whether what it found is loaded at all, the cost model decides (gauge.py, cost.py).
-- update_state_after_alloc pins the promised blocks with a second lookup; any block the
-  sidecar no longer has (evicted, sidecar gone) is sent to the worker as failed, which
-  reports it through get_block_ids_with_load_errors and vLLM recomputes from there.
+- update_state_after_alloc pins the promised blocks: it takes over the probe's lease
+  (probes.Held) when it is young and of the current attachment, else looks up again;
+  any block the sidecar no longer has (evicted, sidecar gone) is sent to the worker as
+  failed, which reports it through get_block_ids_with_load_errors and vLLM recomputes
+  from there. A hold nobody takes over is released.
 - build_connector_meta hands the worker the loads and the prompt blocks that this step
   completes (saved once each); request_finished releases the pins.
 
@@ -20,6 +22,7 @@ wait is shorter, releases and attaches never wait): while the link has no attach
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +33,7 @@ from infercache_client.vllm.identity import AdapterFingerprints
 from infercache_client.vllm.inflight import InFlightSaves
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.metadata import InfercacheMetadata, LoadSpec, SaveSpec
-from infercache_client.vllm.probes import INLINE_WAIT_S, PrefixProbes
+from infercache_client.vllm.probes import INLINE_WAIT_S, Held, PrefixProbes
 
 log = logging.getLogger("infercache_client.vllm")
 
@@ -54,6 +57,7 @@ class _Match:
     hashes: list[bytes]
     local_blocks: int
     matched_blocks: int
+    held: Held | None = None
 
 
 class SchedulerSide:
@@ -91,6 +95,8 @@ class SchedulerSide:
         """Blocks the pool holds of a request that recomputes them (not saved again)."""
         self.lookups = 0
         self.matched_tokens = 0
+        self.pins_taken_over = 0
+        """Pins that took over the probe's lease instead of looking up again."""
 
     def _chain(self, request: Any) -> tuple[list[bytes], str] | None:
         """The request's block hashes over its prompt, or None when it must not be cached."""
@@ -132,28 +138,31 @@ class SchedulerSide:
         return True
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> int | None:
-        """External tokens beyond `num_computed_tokens` the sidecar holds (nothing pinned),
-        or None while the lookup has not answered (vLLM asks again next step)."""
+        """External tokens beyond `num_computed_tokens` the sidecar holds (pinned only by
+        the probe's unrenewed lease), or None while the lookup has not answered (vLLM asks
+        again next step)."""
         req_id = request.request_id
-        self._matches.pop(req_id, None)
+        self._drop(self._matches.pop(req_id, None))
         if not self._probes.running(req_id) and not self._start_probe(request, num_computed_tokens):
             return 0
         taken = self._probes.take(req_id, INLINE_WAIT_S)
         if taken is None:
             return None
         answer, hashes = taken
-        matched = answer.matched
+        matched, held = answer.matched, answer.held
         self.lookups += 1
         if self.events is not None and matched > 0:
             self._track(request)
             self.events.found(req_id, hashes, matched, request.prompt_token_ids)
         local = num_computed_tokens // self._block_size
         if matched <= local:
+            self._probes.drop(held)
             return 0
         if not self.gauge.load_pool(matched - local, matched * self._block_size):
+            self._probes.drop(held)
             self._cached[req_id] = matched  # recomputed, but the pool has them already
             return 0
-        self._matches[req_id] = _Match(hashes, local, matched)
+        self._matches[req_id] = _Match(hashes, local, matched, held)
         external = matched * self._block_size - num_computed_tokens
         self.matched_tokens += external
         return external
@@ -176,15 +185,22 @@ class SchedulerSide:
             self._track(request)
         state.block_ids = block_ids
         if num_external_tokens <= 0 or match is None:
+            self._drop(match)
             return
         first = match.local_blocks
         count = num_external_tokens // self._block_size
         wanted = block_ids[first : first + count]
-        self._pin(req_id, state, match.hashes[: first + count], first, wanted)
+        self._pin(req_id, state, match.hashes[: first + count], first, wanted, match.held)
         state.saved_blocks = max(state.saved_blocks, first + count)
 
     def _pin(
-        self, req_id: str, state: _Request, hashes: list[bytes], first: int, wanted: list[int]
+        self,
+        req_id: str,
+        state: _Request,
+        hashes: list[bytes],
+        first: int,
+        wanted: list[int],
+        held: Held | None,
     ) -> None:
         tenant, salt = self._tenant, state.cache_salt
         self._unpin(state)  # a preempted request allocates (and pins) again
@@ -194,7 +210,10 @@ class SchedulerSide:
             lease = match.lease.lease_id if match.lease is not None else ""
             return tier, list(match.slot_ids), list(match.slot_generations), lease
 
-        pinned = self._link.call("pin", pin)
+        pinned = self._take_over(held, len(hashes))
+        if pinned is None:
+            self._probes.drop(held)
+            pinned = self._link.call("pin", pin)
         if pinned is None:
             self._failed.update(wanted)
             return
@@ -211,6 +230,23 @@ class SchedulerSide:
         if loadable < len(wanted):
             log.info("infercache: %d promised blocks gone before pinning", len(wanted) - loadable)
             self._failed.update(wanted[loadable:])
+
+    def _take_over(
+        self, held: Held | None, blocks: int
+    ) -> tuple[Any, list[int], list[int], str] | None:
+        """The probe's pinned blocks as the request's pin (no second lookup), renewed from
+        now on; None when there is no usable hold."""
+        if held is None or not held.usable(self._link.tier(), blocks, time.monotonic()):
+            return None
+        if held.tier.renewer is not None:
+            held.tier.renewer.track(held.lease_id, held.ttl_ms)
+        self.pins_taken_over += 1
+        slots, generations = list(held.slot_ids), list(held.slot_generations)
+        return held.tier, slots, generations, held.lease_id
+
+    def _drop(self, match: _Match | None) -> None:
+        if match is not None:
+            self._probes.drop(match.held)
 
     def build_connector_meta(self, scheduler_output: Any) -> InfercacheMetadata:
         """This step's loads and saves (resets the pending loads)."""
@@ -279,7 +315,7 @@ class SchedulerSide:
     def request_finished(self, request: Any) -> None:
         """Release the request's pins and forget it."""
         self._probes.forget(request.request_id)
-        self._matches.pop(request.request_id, None)
+        self._drop(self._matches.pop(request.request_id, None))
         self._cached.pop(request.request_id, None)
         state = self._requests.pop(request.request_id, None)
         if self.events is not None:

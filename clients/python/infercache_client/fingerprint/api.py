@@ -10,17 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from sidecar.fingerprint.errors import FingerprintError
-from sidecar.fingerprint.files import (
+from infercache_client.fingerprint.errors import FingerprintError
+from infercache_client.fingerprint.files import (
     ABSENT,
     config_digest,
     generation_config_digest,
     tokenizer_digest,
 )
-from sidecar.fingerprint.hashing import frame, keyed_hasher
-from sidecar.fingerprint.memo import Memo
-from sidecar.fingerprint.serving import serving_digest
-from sidecar.fingerprint.weights import (
+from infercache_client.fingerprint.hashing import frame, keyed_hasher
+from infercache_client.fingerprint.memo import Memo
+from infercache_client.fingerprint.serving import load_serving_config, serving_digest
+from infercache_client.fingerprint.weights import (
     Mode,
     adapter_shards,
     extra_weight_files,
@@ -192,6 +192,24 @@ async def fingerprint_async(
         threads=threads,
         serving=serving,
     )
+
+
+def pod_fingerprint(
+    model_path: StrPath,
+    *,
+    mode: Mode = "full",
+    cache_file: StrPath | None = None,
+    serving_config: StrPath | None = None,
+) -> Fingerprint:
+    """The model fingerprint a pod declares: its model directory plus the serving-config
+    file the operator declares (INFERCACHE_SERVING_CONFIG), if any.
+
+    The sidecar started with --model-path and the vLLM connector both call this with the
+    same inputs, so they agree by construction; `cache_file` (the full-mode memo) only
+    saves time, never changes the value. Blocking; raises FingerprintError.
+    """
+    serving = load_serving_config(serving_config) if serving_config else None
+    return fingerprint(model_path, mode=mode, cache_file=cache_file, serving=serving)
 
 
 def detect_kind(path: StrPath) -> Kind:

@@ -16,8 +16,8 @@ from functools import lru_cache
 
 from blake3 import blake3
 
-from sidecar.fingerprint.errors import FingerprintError
-from sidecar.fingerprint.safetensors_header import TensorEntry
+from infercache_client.fingerprint.errors import FingerprintError
+from infercache_client.fingerprint.safetensors_header import TensorEntry
 
 # Fast mode: tensors up to WHOLE_BYTES are read whole (one pread costs the same as a
 # window, and norms/biases then get complete coverage); larger ones contribute WINDOWS

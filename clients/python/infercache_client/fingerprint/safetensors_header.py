@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.fingerprint.errors import FingerprintError
+from infercache_client.fingerprint.errors import FingerprintError
 
 # The reference implementation refuses headers above 100 MB; so do we, before allocating.
 MAX_HEADER_BYTES = 100_000_000

@@ -10,20 +10,21 @@ Hashed canonically (sorted keys, compact), so formatting and key order do not co
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from blake3 import blake3
 
-from sidecar.fingerprint.errors import FingerprintError
-from sidecar.fingerprint.files import ABSENT
-from sidecar.fingerprint.hashing import frame, keyed_hasher
+from infercache_client.fingerprint.errors import FingerprintError
+from infercache_client.fingerprint.files import ABSENT
+from infercache_client.fingerprint.hashing import frame, keyed_hasher
 
 _SCALARS = (str, int, float, bool)
 
 
-def load_serving_config(path: str | Path) -> dict[str, Any]:
+def load_serving_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The options of a serving-config file; FingerprintError naming the file if it is not a
     JSON object of option -> string, number, boolean, or a list or object of those."""
     p = Path(path)

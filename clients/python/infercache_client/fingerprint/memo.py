@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -26,15 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from sidecar.fingerprint.errors import FingerprintError
+from infercache_client.fingerprint.errors import FingerprintError
 
 FORMAT = "infercache-fingerprint-memo"
 VERSION = 2  # 2: st_dev and st_ctime_ns joined the identity; v1 memos are ignored
 RACY_NS = 2_000_000_000
 
-log = structlog.get_logger("infercache.fingerprint")
+# stdlib logging: the client distribution has no structlog; the sidecar routes these
+# records through its own renderer (observability/logs.py).
+log = logging.getLogger("infercache.fingerprint")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,10 @@ class Memo:
                     os.unlink(tmp)
                 raise
         except OSError as exc:
-            log.warning("fingerprint_memo_write_failed", path=str(self.path), error=str(exc))
+            log.warning(
+                "fingerprint_memo_write_failed",
+                extra={"path": str(self.path), "error": str(exc)},
+            )
             return
         self._files, self._new = files, {}
 
@@ -156,7 +160,7 @@ def _load(path: Path) -> dict[str, dict[str, Any]]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        log.warning("fingerprint_memo_unreadable", path=str(path), error=str(exc))
+        log.warning("fingerprint_memo_unreadable", extra={"path": str(path), "error": str(exc)})
         return {}
     if not (
         isinstance(obj, dict)
@@ -164,6 +168,6 @@ def _load(path: Path) -> dict[str, dict[str, Any]]:
         and obj.get("version") == VERSION
         and isinstance(obj.get("files"), dict)
     ):
-        log.warning("fingerprint_memo_unrecognised", path=str(path))
+        log.warning("fingerprint_memo_unrecognised", extra={"path": str(path)})
         return {}
     return {p: e for p, e in obj["files"].items() if isinstance(e, dict)}

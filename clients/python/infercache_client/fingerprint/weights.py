@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sidecar.fingerprint.errors import FingerprintError
-from sidecar.fingerprint.hashing import (
+from infercache_client.fingerprint.errors import FingerprintError
+from infercache_client.fingerprint.hashing import (
     digest_all,
     keyed_hasher,
     sample_all,
     tensor_record,
 )
-from sidecar.fingerprint.memo import FileKey, Memo, MemoTensor
-from sidecar.fingerprint.safetensors_header import DTYPE_BITS, TensorEntry, read_header
+from infercache_client.fingerprint.memo import FileKey, Memo, MemoTensor
+from infercache_client.fingerprint.safetensors_header import DTYPE_BITS, TensorEntry, read_header
 
 Mode = Literal["fast", "full"]
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar.errors import InfercacheError
 
-
-class FingerprintError(InfercacheError, ValueError):
+class FingerprintError(ValueError):
     """Bad input: no model directory, a malformed or lying safetensors header,
     an unreadable file, an inconsistent shard index, or a bad memo-file path.
 

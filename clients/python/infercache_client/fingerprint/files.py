@@ -21,8 +21,8 @@ from pathlib import Path
 
 from blake3 import blake3
 
-from sidecar.fingerprint.errors import FingerprintError
-from sidecar.fingerprint.hashing import frame, keyed_hasher
+from infercache_client.fingerprint.errors import FingerprintError
+from infercache_client.fingerprint.hashing import frame, keyed_hasher
 
 ABSENT = "absent"
 

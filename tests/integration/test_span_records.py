@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, Status
 
 from sidecar.observability.span_records import RecordBatchProcessor, SpanRecord
 from sidecar.observability.telemetry import Telemetry
-from tests.unit.test_span_recorder import NAME, Collect, CountingIds, _rpcs
+from tests.support.span_rpcs import NAME, Collect, CountingIds, rpcs
 
 Request = trace_service_pb2.ExportTraceServiceRequest
 
@@ -107,7 +107,7 @@ def _record(tp: TracerProvider) -> int:
     recorder = Telemetry(tp, tracing=True).span_recorder()
     assert recorder is not None
     sampled_n = 0
-    for n, (_, ctx, attrs, status) in enumerate(_rpcs()):
+    for n, (_, ctx, attrs, status) in enumerate(rpcs()):
         sampled = recorder.sampled_context(NAME, SpanKind.SERVER, ctx)
         if sampled is not None:
             sampled_n += 1

@@ -4,15 +4,13 @@ every ReadableSpan field, and the OTLP request the SDK's encoder makes of them."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
@@ -23,38 +21,10 @@ from opentelemetry.sdk.trace.sampling import (
     StaticSampler,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import SpanKind, Status
 
 from sidecar.observability.telemetry import INSTRUMENTATION_SCOPE, Telemetry
-
-NAME = "infercache.v1.CacheService/Lookup"
-ATTRS: dict[str, Any] = {
-    "rpc.system": "grpc",
-    "rpc.method": "Lookup",
-    "rpc.grpc.status_code": 0,
-    "infercache.model_version": "m-v1",
-    "infercache.tenant": "0123456789abcdef",
-    "infercache.key_digest": "0011223344556677",
-    "infercache.degraded": False,
-}
-
-
-class CountingIds(IdGenerator):
-    """Ids from a seeded sequence, so both paths can be handed the same ones."""
-
-    def __init__(self, seed: int) -> None:
-        self._n = seed
-
-    def _next(self, bits: int) -> int:
-        self._n = (self._n * 6364136223846793005 + 1442695040888963407) % (1 << 128)
-        return (self._n >> (128 - bits)) or 1
-
-    def generate_span_id(self) -> int:
-        return self._next(64)
-
-    def generate_trace_id(self) -> int:
-        return self._next(128)
+from tests.support.span_rpcs import ATTRS, CONTEXTS, NAME, Collect, CountingIds, rpcs
 
 
 class Tagging(Sampler):
@@ -75,34 +45,6 @@ class Tagging(Sampler):
         return "Tagging"
 
 
-def _headers(flags: str, state: str | None = None) -> Context:
-    carrier = {"traceparent": f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}"}
-    if state:
-        carrier["tracestate"] = state
-    return TraceContextTextMapPropagator().extract(carrier)
-
-
-CONTEXTS = {
-    "root": None,
-    "remote-sampled": _headers("01", "congo=t61rcWkgMzE"),
-    "remote-unsampled": _headers("00"),
-    "remote-random": _headers("03"),
-}
-
-
-class Collect(SpanProcessor):
-    """Keeps every span a processor is handed, sampled or only recorded."""
-
-    def __init__(self) -> None:
-        self.spans: list[ReadableSpan] = []
-
-    def on_end(self, span: ReadableSpan) -> None:
-        self.spans.append(span)
-
-    def get_finished_spans(self) -> list[ReadableSpan]:
-        return self.spans
-
-
 def _provider(sampler: Sampler, limits: SpanLimits | None) -> tuple[TracerProvider, Collect]:
     spans = Collect()
     tp = TracerProvider(
@@ -115,18 +57,10 @@ def _provider(sampler: Sampler, limits: SpanLimits | None) -> tuple[TracerProvid
     return tp, spans
 
 
-def _rpcs() -> Iterator[tuple[str, Context | None, dict[str, Any], Status | None]]:
-    for i in range(12):
-        label = list(CONTEXTS)[i % len(CONTEXTS)]
-        attrs = dict(ATTRS) | {"infercache.payload_bytes": i * 1000, "infercache.ratio": i / 3}
-        status = Status(StatusCode.ERROR, "INVALID_ARGUMENT: tenant") if i % 3 == 2 else None
-        yield label, CONTEXTS[label], attrs, status
-
-
 def _through_sdk(sampler: Sampler, limits: SpanLimits | None) -> Sequence[ReadableSpan]:
     tp, spans = _provider(sampler, limits)
     tracer = tp.get_tracer(INSTRUMENTATION_SCOPE, _version())
-    for n, (_, ctx, attrs, status) in enumerate(_rpcs()):
+    for n, (_, ctx, attrs, status) in enumerate(rpcs()):
         span = tracer.start_span(NAME, context=ctx, kind=SpanKind.SERVER, start_time=1000 + n)
         if span.is_recording():
             span.set_attributes(attrs)
@@ -140,7 +74,7 @@ def _through_recorder(sampler: Sampler, limits: SpanLimits | None) -> Sequence[R
     tp, spans = _provider(sampler, limits)
     recorder = Telemetry(tp, tracing=True).span_recorder()
     assert recorder is not None
-    for n, (_, ctx, attrs, status) in enumerate(_rpcs()):
+    for n, (_, ctx, attrs, status) in enumerate(rpcs()):
         sampled = recorder.sampled_context(NAME, SpanKind.SERVER, ctx)
         if sampled is not None:
             recorder.finish(

@@ -146,6 +146,7 @@ def test_load_of_runs_and_scattered_blocks_writes_exactly_the_saved_blocks(kind:
     pool = _pool(8)
     saved_blocks, slots = [0, 1, 2, 3, 4, 5], [3, 4, 5, 0, 7, 6]
     save_blocks(layout, layers, pool, saved_blocks, slots)
+    assert not pool.blocks[[1, 2]].any(), "the save (run-wise too) wrote no other slot"
     fresh = [torch.zeros_like(kv) for kv in layers]
     targets = [2, 3, 4, 8, 1, 0]
     load_blocks(layout, fresh, pool, slots, targets)

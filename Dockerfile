@@ -28,7 +28,9 @@ RUN --mount=type=secret,id=cacert \
     set -eu; \
     if [ -s /run/secrets/cacert ]; then export PIP_CERT=/run/secrets/cacert; fi; \
     python3 -m venv /opt/infercache; \
-    /opt/infercache/bin/pip install --quiet ./clients/python .; \
+    # The events extra (pyzmq, msgspec: INFERCACHE_KV_EVENTS_ENDPOINT) is small and off
+    # until that setting names an endpoint.
+    /opt/infercache/bin/pip install --quiet ./clients/python '.[events]'; \
     # TORCH_PIP_ARGS unquoted on purpose: it holds several arguments.
     if [ "$KV" = true ]; then \
         /opt/infercache/bin/pip install --quiet $TORCH_PIP_ARGS "$TORCH"; \

@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from sidecar.observability.span_records import SpanRecord, readable
 
@@ -147,15 +147,7 @@ def _span(span: ReadableSpan, memo: _Memo) -> bytes:
     ):
         if count:
             out += (tag, _varint(count))
-    status = span.status
-    if status.status_code is StatusCode.UNSET and not status.description:
-        out.append(b"\x7a\x00")
-    else:
-        body = _field(b"\x12", status.description.encode()) if status.description else b""
-        if status.status_code.value:
-            body += b"\x18" + _varint(status.status_code.value)
-        out.append(_field(b"\x7a", body))
-    out.append(_FLAGS[bool(parent and parent.is_remote)])
+    out += _tail(span.status, parent)
     return b"".join(out)
 
 
@@ -177,15 +169,20 @@ def _record(span: SpanRecord, memo: _Memo) -> bytes:
     ]
     known, attribute = memo.attrs.get, memo.attribute
     out += [known((k, v.__class__, v)) or attribute(k, v) for k, v in attributes.items()]
+    out += _tail(status, parent)
+    return b"".join(out)
+
+
+def _tail(status: Status, parent: SpanContext | None) -> tuple[bytes, bytes]:
+    """A span's status field and its flags (the last two fields, in the SDK's order)."""
     if status.status_code is StatusCode.UNSET and not status.description:
-        out.append(b"\x7a\x00")
+        encoded = b"\x7a\x00"
     else:
         body = _field(b"\x12", status.description.encode()) if status.description else b""
         if status.status_code.value:
             body += b"\x18" + _varint(status.status_code.value)
-        out.append(_field(b"\x7a", body))
-    out.append(_FLAGS[bool(parent and parent.is_remote)])
-    return b"".join(out)
+        encoded = _field(b"\x7a", body)
+    return encoded, _FLAGS[bool(parent and parent.is_remote)]
 
 
 # SpanKind INTERNAL..CONSUMER (0-4) are OTLP's SPAN_KIND_INTERNAL..CONSUMER (1-5).

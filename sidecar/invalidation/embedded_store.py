@@ -107,9 +107,10 @@ class EmbeddedControlStore:
 
     async def heartbeat(
         self, member_id: str, acked_epoch: int, ttl_ms: int, retention_ms: int = 0
-    ) -> None:
-        """Only the retention matters: there are no other members."""
+    ) -> bool:
+        """Only the retention matters: there are no other members (always continuous)."""
         self._retention_ms = max(self._retention_ms, retention_ms)
+        return True
 
     async def leave(self, member_id: str) -> None:
         """Nothing to do."""

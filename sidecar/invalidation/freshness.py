@@ -164,7 +164,8 @@ class Freshness:
         A store whose control state no sidecar could have written (StoreDistrusted) is
         distrusted until a refresh reads it valid again: no hits meanwhile."""
         try:
-            await self._refresh()
+            if not await self._refresh():
+                await self._refresh()  # once more, now that the store counts on us
         except StoreDistrusted as exc:
             self._distrusted(exc)
             raise
@@ -174,7 +175,8 @@ class Freshness:
         if self.rules.epoch < self.min_epoch:
             self.trust.below_min_epoch += 1
 
-    async def _refresh(self) -> None:
+    async def _refresh(self) -> bool:
+        """One round; False when its heartbeat found this member lapsed (not confirmed)."""
         started = self._clock()
         # Confirmed without a gap up to now: then this sidecar holds every rule the
         # fleet confirmed, and it can vouch for its entries across a store fault.
@@ -208,13 +210,20 @@ class Freshness:
         self._chain_seen = state.chain
         if changed or self._clock() >= self._verify_due:
             self._verify_due = self._clock() + VERIFY_EVERY_S
-        await self.control.heartbeat(
+        continuous = await self.control.heartbeat(
             self.member_id, self.rules.epoch, int(self.bound_s * 1000), self.retention_ms
         )
+        if not continuous:
+            # We had lapsed (a stop longer than the bound; or we just joined): commits
+            # made meanwhile did not wait for us, and the rules read above may predate
+            # one. Not confirmed by this round; the next, after this heartbeat made the
+            # store count on us again, reads what they committed.
+            return False
         if self.control.shared:
             # Measured from before the round trips: the store's deadline for us
             # starts later, so we stop serving before it stops counting on us.
             self._confirmed_until = max(self._confirmed_until, started + self.bound_s)
+        return True
 
     async def _recover(self, state: StoreState) -> None:
         """The store restarted or lost data: make sure no entry is judged by less."""

@@ -107,8 +107,10 @@ class ControlStore(Protocol):
 
     async def heartbeat(
         self, member_id: str, acked_epoch: int, ttl_ms: int, retention_ms: int = 0
-    ) -> None:
-        """Mark a sidecar live for ttl_ms (store clock) and current up to acked_epoch.
+    ) -> bool:
+        """Mark a sidecar live for ttl_ms (store clock) and current up to acked_epoch;
+        True when it was still live when this arrived (False: it had lapsed, or never
+        joined, and commits meanwhile did not wait for it).
 
         (A store that lost its epoch gets it back from `republish`, not from here: the
         counter only moves with the signed head.)

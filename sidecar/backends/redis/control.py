@@ -179,15 +179,17 @@ class RedisControlStore:
 
     async def heartbeat(
         self, member_id: str, acked_epoch: int, ttl_ms: int, retention_ms: int = 0
-    ) -> None:
+    ) -> bool:
         """Extend liveness and raise the acknowledged epoch (never lowers it); raise the
-        fleet's rule retention to retention_ms. (A store that lost its epoch gets it
-        back from Freshness's re-publication, with a signed head.)"""
+        fleet's rule retention to retention_ms; whether the member was still live when it
+        arrived. (A store that lost its epoch gets it back from Freshness's
+        re-publication, with a signed head.)"""
         async with self._guard(self._timeout):
-            await self._heartbeat(
+            continuous = await self._heartbeat(
                 keys=[self._k("members"), self._k("acks"), self._k("store")],
                 args=[member_id, acked_epoch, ttl_ms, retention_ms],
             )
+        return bool(continuous == 1)
 
     async def leave(self, member_id: str) -> None:
         """ZREM + HDEL."""

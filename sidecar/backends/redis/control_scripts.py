@@ -109,6 +109,11 @@ return #ARGV - 3
 HEARTBEAT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Continuous: the member was still live when this heartbeat arrived, so no commit since
+-- its last one went ahead without waiting for it (see Freshness._refresh).
+local prev = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local continuous = 0
+if prev and tonumber(prev) > now then continuous = 1 end
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 for _, id in ipairs(dead) do redis.call('HDEL', KEYS[2], id) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -124,7 +129,7 @@ end
 if tonumber(ARGV[4]) > tonumber(redis.call('HGET', KEYS[3], 'retention') or '0') then
   redis.call('HSET', KEYS[3], 'retention', ARGV[4])
 end
-return now
+return continuous
 """
 
 UNCONFIRMED = """

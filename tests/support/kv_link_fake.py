@@ -4,19 +4,22 @@ FakeSidecar can freeze (every call then waits for its deadline, as against a SIG
 process, and fails DEADLINE_EXCEEDED), thaw, and restart (attachments made before are
 unknown: FAILED_PRECONDITION, as the real sidecar answers). `connect` is what SidecarLink
 takes to open a client; FakeClock is its back-off clock, moved by hand. fake_request,
-fake_blocks and fake_step are what vLLM hands the scheduler half.
+fake_blocks and fake_step are what vLLM hands the scheduler half; fake_link is a
+SidecarLink on the fake.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, cast
 
 import grpc
-from infercache_client.vllm.link import Attacher
+from infercache.v1 import kv_pb2 as pb
+from infercache_client.vllm.link import Attacher, SidecarLink
 
 
 class FakeRpcError(grpc.RpcError):  # type: ignore[misc]
@@ -203,4 +206,27 @@ def fake_step(new: list[tuple[Any, list[int]]]) -> Any:
         scheduled_cached_reqs=SimpleNamespace(
             req_ids=[], new_block_ids=[], resumed_req_ids=set(), num_computed_tokens=[]
         ),
+    )
+
+
+def fake_link(
+    sidecar: FakeSidecar,
+    *,
+    timeout_s: float,
+    attach_timeout_s: float = 5.0,
+    retry_s: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+    process_name: str = "test",
+) -> SidecarLink:
+    """A SidecarLink to `sidecar` (not attached yet)."""
+    return SidecarLink(
+        "fake:0",
+        model_fingerprint="fp",
+        layout=pb.KvLayout(),
+        process_name=process_name,
+        timeout_s=timeout_s,
+        attach_timeout_s=attach_timeout_s,
+        retry_s=retry_s,
+        clock=clock,
+        connect=sidecar.connect,
     )

@@ -12,19 +12,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from infercache.v1 import kv_pb2 as pb
 from infercache_client.vllm.chain import ChainScope, request_chain
 from infercache_client.vllm.config import ConnectorConfig
 from infercache_client.vllm.cost import LoadCostModel
 from infercache_client.vllm.gauge import LoadGauge
 from infercache_client.vllm.identity import AdapterFingerprints
-from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.scheduler import SchedulerSide
 
 from tests.support.kv_link_fake import (
     FakeClock,
     FakeSidecar,
     fake_blocks,
+    fake_link,
     fake_request,
     fake_step,
 )
@@ -42,17 +41,7 @@ def sidecar() -> FakeSidecar:
 
 @pytest.fixture
 def side(sidecar: FakeSidecar) -> Iterator[SchedulerSide]:
-    link = SidecarLink(
-        "fake:0",
-        model_fingerprint="fp",
-        layout=pb.KvLayout(),
-        process_name="vllm-scheduler",
-        timeout_s=0.5,
-        attach_timeout_s=5.0,
-        retry_s=1.0,
-        clock=FakeClock(),
-        connect=sidecar.connect,
-    )
+    link = fake_link(sidecar, timeout_s=0.5, clock=FakeClock(), process_name="vllm-scheduler")
     assert link.attach_now() is not None
     scheduler = SchedulerSide(
         link,

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from infercache.v1 import kv_pb2 as pb
 from infercache_client.vllm.chain import ChainScope, request_chain
 from infercache_client.vllm.config import ConnectorConfig
 from infercache_client.vllm.cost import LoadCostModel
@@ -32,6 +31,7 @@ from tests.support.kv_link_fake import (
     FakeClock,
     FakeSidecar,
     fake_blocks,
+    fake_link,
     fake_request,
     fake_step,
 )
@@ -88,16 +88,13 @@ def test_every_scheduler_call_is_bounded_and_attaches_run_off_the_engine_loop() 
     retry_s never blocks a call although it waits attach_timeout_s, and once the
     sidecar answers again the blocks are found again."""
     sidecar, clock, timed = FakeSidecar(), FakeClock(), Timed()
-    link = SidecarLink(
-        "fake:0",
-        model_fingerprint="fp",
-        layout=pb.KvLayout(),
-        process_name="vllm-scheduler",
+    link = fake_link(
+        sidecar,
         timeout_s=LOOKUP_S,
         attach_timeout_s=ATTACH_S,
         retry_s=RETRY_S,
         clock=clock,
-        connect=sidecar.connect,
+        process_name="vllm-scheduler",
     )
     side = SchedulerSide(
         link,

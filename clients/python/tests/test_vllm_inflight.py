@@ -9,14 +9,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from infercache.v1 import kv_pb2 as pb
 from infercache_client.vllm.cost import LoadCostModel
 from infercache_client.vllm.gauge import LoadGauge
 from infercache_client.vllm.inflight import MAX_BLOCKS, SETTLE_S, InFlightSaves
 from infercache_client.vllm.link import SidecarLink
 from infercache_client.vllm.probes import PrefixProbes
 
-from tests.support.kv_link_fake import FakeClock, FakeSidecar
+from tests.support.kv_link_fake import FakeClock, FakeSidecar, fake_link
 
 CHAIN = [b"h0", b"h1", b"h2", b"h3"]
 LOOKUP_S = 0.5
@@ -60,16 +59,7 @@ def sidecar() -> Iterator[FakeSidecar]:
 
 
 def probes_on(sidecar: FakeSidecar, saves: InFlightSaves) -> tuple[PrefixProbes, SidecarLink]:
-    link = SidecarLink(
-        "fake:0",
-        model_fingerprint="fp",
-        layout=pb.KvLayout(),
-        process_name="test",
-        timeout_s=LOOKUP_S,
-        attach_timeout_s=1.0,
-        retry_s=1.0,
-        connect=sidecar.connect,
-    )
+    link = fake_link(sidecar, timeout_s=LOOKUP_S, attach_timeout_s=1.0)
     link.attach_now()
     gauge = LoadGauge(LoadCostModel(margin=0.8), block_bytes=1024, block_size=16)
     probes = PrefixProbes(link, gauge, tenant="t", timeout_s=LOOKUP_S, in_flight=saves)

@@ -8,11 +8,10 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
-from infercache.v1 import kv_pb2 as pb
 from infercache_client.kv import HotTier
 from infercache_client.vllm.link import SidecarLink
 
-from tests.support.kv_link_fake import FakeClock, FakeSidecar, FakeTier
+from tests.support.kv_link_fake import FakeClock, FakeSidecar, FakeTier, fake_link
 
 LOOKUP_S = 0.2
 ATTACH_S = 5.0
@@ -29,16 +28,8 @@ def sidecar() -> Iterator[FakeSidecar]:
 
 
 def make_link(sidecar: FakeSidecar, clock: FakeClock) -> SidecarLink:
-    return SidecarLink(
-        "fake:0",
-        model_fingerprint="fp",
-        layout=pb.KvLayout(),
-        process_name="test",
-        timeout_s=LOOKUP_S,
-        attach_timeout_s=ATTACH_S,
-        retry_s=RETRY_S,
-        clock=clock,
-        connect=sidecar.connect,
+    return fake_link(
+        sidecar, timeout_s=LOOKUP_S, attach_timeout_s=ATTACH_S, retry_s=RETRY_S, clock=clock
     )
 
 

@@ -285,6 +285,8 @@ async def build_app(
     kv = build_kv(config, stores, identity, fleet, kv_events) if config.kv.enabled else None
     if kv is not None:
         register_kv_metrics(telemetry.meter, kv.stats)
+    if kv_events is not None:
+        register_event_metrics(telemetry.meter, "kv_event_publisher", kv_events.publisher.stats)
     reclaimer = Reclaimer(
         stores.warm,
         cache.hot,

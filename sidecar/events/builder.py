@@ -8,6 +8,12 @@ into events, one per run of consecutive changes of one kind, tier and version:
     pool_removed  BlockRemoved  same tier
     warm_stored   BlockStored   medium "STORAGE", ownership "infercache-warm", REMOTE
     warm_dropped  BlockRemoved  the warm tier's blocks this sidecar demoted, of a version
+    expire        BlockRemoved  demoted blocks whose warm-tier ttl has passed
+    cleared       AllBlocksCleared  (a new publisher: what an earlier one said is void)
+
+Each stored block's extra_keys name what scopes it: the schema, the weights'
+fingerprint, and, once a lookup or commit named its request scope (`scope`), the KV
+layout, the version scope and the tenant/salt digest, as the connector's events do.
 
 `wire` gives an event as vLLM's msgspec encoder lays it out (a map tagged with the
 class name, fields in declaration order, defaults omitted; the batch an array), so
@@ -18,6 +24,8 @@ key), computed in `wire`, i.e. on the publisher's thread, not on the event loop.
 
 from __future__ import annotations
 
+import heapq
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,10 +38,16 @@ from infercache_client.vllm.event_schema import (
     WARM_LOCALITY,
     WARM_MEDIUM,
     WARM_OWNER,
+    layout_label,
 )
-from infercache_client.vllm.router_hash import event_hash
+from infercache_client.vllm.router_hash import event_hash, tenant_salt_digest
 
-from sidecar.kv.layout import BlockKey
+from sidecar.kv.layout import SCOPE_BYTES, BlockKey, KvLayout
+
+ExtraKeys = tuple[tuple[str, str], ...]
+MAX_SCOPES = 65_536
+"""Request scopes whose names are remembered (the oldest is forgotten first: its blocks'
+events then name the schema and the weights only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +71,8 @@ class Stored:
     keys: tuple[BlockKey, ...]
     tier: Tier
     block_size: int
-    extra: tuple[tuple[str, str], ...]
+    extras: tuple[ExtraKeys, ...]
+    """One per key: what scopes the block."""
 
     def wire(self) -> dict[str, Any]:
         """vLLM's BlockStored as its encoder lays it out."""
@@ -70,7 +85,7 @@ class Stored:
             "lora_id": None,
             "medium": self.tier.medium,
             "lora_name": None,
-            "extra_keys": [list(map(list, self.extra))] * len(self.keys),
+            "extra_keys": [[list(pair) for pair in extra] for extra in self.extras],
             "locality": self.tier.locality,
             "ownership": self.tier.ownership,
         }
@@ -120,7 +135,7 @@ class _Version:
 
 _UNKNOWN = _Version("", 0)
 # Change kinds of the record.
-_POOL_STORED, _POOL_REMOVED, _WARM_STORED, _WARM_DROPPED = range(4)
+_POOL_STORED, _POOL_REMOVED, _WARM_STORED, _WARM_REMOVED, _CLEARED = range(5)
 
 
 class EventBuilder:
@@ -128,11 +143,17 @@ class EventBuilder:
 
     def __init__(self) -> None:
         self._versions: dict[Hashable, _Version] = {}
+        self._scopes: OrderedDict[bytes, ExtraKeys] = OrderedDict()
+        """Request scope prefix -> its extra_keys entries beyond schema and model."""
         self._record: list[tuple[int, Hashable, list[BlockKey]]] = []
         """Runs of changes: (kind, version, keys), consecutive changes of one kind and
         version in one run."""
-        self._demoted: dict[str, dict[BlockKey, None]] = {}
-        """Per version, the keys this sidecar wrote to the warm tier (removed on drop)."""
+        self._demoted: dict[str, dict[BlockKey, float]] = {}
+        """Per version, the keys this sidecar wrote to the warm tier and when the tier
+        lets them expire (removed on drop and on expiry)."""
+        self._expiry: list[tuple[float, str, BlockKey]] = []
+        """Heap of (expires at, version, key); entries a later write or a drop made stale
+        are skipped."""
 
     def __bool__(self) -> bool:
         return bool(self._record)
@@ -148,6 +169,29 @@ class EventBuilder:
         """Name a version's weights and block size (kv/block_events.py)."""
         self._versions[version] = _Version(fingerprint, block_size)
 
+    def scope(
+        self, prefix: bytes, scope: bytes, layout: KvLayout, tenant: str, cache_salt: str
+    ) -> None:
+        """Name a request scope (kv/block_events.py); the first naming is kept."""
+        if prefix in self._scopes:
+            return
+        if len(self._scopes) >= MAX_SCOPES:
+            self._scopes.popitem(last=False)
+        self._scopes[prefix] = (
+            (
+                "layout",
+                layout_label(
+                    layout.num_layers,
+                    layout.num_kv_heads,
+                    layout.head_dim,
+                    layout.tokens_per_block,
+                    layout.dtype,
+                ),
+            ),
+            ("scope", scope.hex()),
+            ("tenant_salt", tenant_salt_digest(tenant, cache_salt)),
+        )
+
     def pool_stored(self, key: BlockKey, version: Hashable) -> None:
         """A block published in the pool."""
         self._add(_POOL_STORED, version, key)
@@ -156,18 +200,43 @@ class EventBuilder:
         """A block the pool forgot."""
         self._add(_POOL_REMOVED, None, key)
 
-    def warm_stored(self, keys: Sequence[BlockKey], version: str) -> None:
-        """Blocks this sidecar demoted to the warm tier."""
+    def warm_stored(self, keys: Sequence[BlockKey], version: str, expires_at: float) -> None:
+        """Blocks this sidecar demoted to the warm tier, kept there until `expires_at`
+        (the clock `expire` is given)."""
         demoted = self._demoted.setdefault(version, {})
         for key in keys:
-            demoted[key] = None
+            demoted[key] = expires_at
+            heapq.heappush(self._expiry, (expires_at, version, key))
             self._add(_WARM_STORED, version, key)
 
     def warm_dropped(self, version: str) -> None:
         """A version's warm values were deleted: those this sidecar demoted are gone."""
         keys = list(self._demoted.pop(version, ()))
         if keys:
-            self._record.append((_WARM_DROPPED, version, keys))
+            self._record.append((_WARM_REMOVED, version, keys))
+
+    def next_expiry(self) -> float | None:
+        """When the next demoted block's ttl passes (None: no block is due)."""
+        return self._expiry[0][0] if self._expiry else None
+
+    def expire(self, now: float) -> None:
+        """Demoted blocks whose ttl passed by `now` are gone from the warm tier."""
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            at, version, key = heapq.heappop(heap)
+            demoted = self._demoted.get(version)
+            if demoted is None or demoted.get(key) != at:
+                continue  # written again later, or dropped with its version
+            del demoted[key]
+            if not demoted:
+                del self._demoted[version]
+            self._add(_WARM_REMOVED, version, key)
+
+    def cleared(self) -> None:
+        """Everything reported before is void (a new publisher starts with this)."""
+        self._demoted.clear()
+        self._expiry.clear()
+        self._record.append((_CLEARED, None, []))
 
     def take(self) -> list[Event]:
         """The changes recorded since the last take, as events (one per run)."""
@@ -180,10 +249,15 @@ class EventBuilder:
                 events.append(Removed(tuple(keys), POOL))
             elif kind == _WARM_STORED:
                 events.append(self._stored(tuple(keys), WARM, version))
-            else:
+            elif kind == _WARM_REMOVED:
                 events.append(Removed(tuple(keys), WARM))
+            else:
+                events.append(Cleared())
         return events
 
     def _stored(self, keys: tuple[BlockKey, ...], tier: Tier, version: Hashable) -> Stored:
         v = self._versions.get(version, _UNKNOWN)
-        return Stored(keys, tier, v.block_size, (("schema", SCHEMA), ("model", v.fingerprint)))
+        base: ExtraKeys = (("schema", SCHEMA), ("model", v.fingerprint))
+        scopes = self._scopes
+        extras = tuple(base + scopes.get(k[:SCOPE_BYTES], ()) for k in keys)
+        return Stored(keys, tier, v.block_size, extras)

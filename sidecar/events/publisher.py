@@ -24,6 +24,7 @@ import structlog
 import zmq
 
 from sidecar.events.builder import Event, batch_wire
+from sidecar.events.recorder import PublisherStats
 
 log = structlog.get_logger("infercache.events")
 
@@ -60,10 +61,8 @@ class ZmqEventPublisher:
         self._error: BaseException | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
-        self.published = 0
-        """Batches sent (thread-written)."""
-        self.dropped = 0
-        """Batches dropped because the queue was full (event-loop-written)."""
+        self.stats = PublisherStats()
+        """published and send_failures: thread-written; dropped: event-loop-written."""
 
     def start(self) -> None:
         """Open and bind/connect the sockets on the publisher thread; raises what the
@@ -82,9 +81,9 @@ class ZmqEventPublisher:
         try:
             self._queue.put_nowait((ts, events))
         except queue.Full:
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning("kv_events_dropped", batches=self.dropped, why="queue full")
+            self.stats.dropped += 1
+            if self.stats.dropped == 1 or self.stats.dropped % 1000 == 0:
+                log.warning("kv_events_dropped", batches=self.stats.dropped, why="queue full")
             return False
         return True
 
@@ -152,10 +151,11 @@ class ZmqEventPublisher:
                 payload = encode(batch_wire(ts, events))
                 pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
             except Exception as exc:  # one bad batch must not stop the stream
+                self.stats.send_failures += 1
                 log.warning("kv_events_send_failed", seq=seq, error=str(exc))
                 continue
             self._buffer.append((seq, payload))
-            self.published += 1
+            self.stats.published += 1
             seq += 1
 
     def _replay(self, replay: zmq.Socket[bytes]) -> None:

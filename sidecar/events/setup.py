@@ -52,4 +52,6 @@ async def open_kv_events(kv: KvConfig) -> KvEvents | None:
         endpoint=kv.events_endpoint,
         replay_endpoint=kv.events_replay_endpoint or None,
     )
-    return KvEvents(publisher, EventRecorder(publisher))
+    recorder = EventRecorder(publisher)
+    recorder.cleared()  # seq 0: what an earlier process of this sidecar published is void
+    return KvEvents(publisher, recorder)

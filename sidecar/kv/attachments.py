@@ -25,6 +25,7 @@ from collections.abc import Callable, Set
 import structlog
 
 from sidecar.errors import FailedPrecondition, PermissionDenied, ResourceExhausted
+from sidecar.kv.block_events import BlockEvents
 from sidecar.kv.expiry import ExpiryQueue
 from sidecar.kv.layout import KvLayout, request_scope, version_scope, version_tag
 from sidecar.kv.movement import KvStats
@@ -46,12 +47,14 @@ class Attachments:
         pod_fingerprint: str | Callable[[], str] = "",
         allow_foreign: bool = False,
         doubt: Callable[[str, str], None] | None = None,
+        events: BlockEvents | None = None,
     ) -> None:
         """`ttl_ms`: how long an attachment lives unheard from; `pod_fingerprint`: the
         weights this pod runs, or a function giving them now ("" = unknown: any
         fingerprint is accepted); `allow_foreign`: accept other fingerprints all the
         same; `doubt(fingerprint, adapter)`: raises FailedPrecondition while that
-        fingerprint is being re-measured."""
+        fingerprint is being re-measured; `events` hears the request scopes
+        request_prefix makes (what a KV event names a block's scope by)."""
         self._max = max_attachments
         self.ttl_ms = ttl_ms
         self._clock = clock
@@ -61,6 +64,7 @@ class Attachments:
         self._pod_fingerprint = fixed if callable(fixed) else (lambda: fixed)
         self._allow_foreign = allow_foreign
         self._doubt = doubt
+        self._events = events
         self._by_id: dict[str, Attachment] = {}
         self.current: str | None = None
         """Version tag of the fingerprint attached last (None before the first)."""
@@ -204,7 +208,10 @@ class Attachments:
                 f"tenant {tenant[:64]!r} was not granted to this KV attachment (AttachHotTier "
                 f"named {sorted(a.tenants)[:8]}); attach again naming it"
             )
-        return request_scope(a.scope, tenant, cache_salt)
+        prefix = request_scope(a.scope, tenant, cache_salt)
+        if self._events is not None:
+            self._events.scope(prefix, a.scope, a.layout, tenant, cache_salt)
+        return prefix
 
     def find(self, attachment_id: str) -> Attachment | None:
         """The registered attachment or None (no renewal, no checks)."""

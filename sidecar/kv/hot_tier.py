@@ -118,6 +118,7 @@ class KvHotTier:
             pod_fingerprint=pod_fingerprint,
             allow_foreign=allow_foreign,
             doubt=doubt,
+            events=events,
         )
 
     @property

@@ -160,7 +160,7 @@ class WarmMover:
             await writing
             self._stats.demoted_blocks += len(stored)
             if self._events is not None:
-                self._events.warm_stored(stored, version)
+                self._events.warm_stored(stored, version, self._ttl_ms)
         except TierUnavailable as exc:
             self._stats.warm_failures += 1
             self._stats.dropped_blocks += len(stored)

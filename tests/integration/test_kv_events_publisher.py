@@ -2,14 +2,17 @@
 
 A router's view: a SUB socket and the replay socket, msgpack decoded raw (this venv has
 no vLLM; tests/vllm/ decodes the same stream with vLLM's own KVEventBatch decoder). A
-weight change removes the old identity's pool blocks and stores them in the warm tier;
-a rollback's promotion stores them in the pool again; a dropped version's warm blocks
-are removed. Every hash is the connector's (router_hash) for the same block.
+new publisher starts with AllBlocksCleared; a weight change removes the old identity's
+pool blocks and stores them in the warm tier; a rollback's promotion stores them in the
+pool again; a dropped version's warm blocks are removed, and so are demoted blocks whose
+warm-tier ttl passed. Every hash is the connector's (router_hash) for the same block,
+every block's extra_keys the connector's scope entries.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,8 @@ import grpc
 import pytest
 from infercache.v1 import kv_pb2 as pb
 from infercache.v1 import kv_pb2_grpc
-from infercache_client.vllm.router_hash import event_hashes, request_scope
+from infercache_client.vllm.router_hash import event_hashes, request_scope, tenant_salt_digest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.processes import RedisServer, free_port
 from tests.support.sidecars import SidecarProcess
@@ -99,18 +103,19 @@ def hashes(events: list[dict[str, Any]], kind: str, medium: str) -> list[bytes]:
     ]
 
 
-@pytest.fixture
-def publishing(
-    redis_server: RedisServer, tmp_path: Path
+def _publishing(
+    redis_server: RedisServer, tmp_path: Path, warm_ttl_s: str = "86400"
 ) -> Iterator[tuple[SidecarProcess, Router]]:
     pub, replay = free_port(), free_port()
     sidecar = SidecarProcess(
         redis_server.url,
+        metrics=True,
         kv_pool_bytes="4KiB",
         kv_shm_dir=str(tmp_path),
         kv_promote_timeout_ms="2000",
         kv_events_endpoint=f"tcp://*:{pub}",
         kv_events_replay_endpoint=f"tcp://127.0.0.1:{replay}",
+        kv_warm_ttl_s=warm_ttl_s,
     )
     router = Router(f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{replay}")
     try:
@@ -119,6 +124,44 @@ def publishing(
     finally:
         router.close()
         sidecar.stop()
+
+
+@pytest.fixture
+def publishing(
+    redis_server: RedisServer, tmp_path: Path
+) -> Iterator[tuple[SidecarProcess, Router]]:
+    yield from _publishing(redis_server, tmp_path)
+
+
+@pytest.fixture
+def publishing_short_ttl(
+    redis_server: RedisServer, tmp_path: Path
+) -> Iterator[tuple[SidecarProcess, Router]]:
+    yield from _publishing(redis_server, tmp_path, warm_ttl_s="1")
+
+
+def extra_keys(a: pb.AttachHotTierResponse, fp: str) -> list[list[str]]:
+    """What the connector's events carry for a plain request of TENANT, less its adapter."""
+    return [
+        ["schema", "infercache.kv.event.v1"],
+        ["model", fp],
+        ["layout", "1x1x8/2/float16"],
+        ["scope", a.scope_id],
+        ["tenant_salt", tenant_salt_digest(TENANT, "")],
+    ]
+
+
+def publisher_counters(sidecar: SidecarProcess) -> dict[str, float]:
+    url = f"http://127.0.0.1:{sidecar.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    return {
+        s.labels["event"]: s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "infercache_kv_event_publisher_events"
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
 
 
 async def _attach(stub: kv_pb2_grpc.KvCacheServiceStub, fp: str) -> pb.AttachHotTierResponse:
@@ -167,9 +210,8 @@ async def test_weight_change_and_rollback_are_published_with_the_connectors_hash
             "LOCAL",
             2,
         )
-        assert (
-            stored["extra_keys"] == [[["schema", "infercache.kv.event.v1"], ["model", "fp-1"]]] * 2
-        )
+        assert stored["extra_keys"] == [extra_keys(v1, "fp-1")] * 2
+        assert events[0] == {"type": "AllBlocksCleared"}, "a new publisher voids earlier ones"
         assert (stored["token_ids"], stored["parent_block_hash"]) == ([], None)
 
         # In-place weight change: v1's blocks leave the pool and go to the warm tier.
@@ -181,7 +223,7 @@ async def test_weight_change_and_rollback_are_published_with_the_connectors_hash
         assert sorted(hashes(events, "BlockStored", "STORAGE")) == sorted(v1_hashes)
         warm = next(e for e in events if e["type"] == "BlockStored" and e["medium"] == "STORAGE")
         assert (warm["ownership"], warm["locality"]) == ("infercache-warm", "REMOTE")
-        assert warm["extra_keys"][0][1] == ["model", "fp-1"]
+        assert warm["extra_keys"] == [extra_keys(v1, "fp-1")] * len(warm["block_hashes"])
         await _save(stub, v2)
 
         # Rollback: v2's go to the warm tier, v1's come back to the pool when looked up.
@@ -211,3 +253,30 @@ async def test_weight_change_and_rollback_are_published_with_the_connectors_hash
     live = router.replay()
     assert router.live, "the PUB socket delivered batches to a subscriber"
     assert set(router.live) <= set(live), "what the PUB sent is what the replay buffer holds"
+    counters = publisher_counters(sidecar)
+    assert counters["published"] >= len(live)
+    assert (counters["dropped"], counters["send_failures"]) == (0, 0)
+
+
+async def test_demoted_blocks_are_removed_when_the_warm_tier_lets_them_expire(
+    publishing_short_ttl: tuple[SidecarProcess, Router],
+) -> None:
+    sidecar, router = publishing_short_ttl
+    async with grpc.aio.insecure_channel(sidecar.target) as channel:
+        stub = kv_pb2_grpc.KvCacheServiceStub(channel)
+        v1 = await _attach(stub, "fp-1")
+        v1_hashes = event_hashes(request_scope(v1.scope_id, TENANT, ""), CHAIN)
+        await _save(stub, v1)
+        await _attach(stub, "fp-2")  # v1's blocks go to the warm tier for 1 s
+        events = router.until(lambda ev: len(hashes(ev, "BlockRemoved", "STORAGE")) >= 2)
+        assert sorted(hashes(events, "BlockStored", "STORAGE")) == sorted(v1_hashes)
+        assert sorted(hashes(events, "BlockRemoved", "STORAGE")) == sorted(v1_hashes)
+        # The removal is the truth: a rollback finds nothing of v1 in the warm tier.
+        back = await _attach(stub, "fp-1")
+        hit = await stub.LookupPrefix(
+            pb.LookupPrefixRequest(
+                attachment_id=back.attachment_id, tenant=TENANT, block_hashes=CHAIN
+            ),
+            timeout=10,
+        )
+        assert (hit.matched_blocks, hit.retry_later) == (0, False)

@@ -20,9 +20,9 @@ import msgspec
 import pytest
 from infercache_client.vllm.chain import ChainScope, request_chain
 from infercache_client.vllm.router_hash import event_hashes, request_scope
-from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVEventBatch
+from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 
-from sidecar.events.builder import POOL, WARM, Event, Removed, Stored, batch_wire
+from sidecar.events.builder import POOL, WARM, Cleared, Event, Removed, Stored, batch_wire
 from sidecar.kv.layout import BlockKey
 from tests.support.kv_events import EventSubscriber
 from tests.support.processes import RedisServer, free_port
@@ -33,7 +33,13 @@ from tests.support.vllm_sidecar import SidecarServer
 SCOPE = "cd" * 32
 SAVED_BLOCKS = len(PROMPTS["a"]) // BLOCK_SIZE
 LOADABLE = (len(PROMPTS["a"]) - 1) // BLOCK_SIZE * BLOCK_SIZE
-EXTRA = (("schema", "infercache.kv.event.v1"), ("model", "fp-1"))
+EXTRA = (
+    ("schema", "infercache.kv.event.v1"),
+    ("model", "fp-1"),
+    ("layout", "2x4x8/16/float32"),
+    ("scope", SCOPE),
+    ("tenant_salt", "ab" * 32),
+)
 
 
 def test_the_sidecars_batches_are_vllms_bytes_for_the_same_events() -> None:
@@ -43,15 +49,17 @@ def test_the_sidecars_batches_are_vllms_bytes_for_the_same_events() -> None:
     keys = tuple(BlockKey(prefix + h) for h in chain)
     hashes = event_hashes(prefix, chain)
     ours: list[Event] = [
-        Stored(keys, POOL, BLOCK_SIZE, EXTRA),
+        Cleared(),
+        Stored(keys, POOL, BLOCK_SIZE, (EXTRA,) * len(keys)),
         Removed(keys[:1], POOL),
-        Stored(keys, WARM, 16, EXTRA),
+        Stored(keys, WARM, 16, (EXTRA,) * len(keys)),
     ]
     raw = msgspec.msgpack.encode(batch_wire(1.5, ours))
 
     theirs = KVEventBatch(
         ts=1.5,
         events=[
+            AllBlocksCleared(),
             BlockStored(
                 block_hashes=hashes,
                 parent_block_hash=None,
@@ -84,9 +92,10 @@ def test_the_sidecars_batches_are_vllms_bytes_for_the_same_events() -> None:
     )
     assert raw == msgspec.msgpack.encode(theirs), "vLLM's encoder makes the same bytes"
     decoded = msgspec.msgpack.Decoder(type=KVEventBatch).decode(raw)
-    assert decoded.events[0].block_hashes == hashes
-    assert isinstance(decoded.events[1], BlockRemoved)
-    assert decoded.events[2].medium == "STORAGE"
+    assert isinstance(decoded.events[0], AllBlocksCleared)
+    assert decoded.events[1].block_hashes == hashes
+    assert isinstance(decoded.events[2], BlockRemoved)
+    assert decoded.events[3].medium == "STORAGE"
 
 
 class PodIndex:
@@ -96,17 +105,21 @@ class PodIndex:
         self._sub, self._replay = subscriber, replay
         self.events: list[Any] = []
         self.where: dict[bytes, set[str]] = {}
-        self.model: dict[bytes, str] = {}
+        self.extra: dict[bytes, dict[str, str]] = {}
 
     def refresh(self) -> None:
         self.events = self._sub.replay(self._replay)
-        self.where, self.model = {}, {}
+        self.where, self.extra = {}, {}
+        assert isinstance(self.events[0], AllBlocksCleared), "a publisher starts with a clear"
         for e in self.events:
-            for h in e.block_hashes:
+            if isinstance(e, AllBlocksCleared):
+                self.where.clear()
+                continue
+            for i, h in enumerate(e.block_hashes):
                 media = self.where.setdefault(h, set())
                 if isinstance(e, BlockStored):
                     media.add(e.medium)
-                    self.model[h] = dict(tuple(p) for p in e.extra_keys[0])["model"]
+                    self.extra[h] = dict(tuple(p) for p in e.extra_keys[i])
                 elif isinstance(e, BlockRemoved):
                     media.discard(e.medium)
 
@@ -146,9 +159,9 @@ def publishing_sidecar(redis: RedisServer) -> Iterator[tuple[SidecarServer, PodI
     server.stop()
 
 
-def _run(model: Path, sidecar: SidecarServer) -> tuple[dict[str, Any], set[bytes], str]:
-    """A fresh engine answers prompt a: (its result, the hashes and model of the blocks its
-    connector published in vLLM's own stream)."""
+def _run(model: Path, sidecar: SidecarServer) -> tuple[dict[str, Any], set[bytes], dict[str, str]]:
+    """A fresh engine answers prompt a: (its result, the hashes and the extra_keys of the
+    blocks its connector published in vLLM's own stream)."""
     port = free_port()
     engine = EngineProcess(
         model,
@@ -165,40 +178,48 @@ def _run(model: Path, sidecar: SidecarServer) -> tuple[dict[str, Any], set[bytes
         engine.close()
     stored = seen.stored("CPU")
     assert stored, "the connector published nothing in vLLM's stream"
-    (model_fp,) = {dict(tuple(p) for p in e.extra_keys[0])["model"] for e in stored}
-    return result, seen.stored_hashes("CPU"), model_fp
+    extras = {tuple(tuple(p) for p in x) for e in stored for x in e.extra_keys}
+    assert len(extras) == 1, "one identity per run"
+    return result, seen.stored_hashes("CPU"), dict(extras.pop())
+
+
+def _sidecars(extra: dict[str, str]) -> dict[str, str]:
+    """What the sidecar's stream carries of the connector's extra_keys: all but the
+    adapter's entries (the adapter is in the chain hash the sidecar is given)."""
+    return {k: v for k, v in extra.items() if k not in ("lora", "adapter")}
 
 
 def test_weight_change_and_rollback_in_the_sidecars_stream(
     served_dir: Path, models: Models, publishing_sidecar: tuple[SidecarServer, PodIndex]
 ) -> None:
     sidecar, pod = publishing_sidecar
-    _first, v1, v1_model = _run(served_dir, sidecar)
+    _first, v1, v1_extra = _run(served_dir, sidecar)
     assert len(v1) == SAVED_BLOCKS
     assert pod.until(lambda p: p.holds(v1, "CPU")), (
         f"the sidecar's stream lacks the connector's hashes: {pod.events}"
     )
-    assert {pod.model[h] for h in v1} == {v1_model}
+    assert all(pod.extra[h] == _sidecars(v1_extra) for h in v1), (pod.extra, v1_extra)
 
     # Fine-tune in place: same path, other weights; the v2 engine's blocks are another identity.
     replace_weights(models.v2, served_dir)
-    stale, v2, v2_model = _run(served_dir, sidecar)
+    stale, v2, v2_extra = _run(served_dir, sidecar)
     assert stale["cached"] == 0
-    assert v2_model != v1_model
+    assert v2_extra["model"] != v1_extra["model"]
+    assert v2_extra["scope"] != v1_extra["scope"]
     assert not v1 & v2
     assert pod.until(
         lambda p: p.holds(v2, "CPU") and p.lacks(v1, "CPU") and p.holds(v1, "STORAGE")
     ), f"after the weight change: {pod.events}"
-    assert {pod.model[h] for h in v2} == {v2_model}
+    assert all(pod.extra[h] == _sidecars(v2_extra) for h in v2)
     removed = {h for e in pod.events if isinstance(e, BlockRemoved) for h in e.block_hashes}
     assert v1 <= removed, "v1's blocks were removed from the pool"
 
     # Roll back: v1's blocks come back from the warm tier and are stored in the pool again.
     replace_weights(models.v1, served_dir)
-    back, again, again_model = _run(served_dir, sidecar)
+    back, again, again_extra = _run(served_dir, sidecar)
     assert back["cached"] == LOADABLE
-    assert (again, again_model) == (v1, v1_model), "the same identity, the same hashes"
+    assert (again, again_extra) == (v1, v1_extra), "the same identity, the same hashes"
     assert pod.until(
         lambda p: p.holds(v1, "CPU") and p.lacks(v2, "CPU") and p.holds(v2, "STORAGE")
     ), f"after the rollback: {pod.events}"
-    assert {pod.model[h] for h in v1} == {v1_model}
+    assert all(pod.extra[h] == _sidecars(v1_extra) for h in v1)

@@ -19,3 +19,11 @@ WARM_OWNER = "infercache-warm"
 POOL_LOCALITY = "LOCAL"
 WARM_LOCALITY = "REMOTE"
 """`locality`, relative to the publishing pod."""
+
+
+def layout_label(
+    num_layers: int, num_kv_heads: int, head_dim: int, tokens_per_block: int, dtype: str
+) -> str:
+    """The `layout` entry of extra_keys: a short readable name of a KV layout, e.g.
+    `28x8x128/16/bfloat16` (the `scope` entry covers all of the layout exactly)."""
+    return f"{num_layers}x{num_kv_heads}x{head_dim}/{tokens_per_block}/{dtype}"

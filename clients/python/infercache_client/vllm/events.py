@@ -34,6 +34,7 @@ from infercache_client.vllm.event_schema import (
     SCHEMA,
     WARM_LOCALITY,
     WARM_OWNER,
+    layout_label,
 )
 from infercache_client.vllm.router_hash import event_hashes, request_scope, tenant_salt_digest
 
@@ -101,9 +102,9 @@ def stored_event(
 
 def layout_name(layout: Any) -> str:
     """A short readable name of a KvLayout (the scope id covers all of it exactly)."""
-    return (
-        f"{layout.num_layers}x{layout.num_kv_heads}x{layout.head_dim}"
-        f"/{layout.tokens_per_block}/{PB2.KvDtype.Name(layout.dtype)[9:].lower()}"
+    dtype = PB2.KvDtype.Name(layout.dtype).removeprefix("KV_DTYPE_").lower()
+    return layout_label(
+        layout.num_layers, layout.num_kv_heads, layout.head_dim, layout.tokens_per_block, dtype
     )
 
 

@@ -43,6 +43,7 @@ from sidecar.backends.redis.hits import RedisHitStore
 from sidecar.prewarm.embedded_hits import EmbeddedHitStore
 from sidecar.prewarm.hits import HitRecorder, HitStore
 from sidecar.results.cache import ResultCache
+from sidecar.results.parts import CacheWatchers
 
 SKETCH_SIZE = 10_000  # INFERCACHE_HIT_SKETCH_SIZE's default
 
@@ -56,14 +57,10 @@ def _recorder(retain: bool, store: HitStore | None = None) -> HitRecorder:
 def _observed_by(base: ResultCache, recorder: HitRecorder | None) -> ResultCache:
     """A cache over `base`'s tiers, rules and counters whose lookups `recorder` observes."""
     return ResultCache(
-        base.hot,
-        base.warm,
-        ttl=base.ttl,
-        max_payload_bytes=base.max_payload_bytes,
-        max_chunks=base.max_chunks,
+        base.tiers,
+        base.settings,
         freshness=base.freshness,
-        stats=base.stats,
-        observers=() if recorder is None else (recorder,),
+        watchers=CacheWatchers(base.stats, () if recorder is None else (recorder,)),
     )
 
 

@@ -53,8 +53,9 @@ from sidecar.prewarm.embedded_hits import EmbeddedHitStore
 from sidecar.prewarm.hits import HitRecorder, HitStore
 from sidecar.prewarm.runner import Prewarmer, PrewarmSettings
 from sidecar.prewarm.upstream import HttpModelServer, ModelServer
-from sidecar.results.cache import ResultCache
+from sidecar.results.cache import ResultCache, wall_clock_ms
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.results.parts import CacheAdmission, CacheSettings, CacheTiers, CacheWatchers
 from sidecar.results.types import LookupObserver
 from sidecar.shadow.build import build_shadow
 from sidecar.shadow.data_plane import DataPlaneVerifier
@@ -81,26 +82,30 @@ def build_cache(
     stores: Stores,
     freshness: Freshness,
     signer: LeaseSigner,
-    policy: PolicyHolder | None = None,
-    observers: Sequence[LookupObserver] = (),
-    pod: PodIdentity | IdentityCell | None = None,
+    admission: CacheAdmission,
+    observers: Sequence[LookupObserver],
 ) -> ResultCache:
-    """The result cache with the configured budgets, TTL, lease and cacheability policies;
+    """The result cache with the configured tiers, budgets, TTL and lease settings;
     `observers` see every lookup call after its counters (e.g. the prewarm HitRecorder)."""
     return ResultCache(
-        HotTier(config.tiers.hot_max_bytes, config.tiers.hot_max_entries),
-        stores.warm,
-        ttl=TtlPolicy.from_config(config.ttl),
-        max_payload_bytes=config.limits.max_payload_bytes,
-        max_chunks=config.limits.max_chunks,
+        CacheTiers(
+            HotTier(config.tiers.hot_max_bytes, config.tiers.hot_max_entries),
+            stores.warm,
+            holding=stores.holding,
+        ),
+        CacheSettings(
+            TtlPolicy.from_config(config.ttl),
+            max_payload_bytes=config.limits.max_payload_bytes,
+            max_chunks=config.limits.max_chunks,
+            leases=config.lease,
+        ),
         freshness=freshness,
         signer=signer,
-        leases=config.lease,
-        stats=CacheStats(config.telemetry.metrics_max_model_versions),
-        policy=policy,
-        observers=observers,
-        pod=pod,
-        holding=stores.holding,
+        watchers=CacheWatchers(
+            CacheStats(config.telemetry.metrics_max_model_versions), tuple(observers)
+        ),
+        admission=admission,
+        clock_ms=wall_clock_ms,
     )
 
 
@@ -263,9 +268,8 @@ async def build_app(
         stores,
         freshness,
         signer,
-        policy.holder,
+        CacheAdmission(policy.holder, identity),
         observers=() if recorder is None else (recorder,),
-        pod=identity,
     )
     audit = build_audit(config, stores, fleet, freshness.member_id)
     shadow = build_shadow(config, lambda: rules.epoch, cache.clock_ms, audit)

@@ -21,6 +21,7 @@ from sidecar.keys import InputKind, KeyRequest, Sampling, build_key
 from sidecar.policy.cacheability import PolicyHolder
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
+from sidecar.results.parts import CacheAdmission, CacheSettings, CacheTiers
 from sidecar.results.types import LookupQuery
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
@@ -35,13 +36,16 @@ async def stored_cache(policy: PolicyHolder | None = None) -> tuple[ResultCache,
     """A ResultCache with KEYS stored results, and their queries (each carrying its source
     request, as the data plane passes it) in batches of BATCH."""
     cache = ResultCache(
-        HotTier(64 * 1024 * 1024, 100_000),
-        EmbeddedWarmTier(256 * 1024 * 1024, 100_000),
-        ttl=TtlPolicy.from_config(TtlConfig()),
-        max_payload_bytes=1024 * 1024,
-        max_chunks=LimitsConfig().max_chunks,
+        CacheTiers(
+            HotTier(64 * 1024 * 1024, 100_000), EmbeddedWarmTier(256 * 1024 * 1024, 100_000)
+        ),
+        CacheSettings(
+            TtlPolicy.from_config(TtlConfig()),
+            max_payload_bytes=1024 * 1024,
+            max_chunks=LimitsConfig().max_chunks,
+        ),
         freshness=Freshness(EmbeddedControlStore(), RuleSet()),
-        policy=policy,
+        admission=CacheAdmission(policy or PolicyHolder()),
     )
     queries = []
     for i in range(KEYS):

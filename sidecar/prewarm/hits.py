@@ -99,7 +99,7 @@ class HitRecorder:
     """Keeps attached requests and counts hits, writing the retainable ones in the
     background.
 
-    A LookupObserver: the composition root passes it to ResultCache(observers=...),
+    A LookupObserver: the composition root passes it to ResultCache (CacheWatchers.observers),
     runs `run_merge_loop`, and closes it at shutdown; the Store handlers (and the
     gateway) call `attach`.
 

@@ -16,31 +16,27 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from sidecar import entries
-from sidecar.config import LeaseConfig
 from sidecar.entries import ChunkMeta, ComputeCost, Entry
 from sidecar.errors import InvalidArgument, TierUnavailable
-from sidecar.identity.cell import IdentityCell, as_cell
 from sidecar.identity.pod import PodIdentity
 from sidecar.invalidation.freshness import Freshness
 from sidecar.keys import CacheKey, KeyDigest
-from sidecar.observability.stats import CacheStats
-from sidecar.policy.cacheability import NO_TRAITS, PolicyHolder, RequestTraits, TenantPolicy
+from sidecar.policy.cacheability import NO_TRAITS, RequestTraits, TenantPolicy
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.chunks import check_finish_reason, chunk_table
 from sidecar.results.issuer import LeaseIssuer
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.observers import LookupCounter
+from sidecar.results.parts import CacheAdmission, CacheSettings, CacheTiers, CacheWatchers
 from sidecar.results.screen import screen_doubt, screen_policy, screen_quarantine
 from sidecar.results.single_flight import SingleFlight
 from sidecar.results.tier_reader import Found, TierReader
 from sidecar.results.types import (
-    LookupObserver,
     LookupQuery,
     LookupResult,
     Outcome,
@@ -49,8 +45,7 @@ from sidecar.results.types import (
 )
 from sidecar.results.warm_read import HoldTry, warm_read
 from sidecar.results.warm_write import warm_write
-from sidecar.tiers.base import HoldingStore, WarmItem, WarmTier
-from sidecar.tiers.hot import HotTier
+from sidecar.tiers.base import WarmItem
 from sidecar.verification.ledger import Ledger
 
 log = structlog.get_logger("infercache.cache")
@@ -61,78 +56,60 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class CacheSettings:
-    """The result cache's budgets and policies, fixed when it is built."""
-
-    ttl: TtlPolicy
-    max_payload_bytes: int
-    """Largest result a store accepts (INFERCACHE_MAX_PAYLOAD_BYTES)."""
-    max_chunks: int
-    """Most stream chunk boundaries a result may carry (INFERCACHE_MAX_CHUNKS)."""
-    leases: LeaseConfig = field(default_factory=LeaseConfig)
-
-
 class ResultCache:
     """Orchestrates tiers, invalidation rules and leases for result lookups and stores.
 
     A lookup call reads: screen (policy) -> hot -> warm -> lease the misses -> observe.
-    Built from a few parts, each made once here: its CacheSettings, a TierReader
-    (with the warm read chosen for the stores: warm_read.py), SingleFlight (which looks
-    again through the reader; the reader never calls it) and the lease issuer they share.
+    Given its tiers, settings, watchers and admission (values from parts.py), it makes
+    the rest once here: a TierReader (with the warm read chosen for the stores:
+    warm_read.py), SingleFlight (which looks again through the reader; the reader never
+    calls it) and the lease issuer they share.
     """
 
     def __init__(
         self,
-        hot: HotTier,
-        warm: WarmTier,
+        tiers: CacheTiers,
+        settings: CacheSettings,
         *,
-        ttl: TtlPolicy,
-        max_payload_bytes: int,
-        max_chunks: int,
         freshness: Freshness,
         signer: LeaseSigner | None = None,
-        leases: LeaseConfig | None = None,
-        stats: CacheStats | None = None,
-        policy: PolicyHolder | None = None,
-        observers: Sequence[LookupObserver] = (),
-        pod: PodIdentity | IdentityCell | None = None,
+        watchers: CacheWatchers | None = None,
+        admission: CacheAdmission | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
-        holding: HoldingStore | None = None,
     ) -> None:
         """`freshness` holds the rule set and the control store (leases, holds) this cache
-        answers by. Every lookup call is counted into `stats` and then shown to each of
-        `observers` in order (e.g. the prewarm HitRecorder). `holding`: `warm` and the
-        control store's holder keys as one store (lookups read and hold in one step,
-        stores write and release in one); None keeps them separate calls."""
-        self.settings = CacheSettings(ttl, max_payload_bytes, max_chunks, leases or LeaseConfig())
-        self.hot = hot
-        self.warm = warm
+        answers by; `signer` signs its leases (a random secret when None). By default
+        `watchers` are a new CacheStats and no observers, and `admission` is the built-in
+        policy and a pod without a fingerprint (no store refused for its weights)."""
+        watchers = CacheWatchers() if watchers is None else watchers
+        admission = CacheAdmission() if admission is None else admission
+        self.tiers = tiers
+        self.settings = settings
+        self.hot = tiers.hot
+        self.warm = tiers.warm
         self.freshness = freshness
         self.rules = freshness.rules
-        self.stats = stats or CacheStats()
-        self.policy = policy or PolicyHolder()
-        self.identity = as_cell(pod)
-        """Whose results may be stored: `store` refuses keys of weights the pod does not
-        run or is re-measuring; lookups relying on the latter miss."""
+        self.stats = watchers.stats
+        self.policy = admission.policy
+        self.identity = admission.identity
         self.stats.admit(self.identity.pod.model_version)  # the pod's own version first
         self.identity.on_swap(self._admit_new_identity)
         self._clock_ms = clock_ms
-        self._write = warm_write(warm, holding)
+        self._write = warm_write(tiers.warm, tiers.holding)
         self._background: set[asyncio.Task[None]] = set()
         issuer = LeaseIssuer(
-            signer or LeaseSigner(os.urandom(32)), freshness.rules, self.settings.leases, clock_ms
+            signer or LeaseSigner(os.urandom(32)), freshness.rules, settings.leases, clock_ms
         )
         # How lookups read the warm tier is decided here, once, by the stores given.
         self._reader = TierReader(
-            hot,
-            warm,
+            tiers.hot,
+            tiers.warm,
             freshness,
             self.stats,
             clock_ms,
             self._spawn,
-            warm_read(warm, holding, issuer),
-            ttl.max_s,
+            warm_read(tiers.warm, tiers.holding, issuer),
+            settings.ttl.max_s,
         )
         self._flight = SingleFlight(
             freshness.control,
@@ -146,7 +123,7 @@ class ResultCache:
         # The counter is called directly (a bound method): with no other observer, a
         # lookup call costs what the inline counting it replaced did.
         self._count = LookupCounter(self.stats).observe
-        self._observers = tuple(observers)
+        self._observers = watchers.observers
         self.verification: Ledger | None = None
         """Shadow verification's state: lookups in a quarantined scope are BYPASS."""
 

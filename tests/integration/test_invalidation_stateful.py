@@ -50,6 +50,7 @@ from sidecar.observability.stats import CacheStats
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.results.parts import CacheSettings, CacheTiers
 from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus, TierName
 from sidecar.testing import Clock
 from sidecar.tiers.base import WarmTier
@@ -172,19 +173,20 @@ class InvalidationMachine(RuleBasedStateMachine):
         rules = RuleSet()
         self.freshness = Freshness(self.control, rules)
         self.cache = ResultCache(
-            HotTier(1 << 30, HOT_ENTRIES),
-            self.warm,
-            ttl=TtlPolicy(DEFAULT_TTL_S, MAX_TTL_S),
-            max_payload_bytes=1 << 20,
-            max_chunks=LimitsConfig().max_chunks,
+            CacheTiers(HotTier(1 << 30, HOT_ENTRIES), self.warm),
+            CacheSettings(
+                TtlPolicy(DEFAULT_TTL_S, MAX_TTL_S),
+                max_payload_bytes=1 << 20,
+                max_chunks=LimitsConfig().max_chunks,
+                leases=LeaseConfig(
+                    ttl_s=LEASE_TTL_S,
+                    hold_ttl_ms=HOLD_TTL_MS,
+                    allow_unleased_store=True,
+                    unleased_window_s=UNLEASED_WINDOW_S,
+                ),
+            ),
             freshness=self.freshness,
             signer=LeaseSigner(os.urandom(32)),
-            leases=LeaseConfig(
-                ttl_s=LEASE_TTL_S,
-                hold_ttl_ms=HOLD_TTL_MS,
-                allow_unleased_store=True,
-                unleased_window_s=UNLEASED_WINDOW_S,
-            ),
             clock_ms=self.clock,
         )
         self.invalidator = Invalidator(self.control, self.freshness, self.warm)

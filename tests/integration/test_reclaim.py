@@ -21,6 +21,7 @@ from sidecar.keys import CacheKey, InputKind, KeyDigest, KeyRequest, build_key
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.results.parts import CacheSettings, CacheTiers
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 from sidecar.tiers.base import WarmItem, WarmTier
 from sidecar.tiers.embedded import EmbeddedWarmTier
@@ -70,11 +71,12 @@ async def node(request: pytest.FixtureRequest) -> AsyncIterator[Node]:
     freshness = Freshness(control, rules, bound_s=0.3)
     await freshness.refresh()
     cache = ResultCache(
-        HotTier(1 << 30, 100_000),
-        warm,
-        ttl=TtlPolicy.from_config(TtlConfig()),
-        max_payload_bytes=1 << 20,
-        max_chunks=LimitsConfig().max_chunks,
+        CacheTiers(HotTier(1 << 30, 100_000), warm),
+        CacheSettings(
+            TtlPolicy.from_config(TtlConfig()),
+            max_payload_bytes=1 << 20,
+            max_chunks=LimitsConfig().max_chunks,
+        ),
         freshness=freshness,
         signer=LeaseSigner(os.urandom(32)),
     )

@@ -19,6 +19,7 @@ from sidecar.keys import InputKind, KeyRequest, build_key
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
 from sidecar.results.lease_tokens import LeaseSigner
+from sidecar.results.parts import CacheSettings, CacheTiers
 from sidecar.results.types import LookupQuery, Outcome
 from sidecar.tiers.hot import HotTier
 from tests.support.cluster import RedisClusterProcesses
@@ -60,11 +61,12 @@ async def test_rule_committed_just_before_ours_is_applied(
     control: Any = CommitsRightBefore(mine, other, Selector(tenant="acme"))
     freshness = Freshness(control, rules, bound_s=0.3)
     cache = ResultCache(
-        HotTier(1 << 20, 100),
-        warm,
-        ttl=TtlPolicy.from_config(TtlConfig()),
-        max_payload_bytes=1 << 20,
-        max_chunks=LimitsConfig().max_chunks,
+        CacheTiers(HotTier(1 << 20, 100), warm),
+        CacheSettings(
+            TtlPolicy.from_config(TtlConfig()),
+            max_payload_bytes=1 << 20,
+            max_chunks=LimitsConfig().max_chunks,
+        ),
         freshness=freshness,
         signer=LeaseSigner(b"x" * 32),
     )

@@ -13,6 +13,7 @@ import pytest
 from sidecar.api.observe import RpcObserver
 from sidecar.api.rpc import rpc
 from sidecar.errors import FailedPrecondition, InfercacheError, InvalidArgument
+from sidecar.identity.cell import IdentityCell
 from sidecar.identity.pod import PodIdentity
 from sidecar.identity.resolver import KeyResolver
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
@@ -23,6 +24,7 @@ from sidecar.observability.stats import RpcStats
 from sidecar.observability.telemetry import Telemetry
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
+from sidecar.results.parts import CacheAdmission, CacheSettings, CacheTiers
 from sidecar.results.types import LookupQuery, Outcome
 from sidecar.tiers.embedded import EmbeddedWarmTier
 from sidecar.tiers.hot import HotTier
@@ -193,13 +195,10 @@ async def test_result_cache_store_refuses_foreign_weights() -> None:
     """ResultCache.store itself refuses a result of weights the pod does not run, before
     anything is written, so no entry point (Store, StoreStream, prewarm) can forget it."""
     cache = ResultCache(
-        HotTier(1 << 20, 100),
-        EmbeddedWarmTier(1 << 20, 100),
-        ttl=TtlPolicy(3600, 86400),
-        max_payload_bytes=1024,
-        max_chunks=64,
+        CacheTiers(HotTier(1 << 20, 100), EmbeddedWarmTier(1 << 20, 100)),
+        CacheSettings(TtlPolicy(3600, 86400), max_payload_bytes=1024, max_chunks=64),
         freshness=Freshness(EmbeddedControlStore(), RuleSet()),
-        pod=POD,
+        admission=CacheAdmission(identity=IdentityCell(POD)),
     )
     keys = KeyResolver(POD, KeyLimits())
     foreign = keys.resolve(_request(model_version="fp-other"))

@@ -7,38 +7,25 @@ from collections.abc import Sequence
 import pytest
 
 from sidecar import entries
-from sidecar.config import LimitsConfig
 from sidecar.entries import ComputeCost, Entry
 from sidecar.errors import InvalidArgument
-from sidecar.invalidation.embedded_store import EmbeddedControlStore
-from sidecar.invalidation.freshness import Freshness
-from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import CacheKey
 from sidecar.observability.stats import CacheStats
 from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
 from sidecar.results.observers import LookupLog
+from sidecar.results.parts import CacheWatchers
 from sidecar.results.types import LookupQuery, LookupResult, Outcome, StoreStatus, TierName
 from sidecar.testing import T0_MS, Clock, FlakyWarmTier
 from sidecar.tiers.base import WarmItem
-from sidecar.tiers.hot import HotTier
+from tests.support.caches import HOUR_TTL, MAX_PAYLOAD, unit_cache
 from tests.support.keys import cache_key
-
-MAX_PAYLOAD = 1024
 
 
 def make_cache(
     flaky_warm: FlakyWarmTier, clock: Clock, ttl: TtlPolicy | None = None, hot_entries: int = 1000
 ) -> ResultCache:
-    return ResultCache(
-        HotTier(10**7, hot_entries),
-        flaky_warm,
-        ttl=ttl or TtlPolicy(default_s=3600, max_s=86400),
-        max_payload_bytes=MAX_PAYLOAD,
-        max_chunks=LimitsConfig().max_chunks,
-        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
-        clock_ms=clock,
-    )
+    return unit_cache(flaky_warm, clock, ttl=ttl or HOUR_TTL, hot_entries=hot_entries)
 
 
 @pytest.fixture
@@ -89,17 +76,7 @@ async def test_observers_see_each_lookup_call_once_with_its_final_results(
         def observe(self, queries: Sequence[LookupQuery], results: Sequence[LookupResult]) -> None:
             seen_counts.append(stats.total("lookups"))
 
-    cache = ResultCache(
-        HotTier(10**7, 1000),
-        flaky_warm,
-        ttl=TtlPolicy(default_s=3600, max_s=86400),
-        max_payload_bytes=MAX_PAYLOAD,
-        max_chunks=LimitsConfig().max_chunks,
-        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
-        stats=stats,
-        observers=(log, CountsFirst()),
-        clock_ms=clock,
-    )
+    cache = unit_cache(flaky_warm, clock, watchers=CacheWatchers(stats, (log, CountsFirst())))
     stored, fresh = cache_key("stored"), cache_key("fresh")
     await store(cache, stored)
     batch = [LookupQuery(stored), LookupQuery(fresh)]

@@ -8,20 +8,15 @@ from __future__ import annotations
 import asyncio
 
 from sidecar import entries
-from sidecar.backends.embedded_holding import EmbeddedHolding
-from sidecar.config import LimitsConfig
 from sidecar.entries import Entry
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
-from sidecar.invalidation.freshness import Freshness
-from sidecar.invalidation.rules import RuleSet
 from sidecar.keys import KeyDigest
-from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 from sidecar.testing import Clock
 from sidecar.tiers.base import WarmItem
 from sidecar.tiers.embedded import EmbeddedWarmTier
-from sidecar.tiers.hot import HotTier
+from tests.support.caches import held_cache
 from tests.support.keys import cache_key
 
 
@@ -44,17 +39,7 @@ class CountingControl(EmbeddedControlStore):
 
 def _cache(clock: Clock) -> tuple[ResultCache, CountingControl, EmbeddedWarmTier]:
     control = CountingControl(clock)
-    warm = EmbeddedWarmTier(10**7, 10**5, clock_ms=clock, epoch_source=control.epoch_now)
-    cache = ResultCache(
-        HotTier(10**7, 1000),
-        warm,
-        ttl=TtlPolicy(default_s=3600, max_s=86400),
-        max_payload_bytes=1024,
-        max_chunks=LimitsConfig().max_chunks,
-        freshness=Freshness(control, RuleSet()),
-        clock_ms=clock,
-        holding=EmbeddedHolding(warm, control),
-    )
+    cache, warm = held_cache(clock, control)
     return cache, control, warm
 
 

@@ -6,11 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from sidecar.config import LimitsConfig
 from sidecar.errors import InvalidArgument
-from sidecar.invalidation.embedded_store import EmbeddedControlStore
-from sidecar.invalidation.freshness import Freshness
-from sidecar.invalidation.rules import RuleSet
 from sidecar.observability.stats import CacheStats
 from sidecar.policy.cacheability import (
     BypassReason,
@@ -19,14 +15,12 @@ from sidecar.policy.cacheability import (
     RequestTraits,
     TenantPolicy,
 )
-from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
+from sidecar.results.parts import CacheAdmission, CacheWatchers
 from sidecar.results.types import LookupQuery, Outcome, StoreStatus
 from sidecar.testing import Clock, FlakyWarmTier
-from sidecar.tiers.hot import HotTier
+from tests.support.caches import MAX_PAYLOAD, unit_cache
 from tests.support.keys import cache_key
-
-MAX_PAYLOAD = 1024
 
 CLOSED = Policy(
     TenantPolicy(deterministic_only=True, max_entry_bytes=100),
@@ -44,16 +38,8 @@ def holder() -> PolicyHolder:
 def cache(flaky_warm: FlakyWarmTier, clock: Clock, holder: PolicyHolder) -> ResultCache:
     stats = CacheStats()
     stats.admit("m1")  # the version this fleet stores: it has its own label
-    return ResultCache(
-        HotTier(10**7, 1000),
-        flaky_warm,
-        ttl=TtlPolicy(3600, 86400),
-        max_payload_bytes=MAX_PAYLOAD,
-        max_chunks=LimitsConfig().max_chunks,
-        freshness=Freshness(EmbeddedControlStore(), RuleSet()),
-        stats=stats,
-        policy=holder,
-        clock_ms=clock,
+    return unit_cache(
+        flaky_warm, clock, watchers=CacheWatchers(stats), admission=CacheAdmission(holder)
     )
 
 

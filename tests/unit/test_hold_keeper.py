@@ -8,21 +8,18 @@ import asyncio
 import pytest
 
 from sidecar.backends.embedded_holding import EmbeddedHolding
-from sidecar.config import LeaseConfig, LimitsConfig
+from sidecar.config import LeaseConfig
 from sidecar.entries import Entry
 from sidecar.invalidation.embedded_store import EmbeddedControlStore
-from sidecar.invalidation.freshness import Freshness
 from sidecar.invalidation.rules import Rule, RuleSet, Selector
 from sidecar.keys import KeyDigest
-from sidecar.policy.ttl import TtlPolicy
 from sidecar.results.cache import ResultCache
 from sidecar.results.hold_keeper import HoldKeeper
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.types import LookupQuery, Outcome
 from sidecar.testing import Clock
 from sidecar.tiers.base import WarmItem
-from sidecar.tiers.embedded import EmbeddedWarmTier
-from sidecar.tiers.hot import HotTier
+from tests.support.caches import held_cache
 from tests.support.keys import cache_key
 
 TTL_MS = 800
@@ -140,18 +137,7 @@ async def test_renewal_runs_on_its_own_while_holds_are_kept(clock: Clock) -> Non
 
 def _cache(clock: Clock) -> ResultCache:
     control = EmbeddedControlStore(clock_ms=clock)
-    warm = EmbeddedWarmTier(10**7, 10**5, clock_ms=clock, epoch_source=control.epoch_now)
-    return ResultCache(
-        HotTier(10**7, 1000),
-        warm,
-        ttl=TtlPolicy(default_s=3600, max_s=86400),
-        max_payload_bytes=1024,
-        max_chunks=LimitsConfig().max_chunks,
-        freshness=Freshness(control, RuleSet()),
-        clock_ms=clock,
-        holding=EmbeddedHolding(warm, control),
-        leases=LeaseConfig(hold_ttl_ms=TTL_MS),
-    )
+    return held_cache(clock, control, leases=LeaseConfig(hold_ttl_ms=TTL_MS))[0]
 
 
 async def test_waiters_that_cannot_use_the_entry_wait_for_its_one_recomputation(
@@ -219,18 +205,7 @@ async def test_a_hold_won_before_the_hot_tier_is_updated_finds_the_warm_entry(
     """Between a holder's write-and-release and its hot tier's update, a waiter's watch
     wins the hold, and a new lookup takes it too: both must read the result from the warm
     tier (where it is), not take the old hot entry for "nothing there" and compute again."""
-    control = EmbeddedControlStore(clock_ms=clock)
-    warm = EmbeddedWarmTier(10**7, 10**5, clock_ms=clock, epoch_source=control.epoch_now)
-    cache = ResultCache(
-        HotTier(10**7, 1000),
-        warm,
-        ttl=TtlPolicy(default_s=3600, max_s=86400),
-        max_payload_bytes=1024,
-        max_chunks=LimitsConfig().max_chunks,
-        freshness=Freshness(control, RuleSet()),
-        clock_ms=clock,
-        holding=SlowReply(warm, control),
-    )
+    cache = held_cache(clock, EmbeddedControlStore(clock_ms=clock), SlowReply)[0]
     k = cache_key("replaced while a waiter watches")
     first = await cache.lookup(LookupQuery(k, 0))
     await cache.store(k, b"old form", lease_token=first.lease)

@@ -6,8 +6,9 @@ and how many times it answered "not known yet", each a scheduler step; lookup_rp
 probe itself, on its thread), the pin
 (_pin), the copy from the pool into vLLM's paged cache (load_blocks; copy_runs counts
 its runs of consecutive slots and blocks), the torn check after it, the save of new
-prompt blocks (wait_for_save: allocate, copy, commit, release) and the end of the
-request (its pins released). take() returns seconds per part summed since the last
+prompt blocks (wait_for_save: waiting for the allocation, then the copy into the slots,
+save_copy; the commit and release run behind it) and the end of the request (its pins
+released). take() returns seconds per part summed since the last
 take(), and clears. Wrapping costs about a microsecond per call, far below the parts'
 milliseconds.
 """
@@ -43,7 +44,7 @@ def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 def install() -> None:
     """Wrap the connector's parts (call before the engine is built)."""
     from infercache_client.kv.client import HotTier
-    from infercache_client.vllm import paged, probes, scheduler, worker
+    from infercache_client.vllm import paged, probes, saves, scheduler, worker
 
     targets: list[tuple[str, Any, str]] = [
         ("lookup", scheduler.SchedulerSide, "get_num_new_matched_tokens"),
@@ -56,6 +57,7 @@ def install() -> None:
         ("runs", paged, "runs"),
         ("torn_check", HotTier, "torn_blocks"),
         ("save", worker.WorkerSide, "wait_for_save"),
+        ("save_copy", saves, "save_blocks"),
     ]
     for name, owner, attr in targets:
         if hasattr(owner, attr):  # an older connector may lack one (runs): not timed

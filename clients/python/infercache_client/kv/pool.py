@@ -22,6 +22,8 @@ import torch
 from infercache.v1 import kv_pb2 as PB2
 from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
+from infercache_client.kv.prefault import Prefaulter, slot_ranges
+
 # Untyped in torch; this is the consumer half of torch's own CUDA tensor pickling.
 _rebuild_cuda_tensor: Callable[..., torch.Tensor] = rebuild_cuda_tensor
 
@@ -152,8 +154,14 @@ def map_pool(handle: PB2.PoolHandle) -> KvPool:
     else:
         raise PoolUnavailable(f"unknown pool location {kind!r}")
     generations = _map_generations(handle) if handle.HasField("generations") else None
+    prefaulter = Prefaulter(raw.data_ptr(), raw.numel()) if kind == "shared_memory" else None
     return KvPool(
-        raw, torch_dtype(handle.dtype), tuple(handle.slot_shape), handle.block_bytes, generations
+        raw,
+        torch_dtype(handle.dtype),
+        tuple(handle.slot_shape),
+        handle.block_bytes,
+        generations,
+        prefaulter,
     )
 
 
@@ -189,10 +197,12 @@ class KvPool:
         slot_shape: Sequence[int],
         block_bytes: int,
         generations: memoryview | None = None,
+        prefaulter: Prefaulter | None = None,
     ) -> None:
         """`raw` is the uint8 pool [num_slots, slot_bytes]; `slot_shape` is [L, 2, T, H, D];
         `generations` the slots' int64 generations, a read-only view of num_slots items
-        (None: not shared)."""
+        (None: not shared); `prefaulter`: maps slots ahead of writes (a shared-memory
+        pool; None: nothing to do)."""
         if len(slot_shape) != 5 or slot_shape[1] != 2:
             raise PoolUnavailable(f"slot shape {list(slot_shape)} is not [layers, 2, T, H, D]")
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -207,6 +217,8 @@ class KvPool:
             raise PoolUnavailable(f"{len(generations)} generations for {raw.shape[0]} slots")
         self.raw = raw
         self.generations = generations
+        self._prefaulter = prefaulter
+        self._block_bytes = block_bytes
         self.dtype = dtype
         self.slot_shape = tuple(slot_shape)
         # [num_slots, L, 2, T, H, D]; slot padding beyond block_bytes is sliced off.
@@ -242,6 +254,14 @@ class KvPool:
         view = self.generations
         now = [view[s] for s in slot_ids]
         return tuple(i for i, (a, b) in enumerate(zip(now, generations, strict=True)) if a != b)
+
+    def prefault(self, slot_ids: Sequence[int]) -> bool:
+        """Map the slots into this process before they are written (prefault.py), off
+        the thread that will copy; False when the pages cannot be had (do not write)."""
+        if self._prefaulter is None or not slot_ids:
+            return True
+        ranges = slot_ranges(slot_ids, int(self.raw.shape[1]), self._block_bytes)
+        return self._prefaulter.populate(ranges)
 
     def slot(self, slot_id: int) -> torch.Tensor:
         """One block [num_layers, 2, tokens, kv_heads, head_dim] (a view)."""

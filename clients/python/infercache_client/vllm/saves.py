@@ -6,7 +6,8 @@ blocks are freed and reused at once), so the copy out of them stays in wait_for_
 Everything else moves off the forward pass:
 
 - allocate runs on a background thread from the moment vLLM binds the step's metadata
-  (before the forward pass), so the slots are usually there when the copy starts;
+  (before the forward pass), so the slots are usually there when the copy starts, and
+  mapped into this process (kv/prefault.py: the copy then does not fault page by page);
 - commit and release run on the same background thread after the copy: the slots are
   leased to this worker and unpublished until the commit, which the sidecar seals over
   what they hold then, so a save is never visible half-written; a commit that fails or
@@ -99,7 +100,17 @@ class Saver:
         self._thread.submit(self._commit, tier, alloc, spec)
 
     def _allocate(self, count: int) -> tuple[Any, Any] | None:
-        return self._link.call("allocate", lambda tier: (tier, tier.allocate(count)))
+        allocated = self._link.call("allocate", lambda tier: (tier, tier.allocate(count)))
+        if allocated is None:
+            return None
+        tier, alloc = allocated
+        # Here, not in the copy: the slots' pages come into this process while the
+        # forward pass runs (kv/prefault.py).
+        if not tier.pool.prefault(alloc.slot_ids):
+            log.warning("infercache: no memory for %d pool slots; not saved", count)
+            self._link.release(tier, alloc.lease.lease_id)
+            return None
+        return tier, alloc
 
     def _commit(self, tier: Any, alloc: Any, spec: SaveSpec) -> None:
         started = time.perf_counter()

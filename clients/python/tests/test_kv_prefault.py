@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from infercache_client.kv.prefault import PAGE, Prefaulter, slot_ranges
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux madvise")

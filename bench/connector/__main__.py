@@ -11,7 +11,9 @@ parameters), and so are the prompts: random token ids, a ~1,500-token prefix.
 - recompute: engine C (no connector) answers a prompt it has never seen.
 - vLLM APC hit: engine C again, the same prompt a second time (its own prefix cache).
 - miss: engine A (infercache connector) answers prompts nobody has seen: the connector
-  looks up, finds nothing, and saves the prefix's KV to the sidecar.
+  looks up, finds nothing, and saves the prefix's KV to the sidecar; then MISS_PAIRS
+  more pairs of fresh engines (a connector-less one, one with infercache's) answer more
+  such prompts (pairs.py: one engine pair's luck is larger than a miss's overhead).
 - infercache hit: engine B, fresh, answers A's prompts: the prefix comes from the sidecar.
   Inside B each part of the connector is timed per hit (bench/connector/parts.py): the
   lookup as the engine loop waits for it, the pin, the copy, the torn check, the save.
@@ -37,8 +39,8 @@ blocks, plain and salted, whose hash infercache_client.vllm.router_hash computes
 published).
 
 - throttled (bench/connector/throttled.py): a second sidecar whose Redis is behind a
-  2 MB/s proxy the bench runs; the prompts' KV is only in Redis; a fresh engine W
-  answers them beside a connector-less engine: loading loses, W must recompute.
+  2 MB/s proxy the bench runs; the prompts' KV is only in Redis; fresh engines W
+  answer them beside connector-less engines (5 pairs): loading loses, W must recompute.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from pathlib import Path
 from bench.connector.engines import Answer, Engine, engine_forks, make_models, vllm_venv
 from bench.connector.events import parity
 from bench.connector.model import vocab_size
+from bench.connector.pairs import interleaved_pairs
 from bench.connector.throttled import throttled
 from bench.harness.procs import SidecarSpec, interrupt_on
 from bench.harness.report import print_head, print_summary
@@ -70,6 +73,8 @@ BLOCK_SIZE = 32
 MAX_TOKENS = 8
 KV_CACHE_BYTES = 512 << 20
 SMOKE_KV_CACHE_BYTES = 64 << 20
+MISS_PAIRS = 4
+"""Fresh engine pairs that add misses beside A's (none in a smoke run)."""
 
 
 def prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
@@ -213,6 +218,12 @@ def scenarios(
     b.close()
     c.close()
     slow_base, slow = throttled(run, rounds, length, root, stack)
+    if not run.smoke:  # more misses, over fresh pairs of engines (pairs.py)
+        print(f"  misses over {MISS_PAIRS} more engine pairs:")
+        per_pair = [[run.prompt(length) for _ in range(rounds + 1)] for _ in range(MISS_PAIRS)]
+        more_base, more = interleaved_pairs(run, lambda: run.spawn("infercache"), per_pair, length)
+        recompute += more_base
+        misses += more
     probe = shared[0]
     ex = run.ready(early_ex or run.spawn("example", example))
     ex.ttft(probe, MAX_TOKENS)  # saves the probe's v1 KV to disk, keyed by its tokens

@@ -14,13 +14,7 @@ measures it; the next ones recompute without waiting on it. That first request i
 engine's first long prompt, and an engine's first long prompt is slower anyway (both
 engines answer one before the measured rounds; their times are printed, not counted).
 
-Two engines of the same build on this machine differ by up to 8% in TTFT for their
-whole life (two connector-less engines, 10 interleaved rounds, three trials: 0.918,
-0.998, 0.963), more than the overhead measured here. So the run uses PAIRS pairs of
-fresh engines (a connector-less one and a W), each pair answering `rounds` prompts, and
-the ratio is over all of them: one engine's luck weighs a fifth. In each round the
-engine that answers first alternates, so that neither always runs right after the
-other's background work (W's commit, the sidecar's seal).
+The measured rounds run over PAIRS fresh engine pairs (pairs.py: why, and how).
 """
 
 from __future__ import annotations
@@ -32,6 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.connector.pairs import interleaved_pairs
 from bench.harness.procs import SidecarSpec, redis_server
 from tests.support.throttle import ThrottledProxy
 
@@ -93,41 +88,16 @@ def throttled(
     switch.close()
     print(f"  warm tier: {_dbsize(redis.port)} keys, link throttled to {THROTTLE_BPS} B/s")
     proxy.rate = THROTTLE_BPS
-    recompute: list[Answer] = []
-    loaded: list[Answer] = []
-    # Where the CPU goes while W answers (the sidecar promotes and samples over the link,
-    # this process pumps the link): on two cores it is taken from the engines.
+    # Where the CPU goes while the pairs run, engine starts included (the sidecar attaches,
+    # promotes and samples over the link, this process pumps the link): on two cores it
+    # is taken from the engines.
     pids = {"sidecar": sidecar.pid, "redis": redis.pid, "proxy (this process)": os.getpid()}
-    used = dict.fromkeys(pids, 0.0)
-    for k in range(pairs):
-        base = run.ready(run.spawn("none"))
-        w = run.ready(run.spawn("infercache", {"sidecar": target}))
-        ours = prompts[k * (rounds + 1) : (k + 1) * (rounds + 1)]
-        # Not measured: each engine's first long prompt (W's meets the unmeasured link).
-        first_base = base.ttft(run.prompt(length), MAX_TOKENS)
-        first_w = w.ttft(ours[0], MAX_TOKENS)
-        before = {name: _cpu_s(pid) for name, pid in pids.items()}
-        pair_base: list[Answer] = []
-        pair_w: list[Answer] = []
-        for i, p in enumerate(ours[1:]):
-            own = run.prompt(length)
-            if i % 2:
-                pair_w.append(w.ttft(p, MAX_TOKENS))
-                pair_base.append(base.ttft(own, MAX_TOKENS))
-            else:
-                pair_base.append(base.ttft(own, MAX_TOKENS))
-                pair_w.append(w.ttft(p, MAX_TOKENS))
-        for name, pid in pids.items():
-            used[name] += _cpu_s(pid) - before[name]
-        base.close()
-        w.close()
-        print(
-            f"  pair {k}: W {' '.join(f'{a.ttft_s:.3f}' for a in pair_w)} s "
-            f"(first {first_w.ttft_s:.3f}); beside it "
-            f"{' '.join(f'{a.ttft_s:.3f}' for a in pair_base)} s (first {first_base.ttft_s:.3f})"
-        )
-        recompute += pair_base
-        loaded += pair_w
-    print("  CPU s during W's rounds: " + ", ".join(f"{k} {v:.2f}" for k, v in used.items()))
+    before = {name: _cpu_s(pid) for name, pid in pids.items()}
+    per_pair = [prompts[k * (rounds + 1) : (k + 1) * (rounds + 1)] for k in range(pairs)]
+    recompute, loaded = interleaved_pairs(
+        run, lambda: run.spawn("infercache", {"sidecar": target}), per_pair, length
+    )
+    used = {name: _cpu_s(pid) - before[name] for name, pid in pids.items()}
+    print("  CPU s during the pairs: " + ", ".join(f"{k} {v:.2f}" for k, v in used.items()))
     sidecar.check_alive()
     return recompute, loaded

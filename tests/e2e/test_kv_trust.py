@@ -18,7 +18,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,9 @@ import torch
 from infercache.v1 import kv_pb2 as pb
 from infercache.v1 import kv_pb2_grpc
 from infercache_client.kv import KvCacheClient, kv_layout, map_pool
-from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.kv.layout import version_tag
+from tests.support.metrics import event_counters
 from tests.support.processes import RedisServer
 from tests.support.sidecars import SidecarProcess
 
@@ -239,20 +238,6 @@ def test_a_process_of_another_trust_domain_cannot_reach_a_tenants_blocks(
 # -- (b) a block altered behind the sidecar's back --------------------------------------
 
 
-def kv_events(proc: SidecarProcess) -> dict[str, float]:
-    """infercache_kv_events_total by event, scraped from /metrics."""
-    url = f"http://127.0.0.1:{proc.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        text = resp.read().decode()
-    return {
-        s.labels["event"]: s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "infercache_kv_events"
-        for s in family.samples
-        if s.name.endswith("_total")
-    }
-
-
 def warm_count(server: RedisServer, fingerprint: str) -> int:
     client = redis.Redis.from_url(server.url)
     try:
@@ -323,7 +308,7 @@ def test_an_altered_block_is_never_handed_out_nor_demoted(
             hit = lookup([b"b0", b"b1", b"b2"])
             assert list(hit.slot_ids) == [b[0]]  # cut before the altered block
             assert lookup([b"b0", b"b1", b"b2"]).matched_blocks == 1  # and it is gone
-            assert kv_events(proc).get("altered_blocks") == 1
+            assert event_counters(proc, "infercache_kv_events").get("altered_blocks") == 1
 
             # c1 was never looked up: the demotion finds it altered and leaves it out.
             v2 = stub.AttachHotTier(
@@ -331,8 +316,8 @@ def test_an_altered_block_is_never_handed_out_nor_demoted(
             )
             assert v2.attachment_id
             deadline = time.monotonic() + 10
-            while kv_events(proc).get("altered_blocks") != 2:
-                assert time.monotonic() < deadline, kv_events(proc)
+            while event_counters(proc, "infercache_kv_events").get("altered_blocks") != 2:
+                assert time.monotonic() < deadline, event_counters(proc, "infercache_kv_events")
                 time.sleep(0.05)
             time.sleep(0.2)
             assert warm_count(redis_server, "fp-v1") == 3  # b0, b2, c0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,10 +14,10 @@ import pytest
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
 from infercache_client.fingerprint import fingerprint
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.checkpoints import llama_tensors, lora_tensors, write_adapter, write_model
 from tests.support.keys import key
+from tests.support.metrics import event_counters
 from tests.support.sidecars import SidecarProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -50,20 +49,6 @@ def store_code(client: CacheClient, k: pb.CacheKey, payload: bytes) -> str:
         return str(code.name) + (" (re-measuring)" if remeasuring else "")
     assert out.outcome == pb.STORE_OUTCOME_STORED
     return "OK"
-
-
-def identity_events(proc: SidecarProcess) -> dict[str, float]:
-    """infercache_identity_events_total by event, scraped from /metrics."""
-    url = f"http://127.0.0.1:{proc.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        text = resp.read().decode()
-    return {
-        s.labels["event"]: s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "infercache_identity_events"
-        for s in family.samples
-        if s.name.endswith("_total")
-    }
 
 
 @pytest.fixture
@@ -128,7 +113,7 @@ def test_replaced_weights_refuse_stores_until_re_measured_then_serve_the_new_ver
             client.store(key("other question", model_version=old_fp), b"x", timeout=SLOW)
         assert foreign.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "not this pod's model" in (foreign.value.details() or "")
-    events = identity_events(pod)
+    events = event_counters(pod, "infercache_identity_events")
     assert events["changes"] == 1
     assert events["remeasure_failures"] >= 1
     assert events["stale_store_refusals"] >= 2

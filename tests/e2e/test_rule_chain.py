@@ -7,7 +7,6 @@ INFERCACHE_MIN_EPOCH pod serves nothing until the rule set reaches its epoch."""
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,9 +15,9 @@ import pytest
 import redis
 from infercache.v1 import cache_pb2 as pb
 from infercache_client import CacheClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.keys import key
+from tests.support.metrics import event_counters
 from tests.support.processes import RedisServer
 from tests.support.sidecars import SidecarProcess, admin_invalidate, fill
 
@@ -41,20 +40,6 @@ def _start(procs: list[SidecarProcess], url: str, **settings: Any) -> SidecarPro
     procs.append(p)
     p.wait_ready()
     return p
-
-
-def _rules_events(proc: SidecarProcess) -> dict[str, float]:
-    """infercache_rules_events_total by event, scraped from /metrics."""
-    url = f"http://127.0.0.1:{proc.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        text = resp.read().decode()
-    return {
-        s.labels["event"]: s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "infercache_rules_events"
-        for s in family.samples
-        if s.name.endswith("_total")
-    }
 
 
 def test_deleted_rules_and_a_replanted_entry_give_a_new_pod_no_hit(
@@ -87,7 +72,7 @@ def test_deleted_rules_and_a_replanted_entry_give_a_new_pod_no_hit(
             assert found.outcome == pb.LOOKUP_OUTCOME_MISS, "served the invalidated answer"
             assert found.degraded
             time.sleep(0.1)
-    assert _rules_events(b).get("distrusted", 0) >= 1
+    assert event_counters(b, "infercache_rules_events").get("distrusted", 0) >= 1
     assert "store_distrusted" in b.stderr()
     with pytest.raises(grpc.RpcError) as err:
         admin_invalidate(b, tenant="acme")
@@ -121,5 +106,5 @@ def test_min_epoch_pod_serves_no_hit_until_the_rules_reach_it(
         while cb.lookup(k).outcome != pb.LOOKUP_OUTCOME_HIT:
             assert time.monotonic() < deadline, "hits never resumed at the minimum epoch"
             time.sleep(0.1)
-    assert _rules_events(b).get("below_min_epoch", 0) >= 1
-    assert _rules_events(b).get("distrusted", 0) == 0
+    assert event_counters(b, "infercache_rules_events").get("below_min_epoch", 0) >= 1
+    assert event_counters(b, "infercache_rules_events").get("distrusted", 0) == 0

@@ -12,7 +12,6 @@ every block's extra_keys the connector's scope entries.
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ import pytest
 from infercache.v1 import kv_pb2 as pb
 from infercache.v1 import kv_pb2_grpc
 from infercache_client.vllm.router_hash import event_hashes, request_scope, tenant_salt_digest
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.metrics import event_counters
 from tests.support.processes import RedisServer, free_port
 from tests.support.sidecars import SidecarProcess
 
@@ -151,19 +150,6 @@ def extra_keys(a: pb.AttachHotTierResponse, fp: str) -> list[list[str]]:
     ]
 
 
-def publisher_counters(sidecar: SidecarProcess) -> dict[str, float]:
-    url = f"http://127.0.0.1:{sidecar.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        text = resp.read().decode()
-    return {
-        s.labels["event"]: s.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "infercache_kv_event_publisher_events"
-        for s in family.samples
-        if s.name.endswith("_total")
-    }
-
-
 async def _attach(stub: kv_pb2_grpc.KvCacheServiceStub, fp: str) -> pb.AttachHotTierResponse:
     response: pb.AttachHotTierResponse = await stub.AttachHotTier(
         pb.AttachHotTierRequest(model_fingerprint=fp, layout=LAYOUT), timeout=60
@@ -253,7 +239,7 @@ async def test_weight_change_and_rollback_are_published_with_the_connectors_hash
     live = router.replay()
     assert router.live, "the PUB socket delivered batches to a subscriber"
     assert set(router.live) <= set(live), "what the PUB sent is what the replay buffer holds"
-    counters = publisher_counters(sidecar)
+    counters = event_counters(sidecar, "infercache_kv_event_publisher_events")
     assert counters["published"] >= len(live)
     assert (counters["dropped"], counters["send_failures"]) == (0, 0)
 

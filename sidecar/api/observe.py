@@ -136,11 +136,14 @@ class RpcObserver:
             code = _code_name(context, exc)
             raise
         finally:
-            REQUEST_RPC.reset(token)
-            REQUEST_KEY.reset(key_token)
-            self._stats.observe(rpc, code, time.perf_counter() - start)
-            if self._spans is not None:
-                self._span(rpc, wall_ns, request, response, code, context, describe)
+            try:
+                self._stats.observe(rpc, code, time.perf_counter() - start)
+                if self._spans is not None:
+                    # Before the reset: the describer takes the key the handler resolved.
+                    self._span(rpc, wall_ns, request, response, code, context, describe)
+            finally:
+                REQUEST_RPC.reset(token)
+                REQUEST_KEY.reset(key_token)
 
     def _span(
         self,
@@ -204,9 +207,15 @@ class CacheDescriber:
         self._key_of = key_of
         self._tenant = tenant
 
+    def _key(self, key: PB2.CacheKey) -> CacheKey:
+        """The key the handler resolved for this request (REQUEST_KEY: a Lookup's, a
+        Store's, a batch's first), else `key` resolved here (it raises if invalid)."""
+        resolved = REQUEST_KEY.get()
+        return resolved if resolved is not None else self._key_of(key)
+
     def lookup(self, request: PB2.LookupRequest, response: PB2.LookupResponse | None) -> Attributes:
         """Lookup: key attributes, outcome, tier."""
-        attrs = key_attributes(self._key_of(request.key), self._tenant)
+        attrs = key_attributes(self._key(request.key), self._tenant)
         if response is not None:
             attrs["infercache.outcome"] = _LOOKUP_OUTCOME.get(response.outcome, "unknown")
             attrs["infercache.tier"] = _TIER.get(response.tier, "none")
@@ -221,7 +230,7 @@ class CacheDescriber:
         """LookupBatch: batch size, the first key's attributes, hits and tiers counted."""
         attrs: Attributes = {"infercache.batch_size": len(request.requests)}
         if request.requests:
-            attrs |= key_attributes(self._key_of(request.requests[0].key), self._tenant)
+            attrs |= key_attributes(self._key(request.requests[0].key), self._tenant)
         if response is not None:
             hits = [r for r in response.responses if r.outcome == PB2.LOOKUP_OUTCOME_HIT]
             attrs["infercache.hits"] = len(hits)
@@ -234,7 +243,7 @@ class CacheDescriber:
 
     def store(self, request: PB2.StoreRequest, response: PB2.StoreResponse | None) -> Attributes:
         """Store: key attributes, outcome, payload size (never the payload)."""
-        attrs = key_attributes(self._key_of(request.key), self._tenant)
+        attrs = key_attributes(self._key(request.key), self._tenant)
         attrs["infercache.payload_bytes"] = len(request.payload)
         if response is not None:
             attrs["infercache.outcome"] = _STORE_OUTCOME.get(response.outcome, "unknown")

@@ -45,6 +45,8 @@ from infercache_client.vllm.router_hash import event_hash, tenant_salt_digest
 from sidecar.kv.layout import SCOPE_BYTES, BlockKey, KvLayout
 
 ExtraKeys = tuple[tuple[str, str], ...]
+COMPACT_SLACK = 1024
+"""Stale expiry entries tolerated beyond as many as there are live ones."""
 MAX_SCOPES = 65_536
 """Request scopes whose names are remembered (the oldest is forgotten first: its blocks'
 events then name the schema and the weights only)."""
@@ -153,7 +155,10 @@ class EventBuilder:
         lets them expire (removed on drop and on expiry)."""
         self._expiry: list[tuple[float, str, BlockKey]] = []
         """Heap of (expires at, version, key); entries a later write or a drop made stale
-        are skipped."""
+        are skipped, and the heap is rebuilt from `_demoted` when they outnumber the live
+        ones (a version demoted again and again would otherwise grow it for a whole ttl)."""
+        self._live = 0
+        """Entries of `_demoted`, all versions."""
 
     def __bool__(self) -> bool:
         return bool(self._record)
@@ -205,15 +210,27 @@ class EventBuilder:
         (the clock `expire` is given)."""
         demoted = self._demoted.setdefault(version, {})
         for key in keys:
+            if key not in demoted:
+                self._live += 1
             demoted[key] = expires_at
             heapq.heappush(self._expiry, (expires_at, version, key))
             self._add(_WARM_STORED, version, key)
+        self._compact()
 
     def warm_dropped(self, version: str) -> None:
         """A version's warm values were deleted: those this sidecar demoted are gone."""
         keys = list(self._demoted.pop(version, ()))
+        self._live -= len(keys)
         if keys:
             self._record.append((_WARM_REMOVED, version, keys))
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the expiry heap from the live entries once stale ones dominate it."""
+        if len(self._expiry) <= 2 * self._live + COMPACT_SLACK:
+            return
+        self._expiry = [(at, v, k) for v, keys in self._demoted.items() for k, at in keys.items()]
+        heapq.heapify(self._expiry)
 
     def next_expiry(self) -> float | None:
         """When the next demoted block's ttl passes (None: no block is due)."""
@@ -228,6 +245,7 @@ class EventBuilder:
             if demoted is None or demoted.get(key) != at:
                 continue  # written again later, or dropped with its version
             del demoted[key]
+            self._live -= 1
             if not demoted:
                 del self._demoted[version]
             self._add(_WARM_REMOVED, version, key)
@@ -236,6 +254,7 @@ class EventBuilder:
         """Everything reported before is void (a new publisher starts with this)."""
         self._demoted.clear()
         self._expiry.clear()
+        self._live = 0
         self._record.append((_CLEARED, None, []))
 
     def take(self) -> list[Event]:

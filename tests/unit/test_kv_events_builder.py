@@ -249,3 +249,20 @@ async def test_the_recorder_publishes_a_warm_blocks_expiry_on_time() -> None:
     await asyncio.sleep(0.05)
     removed = [e for _, events in publisher.batches for e in events if isinstance(e, Removed)]
     assert removed == [Removed((key(2),), WARM), Removed((key(1),), WARM)]
+
+
+def test_demoting_the_same_blocks_again_and_again_keeps_the_expiry_heap_bounded() -> None:
+    from sidecar.events.builder import COMPACT_SLACK
+
+    b = EventBuilder()
+    keys = [key(n) for n in range(50)]
+    for round_ in range(200):  # a version demoted and rolled back 200 times within its ttl
+        b.warm_stored(keys, "v1", 1000.0 + round_)
+        b.take()
+        assert len(b._expiry) <= 2 * len(keys) + COMPACT_SLACK
+    b.warm_stored([key(99)], "v2", 5.0)
+    b.warm_dropped("v1")
+    b.take()
+    b.expire(2000.0)
+    assert b.take() == [Removed((key(99),), WARM)], "only what is still demoted expires"
+    assert b.next_expiry() is None

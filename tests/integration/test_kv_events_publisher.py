@@ -179,15 +179,22 @@ async def _save(stub: kv_pb2_grpc.KvCacheServiceStub, a: pb.AttachHotTierRespons
     )
 
 
+async def _saved_v1(
+    stub: kv_pb2_grpc.KvCacheServiceStub,
+) -> tuple[pb.AttachHotTierResponse, list[bytes]]:
+    """Attach fp-1 and save CHAIN: the attachment and the hashes its blocks publish under."""
+    v1 = await _attach(stub, "fp-1")
+    await _save(stub, v1)
+    return v1, event_hashes(request_scope(v1.scope_id, TENANT, ""), CHAIN)
+
+
 async def test_weight_change_and_rollback_are_published_with_the_connectors_hashes(
     publishing: tuple[SidecarProcess, Router],
 ) -> None:
     sidecar, router = publishing
     async with grpc.aio.insecure_channel(sidecar.target) as channel:
         stub = kv_pb2_grpc.KvCacheServiceStub(channel)
-        v1 = await _attach(stub, "fp-1")
-        v1_hashes = event_hashes(request_scope(v1.scope_id, TENANT, ""), CHAIN)
-        await _save(stub, v1)
+        v1, v1_hashes = await _saved_v1(stub)
         events = router.until(lambda ev: len(hashes(ev, "BlockStored", "CPU")) >= 2)
         assert hashes(events, "BlockStored", "CPU") == v1_hashes
         stored = next(e for e in events if e["type"] == "BlockStored")
@@ -250,9 +257,7 @@ async def test_demoted_blocks_are_removed_when_the_warm_tier_lets_them_expire(
     sidecar, router = publishing_short_ttl
     async with grpc.aio.insecure_channel(sidecar.target) as channel:
         stub = kv_pb2_grpc.KvCacheServiceStub(channel)
-        v1 = await _attach(stub, "fp-1")
-        v1_hashes = event_hashes(request_scope(v1.scope_id, TENANT, ""), CHAIN)
-        await _save(stub, v1)
+        _, v1_hashes = await _saved_v1(stub)
         await _attach(stub, "fp-2")  # v1's blocks go to the warm tier for 1 s
         events = router.until(lambda ev: len(hashes(ev, "BlockRemoved", "STORAGE")) >= 2)
         assert sorted(hashes(events, "BlockStored", "STORAGE")) == sorted(v1_hashes)

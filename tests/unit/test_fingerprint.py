@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from infercache_client.fingerprint import (
     fingerprint,
     fingerprint_async,
     hashing,
+    sampling,
 )
 from infercache_client.fingerprint import api as fp_api
 from infercache_client.fingerprint import weights as fp_weights
@@ -446,16 +447,17 @@ def test_fast_mode_switches_to_parallel_reads_when_cold(
     base: Path, base_fps: dict[str, Fingerprint], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When sampling looks cold, fast mode reads on a pool and still gives the same value."""
-    monkeypatch.setattr(hashing, "PROBE_TENSORS", 4)
-    monkeypatch.setattr(hashing, "COLD_SECONDS_PER_TENSOR", 0.0)
+    monkeypatch.setattr(sampling, "PROBE_SEGMENTS", 4)
+    monkeypatch.setattr(sampling, "POOL_SEGMENTS", 2)
+    monkeypatch.setattr(sampling, "COLD_SECONDS_PER_READ", 0.0)
     readers: set[int] = set()
-    real = hashing.sample_tensor
+    real = sampling.read_segments
 
-    def spy(fd: int, entry: TensorEntry, path: str) -> bytes:
+    def spy(fd: int, segments: Sequence[sampling.Segment]) -> list[bytes]:
         readers.add(threading.get_ident())
-        return real(fd, entry, path)
+        return real(fd, segments)
 
-    monkeypatch.setattr(hashing, "sample_tensor", spy)
+    monkeypatch.setattr(sampling, "read_segments", spy)
     assert fingerprint(base, mode="fast", threads=4) == base_fps["fast"]
     assert len(readers - {threading.get_ident()}) >= 1
     readers.clear()

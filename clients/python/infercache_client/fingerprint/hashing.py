@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 from blake3 import blake3
@@ -25,11 +23,6 @@ from infercache_client.fingerprint.safetensors_header import TensorEntry
 WINDOWS = 8
 WINDOW_BYTES = 256
 WHOLE_BYTES = 16 * 1024
-
-# Fast mode reads on one thread until a batch of PROBE_TENSORS averages slower than
-# COLD_SECONDS_PER_TENSOR (warm: ~5 us per tensor), then switches to a thread pool.
-PROBE_TENSORS = 64
-COLD_SECONDS_PER_TENSOR = 50e-6
 
 # Full mode reads 1 MiB at a time: the chunk stays in L2 between the copy and the hash,
 # which measured faster than 4-16 MiB chunks on the 2-core reference machine.
@@ -72,17 +65,6 @@ def sample_spans(nbytes: int) -> tuple[tuple[int, int], ...]:
     return tuple((last * i // (WINDOWS - 1), WINDOW_BYTES) for i in range(WINDOWS))
 
 
-def sample_tensor(fd: int, entry: TensorEntry, path: str) -> bytes:
-    """Fast-mode evidence: the concatenated sample windows of one tensor."""
-    start, pread = entry.start, os.pread
-    spans = sample_spans(entry.nbytes)
-    data = b"".join([pread(fd, length, start + offset) for offset, length in spans])
-    expected = entry.nbytes if entry.nbytes <= WHOLE_BYTES else WINDOWS * WINDOW_BYTES
-    if len(data) != expected:
-        raise FingerprintError(f"{path}: file shrank while reading tensor {entry.name!r}")
-    return data
-
-
 def digest_tensor(fd: int, entry: TensorEntry, path: str) -> bytes:
     """Full-mode evidence: BLAKE3 of every byte of one tensor."""
     buf = _buffer()
@@ -95,32 +77,6 @@ def digest_tensor(fd: int, entry: TensorEntry, path: str) -> bytes:
         hasher.update(buf[:n])
         offset += n
     return hasher.digest()
-
-
-def sample_all(jobs: Sequence[tuple[int, TensorEntry, str]], threads: int) -> list[bytes]:
-    """Fast-mode evidence for each (fd, entry, path) job, in job order.
-
-    Reads on the calling thread while the page cache answers quickly (a pool would only
-    add overhead); once a batch of PROBE_TENSORS averages slower than
-    COLD_SECONDS_PER_TENSOR, the rest is read on `threads` threads so that cold disks
-    and network storage see many reads in flight.
-    """
-    out: list[bytes] = []
-    pos = 0
-    while pos < len(jobs):
-        batch = jobs[pos : pos + PROBE_TENSORS]
-        started = time.perf_counter()
-        out.extend([sample_tensor(*job) for job in batch])
-        pos += len(batch)
-        if threads > 1 and time.perf_counter() - started > COLD_SECONDS_PER_TENSOR * len(batch):
-            break
-    rest = jobs[pos:]
-    if rest:
-        runs = [rest[i : i + 8] for i in range(0, len(rest), 8)]
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fp-sample") as pool:
-            for run in pool.map(lambda run: [sample_tensor(*job) for job in run], runs):
-                out.extend(run)
-    return out
 
 
 def digest_all(jobs: Sequence[tuple[int, TensorEntry, str]], threads: int) -> list[bytes]:

@@ -20,14 +20,10 @@ from pathlib import Path
 from typing import Literal
 
 from infercache_client.fingerprint.errors import FingerprintError
-from infercache_client.fingerprint.hashing import (
-    digest_all,
-    keyed_hasher,
-    sample_all,
-    tensor_record,
-)
+from infercache_client.fingerprint.hashing import digest_all, keyed_hasher, tensor_record
 from infercache_client.fingerprint.memo import FileKey, Memo, MemoTensor
 from infercache_client.fingerprint.safetensors_header import DTYPE_BITS, TensorEntry, read_header
+from infercache_client.fingerprint.sampling import sample_all
 
 Mode = Literal["fast", "full"]
 
@@ -147,7 +143,8 @@ def _collect(
         else:
             entries = _read_header(fd, st, path)
             names = [e.name for e in entries]
-            jobs.extend((fd, e, str(path)) for e in entries)
+            if mode == "full":
+                jobs.extend((fd, e, str(path)) for e in entries)
             fresh.append((path, fd, st, entries))
         for name in names:
             if name in owner:
@@ -156,15 +153,18 @@ def _collect(
     if index is not None:
         _check_index(index, owner)
     try:
-        evidence = digest_all(jobs, threads) if mode == "full" else sample_all(jobs, threads)
+        if mode == "full":
+            digests = iter(digest_all(jobs, threads))
+            evidence = [[next(digests) for _ in entries] for _, _, _, entries in fresh]
+        else:
+            evidence = sample_all([(fd, e, str(path)) for path, fd, _, e in fresh], threads)
     except OSError as exc:
         raise FingerprintError(f"cannot read weights ({exc})") from exc
-    # `jobs` lists the fresh shards' entries in order, so evidence lines up with them.
-    pending = iter(evidence)
-    for path, fd, st, entries in fresh:
+    # `evidence` lists the fresh shards' tensors in their order.
+    for (path, fd, st, entries), shard_evidence in zip(fresh, evidence, strict=True):
         if _identity(os.fstat(fd)) != _identity(st):
             raise FingerprintError(f"{path}: file changed while it was being fingerprinted")
-        hashed = [(e, next(pending)) for e in entries]
+        hashed = list(zip(entries, shard_evidence, strict=True))
         tensors.extend(_Tensor(e.name, e.dtype, e.shape, e.nbytes, ev) for e, ev in hashed)
         if memo is not None and mode == "full":
             recorded = tuple(MemoTensor(e.name, e.dtype, e.shape, ev) for e, ev in hashed)

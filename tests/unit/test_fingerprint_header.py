@@ -134,3 +134,41 @@ def test_header_pointing_outside_file_fails_the_whole_fingerprint(tmp_path: Path
     write_raw_safetensors(root / "model.safetensors", {"w": _t("F32", [4], 0, 16)}, bytes(8))
     with pytest.raises(FingerprintError, match=r"model\.safetensors.*outside"):
         fingerprint(root)
+
+
+_T = '{"dtype":"U8","shape":[2],"data_offsets":[0,2]}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"__metadata__":{"format":"pt"},"a":' + _T + "}",
+        '{"a":' + _T + ',"a":' + _T + "}",
+        '{"__metadata__":{"k":"x","k":"y"},"a":' + _T + "}",
+        '{"__metadata__":{"k":1},"a":' + _T + "}",
+        '{"__metadata__":null,"a":' + _T + "}",
+        '{"a":{"dtype":"U8","dtype":"U8","shape":[2],"data_offsets":[0,2]}}',
+        '{"a":{"shape":[2],"dtype":"U8","data_offsets":[0,2]}}',
+        '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2],"x":{"y":1,"y":2}}}',
+        '{"a":{"dtype":"U8","shape":[{"y":1,"y":2}],"data_offsets":[0,2]}}',
+        '{"a":{"dtype":"U8","shape":[{"y":1}],"data_offsets":[0,2]}}',
+        '{"a":{"dtype":"U9","shape":[2],"data_offsets":[0,2]},"b":{"x":1,"x":2}}',
+        '{"a":{"dtype":"U8","shape":[true],"data_offsets":[0,2]}}',
+        '[{"a":1}]',
+    ],
+)
+def test_fast_header_parse_accepts_and_refuses_exactly_as_the_strict_one(text: str) -> None:
+    """The tuple-of-pairs fast path only ever agrees with the duplicate-key-hook parser:
+    same tensors, or the strict parser's own error."""
+    from infercache_client.fingerprint import safetensors_header as sh
+
+    raw = text.encode()
+    try:
+        strict: Any = sorted(sh._parse_strict(raw, 2, 8, "p"), key=lambda e: e.start)
+    except FingerprintError as exc:
+        strict = str(exc)
+    try:
+        got: Any = list(sh.parse_header_json(raw, 2, 8, "p"))
+    except FingerprintError as exc:
+        got = str(exc)
+    assert got == strict

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import struct
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from infercache_client.fingerprint import FingerprintError, sampling
-from infercache_client.fingerprint.hashing import WHOLE_BYTES, sample_spans
+from infercache_client.fingerprint.hashing import WHOLE_BYTES, frame, sample_spans, tensor_record
 from infercache_client.fingerprint.safetensors_header import TensorEntry
 
 # Sizes around every boundary the planner cares about: empty, whole reads, tensors
@@ -138,3 +139,19 @@ def test_file_truncated_mid_run_names_the_tensor(
             sampling.sample_all([(fd, entries, str(path))], threads)
     finally:
         os.close(fd)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(max_size=40),
+    st.sampled_from(["BF16", "F8_E4M3FNUZ", ""]),
+    st.lists(st.integers(0, 2**64 - 1), max_size=5),
+    st.binary(max_size=3000),
+)
+def test_tensor_record_is_frame_of_its_fields(
+    name: str, dtype: str, shape: list[int], evidence: bytes
+) -> None:
+    """The one-Struct record is byte for byte frame(name, dtype, dims, evidence)."""
+    dims = struct.pack(f"<{len(shape)}Q", *shape)
+    expected = frame(name.encode(), dtype.encode(), dims, evidence)
+    assert tensor_record(name, dtype, shape, evidence) == expected

@@ -46,14 +46,18 @@ def keyed_hasher(purpose: str) -> blake3:
 def tensor_record(name: str, dtype: str, shape: Sequence[int], evidence: bytes) -> bytes:
     """The bytes one tensor contributes to the weights digest: frame() of its four fields.
 
-    Spelled out rather than calling frame(): it runs once per tensor on fast mode's path.
+    Spelled out rather than calling frame(): it runs once per tensor on fast mode's path,
+    and one cached Struct packs every field but the evidence.
     """
     n, d = name.encode(), dtype.encode()
-    dims = struct.pack(f"<{len(shape)}Q", *shape)
-    pack = _U64.pack
-    return b"".join(
-        (pack(len(n)), n, pack(len(d)), d, pack(len(dims)), dims, pack(len(evidence)), evidence)
-    )
+    head = _record_head(len(n), len(d), len(shape))
+    return head.pack(len(n), n, len(d), d, 8 * len(shape), *shape, len(evidence)) + evidence
+
+
+@lru_cache(maxsize=1024)
+def _record_head(name_len: int, dtype_len: int, ndim: int) -> struct.Struct:
+    # frame(name, dtype, dims)'s bytes plus the evidence's length prefix.
+    return struct.Struct(f"<Q{name_len}sQ{dtype_len}sQ{ndim}QQ")
 
 
 @lru_cache(maxsize=4096)

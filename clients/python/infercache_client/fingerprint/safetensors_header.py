@@ -13,11 +13,11 @@ data region, agree with dtype * shape, and tile the region without gaps or overl
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 from infercache_client.fingerprint.errors import FingerprintError
 
@@ -51,11 +51,14 @@ DTYPE_BITS: dict[str, int] = {
 }
 
 _LEN = struct.Struct("<Q")
+_START_END = attrgetter("start", "end")
 
 
-@dataclass(frozen=True, slots=True)
-class TensorEntry:
-    """One tensor of a shard; `start`/`end` are absolute byte offsets in the file."""
+class TensorEntry(NamedTuple):
+    """One tensor of a shard; `start`/`end` are absolute byte offsets in the file.
+
+    A NamedTuple, immutable like a frozen dataclass but built ~3x faster: fast mode
+    makes one per tensor."""
 
     name: str
     dtype: str
@@ -104,21 +107,10 @@ def parse_header_json(
 
     Returns the tensors sorted by offset.
     """
-    try:
-        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise FingerprintError(f"{path}: header is not valid UTF-8 JSON ({exc})") from exc
-    if not isinstance(obj, dict):
-        raise FingerprintError(f"{path}: header is JSON but not an object")
-    meta = obj.pop("__metadata__", None)
-    if meta is not None and not (
-        isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())
-    ):
-        raise FingerprintError(f"{path}: __metadata__ must map strings to strings")
-    entries = sorted(
-        (_entry(name, info, data_len, data_start, path) for name, info in obj.items()),
-        key=lambda e: (e.start, e.end),
-    )
+    entries = _parse_plain(raw, data_len, data_start, path)
+    if entries is None:
+        entries = _parse_strict(raw, data_len, data_start, path)
+    entries.sort(key=_START_END)
     # Tensors must tile the data region exactly, as the reference loader demands.
     expected = data_start
     for entry in entries:
@@ -136,18 +128,82 @@ def parse_header_json(
     return tuple(entries)
 
 
-def _entry(name: str, info: Any, data_len: int, data_start: int, path: str) -> TensorEntry:
+def _parse_plain(raw: bytes, data_len: int, data_start: int, path: str) -> list[TensorEntry] | None:
+    # The common header, fast: objects parse to tuples of pairs (a C call, where the
+    # duplicate-key hook is a Python call per tensor), and each tensor entry must be
+    # exactly ("dtype", "shape", "data_offsets") in the reference writer's order, so it
+    # cannot repeat a key and needs no dict. Anything else (other keys or order,
+    # nested objects, any invalid value) returns None and _parse_strict decides, so
+    # what is accepted and every error message are the strict parser's.
+    try:
+        pairs = json.loads(raw.decode("utf-8"), object_pairs_hook=tuple)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if type(pairs) is not tuple:
+        return None
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        return None
+    meta = obj.pop("__metadata__", None)
+    if meta is not None and not (
+        type(meta) is tuple
+        and all(type(v) is str for _, v in meta)
+        and len(dict(meta)) == len(meta)
+    ):
+        return None
+    entries = []
+    try:
+        for name, info in obj.items():
+            if type(info) is not tuple or len(info) != 3:
+                return None
+            (k0, dtype), (k1, shape), (k2, offsets) = info
+            if k0 != "dtype" or k1 != "shape" or k2 != "data_offsets":
+                return None
+            entries.append(_entry(name, dtype, shape, offsets, data_len, data_start, path))
+    except FingerprintError:
+        return None
+    return entries
+
+
+def _parse_strict(raw: bytes, data_len: int, data_start: int, path: str) -> list[TensorEntry]:
+    try:
+        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FingerprintError(f"{path}: header is not valid UTF-8 JSON ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise FingerprintError(f"{path}: header is JSON but not an object")
+    meta = obj.pop("__metadata__", None)
+    if meta is not None and not (
+        isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())
+    ):
+        raise FingerprintError(f"{path}: __metadata__ must map strings to strings")
+    entries = []
+    for name, info in obj.items():
+        if type(info) is not dict:
+            raise FingerprintError(f"{path}: tensor {name!r}: entry is not an object")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        entries.append(_entry(name, dtype, shape, offsets, data_len, data_start, path))
+    return entries
+
+
+def _entry(
+    name: str, dtype: Any, shape: Any, offsets: Any, data_len: int, data_start: int, path: str
+) -> TensorEntry:
     # Runs once per tensor on fast mode's path: exact type tests, no helper calls.
-    if type(info) is not dict:
-        raise FingerprintError(f"{path}: tensor {name!r}: entry is not an object")
-    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if type(dtype) is not str or dtype not in DTYPE_BITS:
+    bits = DTYPE_BITS.get(dtype) if type(dtype) is str else None
+    if bits is None:
         raise FingerprintError(f"{path}: tensor {name!r}: unknown dtype {dtype!r}")
-    bits = DTYPE_BITS[dtype]
-    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is not list:
         raise FingerprintError(
             f"{path}: tensor {name!r}: shape {shape!r} is not a list of non-negative integers"
         )
+    numel = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            raise FingerprintError(
+                f"{path}: tensor {name!r}: shape {shape!r} is not a list of non-negative integers"
+            )
+        numel *= d
     if not (
         type(offsets) is list
         and len(offsets) == 2
@@ -163,7 +219,7 @@ def _entry(name: str, info: Any, data_len: int, data_start: int, path: str) -> T
             f"{path}: tensor {name!r}: data_offsets [{begin}, {end}] lie outside the "
             f"{data_len}-byte data region"
         )
-    nbits = math.prod(shape) * bits
+    nbits = numel * bits
     if nbits % 8:
         raise FingerprintError(
             f"{path}: tensor {name!r}: {dtype} x {shape} is not a whole number of bytes"

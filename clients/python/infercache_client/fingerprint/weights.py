@@ -42,15 +42,6 @@ class WeightsDigest:
     nbytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Tensor:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    nbytes: int
-    evidence: bytes
-
-
 def model_shards(root: Path) -> tuple[list[Path], dict[str, str] | None]:
     """Shard paths of a model directory and its index's weight map (None if no index).
 
@@ -70,7 +61,8 @@ def model_shards(root: Path) -> tuple[list[Path], dict[str, str] | None]:
     if not (
         isinstance(weight_map, dict)
         and weight_map
-        and all(isinstance(v, str) and _plain_name(v) for v in weight_map.values())
+        and all(isinstance(v, str) for v in weight_map.values())
+        and all(_plain_name(v) for v in set(weight_map.values()))
     ):
         raise FingerprintError(f"{index_path}: weight_map must map tensor names to file names")
     return [root / name for name in sorted(set(weight_map.values()))], weight_map
@@ -108,16 +100,17 @@ def weights_digest(
             fd, st = _open(path, mode)
             fds.append(fd)
             opened.append((path, fd, st))
-        tensors = _collect(opened, index, mode, memo, threads, started_ns)
+        records, nbytes = _collect(opened, index, mode, memo, threads, started_ns)
     finally:
         for fd in fds:
             os.close(fd)
-    tensors.sort(key=lambda t: t.name)
+    # By name; names are unique across shards (_collect checks), so records never compare.
+    records.sort()
     hasher = keyed_hasher(f"weights {mode}")
-    hasher.update(len(tensors).to_bytes(8, "little"))
+    hasher.update(len(records).to_bytes(8, "little"))
     # One update over the joined records: a thousand small updates cost more than the join.
-    hasher.update(b"".join([tensor_record(t.name, t.dtype, t.shape, t.evidence) for t in tensors]))
-    return WeightsDigest(hasher.hexdigest(), len(tensors), sum(t.nbytes for t in tensors))
+    hasher.update(b"".join([record for _, record in records]))
+    return WeightsDigest(hasher.hexdigest(), len(records), nbytes)
 
 
 def _collect(
@@ -127,9 +120,12 @@ def _collect(
     memo: Memo | None,
     threads: int,
     started_ns: int,
-) -> list[_Tensor]:
-    tensors: list[_Tensor] = []
+) -> tuple[list[tuple[str, bytes]], int]:
+    # (name, tensor_record) of every tensor, and their bytes in all.
+    records: list[tuple[str, bytes]] = []
+    nbytes = 0
     owner: dict[str, Path] = {}
+    shard_names: list[tuple[Path, list[str]]] = []
     jobs: list[tuple[int, TensorEntry, str]] = []
     fresh: list[tuple[Path, int, os.stat_result, tuple[TensorEntry, ...]]] = []
     for path, fd, st in opened:
@@ -137,21 +133,23 @@ def _collect(
         remembered = memo.get(key) if memo is not None and mode == "full" else None
         if remembered is not None:
             names = [t.name for t in remembered]
-            tensors.extend(
-                _Tensor(t.name, t.dtype, t.shape, _nbytes(t), t.digest) for t in remembered
-            )
+            records += [
+                (t.name, tensor_record(t.name, t.dtype, t.shape, t.digest)) for t in remembered
+            ]
+            nbytes += sum(_nbytes(t) for t in remembered)
         else:
             entries = _read_header(fd, st, path)
             names = [e.name for e in entries]
             if mode == "full":
                 jobs.extend((fd, e, str(path)) for e in entries)
             fresh.append((path, fd, st, entries))
-        for name in names:
-            if name in owner:
-                raise FingerprintError(f"tensor {name!r} is in both {owner[name]} and {path}")
-            owner[name] = path
+        if not owner.keys().isdisjoint(names):
+            name = next(n for n in names if n in owner)
+            raise FingerprintError(f"tensor {name!r} is in both {owner[name]} and {path}")
+        owner.update(dict.fromkeys(names, path))
+        shard_names.append((path, names))
     if index is not None:
-        _check_index(index, owner)
+        _check_index(index, shard_names)
     try:
         if mode == "full":
             digests = iter(digest_all(jobs, threads))
@@ -165,27 +163,37 @@ def _collect(
         if _identity(os.fstat(fd)) != _identity(st):
             raise FingerprintError(f"{path}: file changed while it was being fingerprinted")
         hashed = list(zip(entries, shard_evidence, strict=True))
-        tensors.extend(_Tensor(e.name, e.dtype, e.shape, e.nbytes, ev) for e, ev in hashed)
+        records += [(e.name, tensor_record(e.name, e.dtype, e.shape, ev)) for e, ev in hashed]
+        # Entries tile the shard's data region (read_header checks), in file order.
+        nbytes += entries[-1].end - entries[0].start if entries else 0
         if memo is not None and mode == "full":
             recorded = tuple(MemoTensor(e.name, e.dtype, e.shape, ev) for e, ev in hashed)
             memo.put(FileKey.of(os.path.realpath(path), st), recorded, started_ns)
     if memo is not None and mode == "full":
         memo.save()
-    return tensors
+    return records, nbytes
 
 
-def _check_index(index: Mapping[str, str], owner: Mapping[str, Path]) -> None:
+def _check_index(index: Mapping[str, str], shards: Sequence[tuple[Path, list[str]]]) -> None:
     # A loader trusts the index; a fingerprint that disagreed with it would describe
-    # different weights from the ones served.
-    for name, path in owner.items():
-        listed = index.get(name)
-        if listed != path.name:
-            where = "does not list it" if listed is None else f"says {listed}"
-            raise FingerprintError(
-                f"{INDEX_FILE}: tensor {name!r} is in {path} but the index {where}"
-            )
-    missing = sorted(set(index) - set(owner))
-    if missing:
+    # different weights from the ones served. `shards`: each shard and its tensors'
+    # names, unique across shards.
+    held = 0
+    for path, names in shards:
+        file_name = path.name
+        for name in names:
+            listed = index.get(name)
+            if listed != file_name:
+                where = "does not list it" if listed is None else f"says {listed}"
+                raise FingerprintError(
+                    f"{INDEX_FILE}: tensor {name!r} is in {path} but the index {where}"
+                )
+        held += len(names)
+    # Every name held is listed, so the index lists more only if it names a tensor
+    # that no shard holds.
+    if len(index) != held:
+        owned = {name for _, names in shards for name in names}
+        missing = sorted(set(index) - owned)
         raise FingerprintError(f"{INDEX_FILE}: lists tensor {missing[0]!r} that no shard holds")
 
 

@@ -30,6 +30,8 @@ CHUNK_BYTES = 1 << 20
 
 _CONTEXT = "infercache 2025 model fingerprint v1 "
 _U64 = struct.Struct("<Q")
+Evidence = bytes | memoryview
+RecordParts = tuple[bytes, bytes, bytes, bytes, Evidence]
 _local = threading.local()
 
 
@@ -43,21 +45,25 @@ def keyed_hasher(purpose: str) -> blake3:
     return blake3(derive_key_context=_CONTEXT + purpose)
 
 
-def tensor_record(name: str, dtype: str, shape: Sequence[int], evidence: bytes) -> bytes:
-    """The bytes one tensor contributes to the weights digest: frame() of its four fields.
+def tensor_record(name: str, dtype: str, shape: Sequence[int], evidence: Evidence) -> bytes:
+    """The bytes one tensor contributes to the weights digest: frame() of its four fields."""
+    return b"".join(record_parts(name, dtype, tuple(shape), evidence))
 
-    Spelled out rather than calling frame(): it runs once per tensor on fast mode's path,
-    and one cached Struct packs every field but the evidence.
+
+def record_parts(name: str, dtype: str, shape: tuple[int, ...], evidence: Evidence) -> RecordParts:
+    """tensor_record() as parts to join, the evidence among them uncopied.
+
+    Runs once per tensor on fast mode's path: frame(dtype, dims) comes from a cache (a
+    model has a few dozen distinct ones), and joining the parts of every record at once
+    measured ~2x faster than building each record.
     """
-    n, d = name.encode(), dtype.encode()
-    head = _record_head(len(n), len(d), len(shape))
-    return head.pack(len(n), n, len(d), d, 8 * len(shape), *shape, len(evidence)) + evidence
+    n = name.encode()
+    return _U64.pack(len(n)), n, _dtype_dims(dtype, shape), _U64.pack(len(evidence)), evidence
 
 
-@lru_cache(maxsize=1024)
-def _record_head(name_len: int, dtype_len: int, ndim: int) -> struct.Struct:
-    # frame(name, dtype, dims)'s bytes plus the evidence's length prefix.
-    return struct.Struct(f"<Q{name_len}sQ{dtype_len}sQ{ndim}QQ")
+@lru_cache(maxsize=4096)
+def _dtype_dims(dtype: str, shape: tuple[int, ...]) -> bytes:
+    return frame(dtype.encode(), struct.pack(f"<{len(shape)}Q", *shape))
 
 
 @lru_cache(maxsize=4096)

@@ -189,7 +189,7 @@ def read_segments(fd: int, segments: Sequence[Segment]) -> list[bytes]:
 
 def cut(
     plan: ShardPlan, data: list[bytes], entries: Sequence[TensorEntry], path: str
-) -> list[bytes]:
+) -> list[memoryview]:
     """Each tensor's evidence from the bytes `read_segments` returned for `plan`."""
     if sum(map(len, data)) != plan.requested:
         raise FingerprintError(
@@ -198,7 +198,9 @@ def cut(
     for index, keep in plan.gaps.items():
         chunk = data[index]
         data[index] = b"".join([chunk[off : off + n] for off, n in keep])
-    blob = b"".join(data)
+    # Views, not copies: the evidence is only ever joined into the digest's input, and
+    # a thousand ~2 KiB copies measured slower than the views.
+    blob = memoryview(b"".join(data))
     return [blob[a:b] for a, b in pairwise([0, *plan.ends])]
 
 
@@ -214,7 +216,7 @@ def _short(plan: ShardPlan, data: list[bytes], entries: Sequence[TensorEntry]) -
 
 def sample_all(
     shards: Sequence[tuple[int, Sequence[TensorEntry], str]], threads: int
-) -> list[list[bytes]]:
+) -> list[list[memoryview]]:
     """Fast-mode evidence of each tensor of each (fd, entries in file order, path) shard.
 
     Reads on the calling thread while the page cache answers quickly (a pool would only
@@ -223,7 +225,7 @@ def sample_all(
     """
     plans = [plan_shard(entries) for _, entries, _ in shards]
     pool: ThreadPoolExecutor | None = None
-    out: list[list[bytes]] = []
+    out: list[list[memoryview]] = []
     try:
         for (fd, entries, path), plan in zip(shards, plans, strict=True):
             segments, data, pos = plan.segments, [], 0

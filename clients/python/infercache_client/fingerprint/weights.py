@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Literal
 
 from infercache_client.fingerprint.errors import FingerprintError
-from infercache_client.fingerprint.hashing import digest_all, keyed_hasher, tensor_record
+from infercache_client.fingerprint.hashing import (
+    Evidence,
+    RecordParts,
+    digest_all,
+    keyed_hasher,
+    record_parts,
+)
 from infercache_client.fingerprint.memo import FileKey, Memo, MemoTensor
 from infercache_client.fingerprint.safetensors_header import DTYPE_BITS, TensorEntry, read_header
 from infercache_client.fingerprint.sampling import sample_all
@@ -109,7 +115,7 @@ def weights_digest(
     hasher = keyed_hasher(f"weights {mode}")
     hasher.update(len(records).to_bytes(8, "little"))
     # One update over the joined records: a thousand small updates cost more than the join.
-    hasher.update(b"".join([record for _, record in records]))
+    hasher.update(b"".join([part for _, parts in records for part in parts]))
     return WeightsDigest(hasher.hexdigest(), len(records), nbytes)
 
 
@@ -120,9 +126,9 @@ def _collect(
     memo: Memo | None,
     threads: int,
     started_ns: int,
-) -> tuple[list[tuple[str, bytes]], int]:
-    # (name, tensor_record) of every tensor, and their bytes in all.
-    records: list[tuple[str, bytes]] = []
+) -> tuple[list[tuple[str, RecordParts]], int]:
+    # (name, record_parts) of every tensor, and their bytes in all.
+    records: list[tuple[str, RecordParts]] = []
     nbytes = 0
     owner: dict[str, Path] = {}
     shard_names: list[tuple[Path, list[str]]] = []
@@ -134,7 +140,7 @@ def _collect(
         if remembered is not None:
             names = [t.name for t in remembered]
             records += [
-                (t.name, tensor_record(t.name, t.dtype, t.shape, t.digest)) for t in remembered
+                (t.name, record_parts(t.name, t.dtype, t.shape, t.digest)) for t in remembered
             ]
             nbytes += sum(_nbytes(t) for t in remembered)
         else:
@@ -150,6 +156,7 @@ def _collect(
         shard_names.append((path, names))
     if index is not None:
         _check_index(index, shard_names)
+    evidence: Sequence[Sequence[Evidence]]
     try:
         if mode == "full":
             digests = iter(digest_all(jobs, threads))
@@ -163,11 +170,11 @@ def _collect(
         if _identity(os.fstat(fd)) != _identity(st):
             raise FingerprintError(f"{path}: file changed while it was being fingerprinted")
         hashed = list(zip(entries, shard_evidence, strict=True))
-        records += [(e.name, tensor_record(e.name, e.dtype, e.shape, ev)) for e, ev in hashed]
+        records += [(e.name, record_parts(e.name, e.dtype, e.shape, ev)) for e, ev in hashed]
         # Entries tile the shard's data region (read_header checks), in file order.
         nbytes += entries[-1].end - entries[0].start if entries else 0
         if memo is not None and mode == "full":
-            recorded = tuple(MemoTensor(e.name, e.dtype, e.shape, ev) for e, ev in hashed)
+            recorded = tuple(MemoTensor(e.name, e.dtype, e.shape, bytes(ev)) for e, ev in hashed)
             memo.put(FileKey.of(os.path.realpath(path), st), recorded, started_ns)
     if memo is not None and mode == "full":
         memo.save()

@@ -135,8 +135,10 @@ def _collect(
     jobs: list[tuple[int, TensorEntry, str]] = []
     fresh: list[tuple[Path, int, os.stat_result, tuple[TensorEntry, ...]]] = []
     for path, fd, st in opened:
-        key = FileKey.of(os.path.realpath(path), st)
-        remembered = memo.get(key) if memo is not None and mode == "full" else None
+        # Only the full-mode memo needs the key (realpath costs an lstat per component).
+        remembered = None
+        if memo is not None and mode == "full":
+            remembered = memo.get(FileKey.of(os.path.realpath(path), st))
         if remembered is not None:
             names = [t.name for t in remembered]
             records += [

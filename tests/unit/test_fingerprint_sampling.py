@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from infercache_client.fingerprint import FingerprintError, Mode, fingerprint, sampling
+from infercache_client.fingerprint import FingerprintError, sampling
 from infercache_client.fingerprint.hashing import WHOLE_BYTES, frame, sample_spans, tensor_record
 from infercache_client.fingerprint.safetensors_header import TensorEntry
-
-from tests.support.checkpoints import llama_tensors, write_model
 
 # Sizes around every boundary the planner cares about: empty, whole reads, tensors
 # whose windows bridge gaps (16-40 KiB) and tensors whose windows stand alone.
@@ -157,21 +155,3 @@ def test_tensor_record_is_frame_of_its_fields(
     dims = struct.pack(f"<{len(shape)}Q", *shape)
     expected = frame(name.encode(), dtype.encode(), dims, evidence)
     assert tensor_record(name, dtype, shape, evidence) == expected
-
-
-@pytest.mark.parametrize("mode", ["fast", "full"])
-def test_errors_come_in_the_same_order_with_the_tokenizer_hashed_alongside(
-    tmp_path: Path, mode: Mode
-) -> None:
-    """The tokenizer is hashed on another thread, yet a weights error still wins over a
-    tokenizer error (weights were always digested first), and a tokenizer error alone
-    is still raised."""
-    root = write_model(tmp_path / "m", llama_tensors(layers=1))
-    (root / "tokenizer.json").unlink()
-    (root / "tokenizer.json").symlink_to(tmp_path / "gone")
-    with pytest.raises(FingerprintError, match=r"tokenizer\.json: dangling symlink"):
-        fingerprint(root, mode=mode)
-    shard = next(root.glob("*.safetensors"))
-    os.truncate(shard, shard.stat().st_size - 1)
-    with pytest.raises(FingerprintError, match="data region"):
-        fingerprint(root, mode=mode)

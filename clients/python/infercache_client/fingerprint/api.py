@@ -5,11 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -145,11 +142,6 @@ def fingerprint(
         cores = os.cpu_count() or 1
         threads = max(FULL_MIN_THREADS, cores) if mode == "full" else FAST_COLD_THREADS
     config = config_digest(root, "adapter_config.json" if kind == "adapter" else "config.json")
-    # The tokenizer files (a 5-10 MB tokenizer.json: ~2 ms of BLAKE3, which releases
-    # the GIL) are hashed on a second core while this thread samples the weights; its
-    # result, or error, is taken where it was computed before, so errors still come
-    # in the same order.
-    tokenizer = _in_background(partial(tokenizer_digest, root))
     shards, index = (adapter_shards(root), None) if kind == "adapter" else model_shards(root)
     weights = weights_digest(shards, index, mode, memo, max(1, threads))
     weights_value, tensors, nbytes = weights.digest, weights.tensors, weights.nbytes
@@ -167,7 +159,7 @@ def fingerprint(
     components = {
         "config": config,
         "generation_config": generation_config_digest(root),
-        "tokenizer": tokenizer(),
+        "tokenizer": tokenizer_digest(root),
         "weights": weights_value,
         "serving": serving_digest(serving),
     }
@@ -218,21 +210,6 @@ def pod_fingerprint(
     """
     serving = load_serving_config(serving_config) if serving_config else None
     return fingerprint(model_path, mode=mode, cache_file=cache_file, serving=serving)
-
-
-def _in_background(fn: Callable[[], str]) -> Callable[[], str]:
-    # Starts fn() on a daemon thread; the returned callable waits for its result. If
-    # the caller fails first, the thread just finishes and its result is dropped.
-    future: Future[str] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="fp-tokenizer", daemon=True).start()
-    return future.result
 
 
 def detect_kind(path: StrPath) -> Kind:

@@ -28,6 +28,7 @@ from sidecar.gateway.errors import HttpError
 from sidecar.gateway.flow import Flow
 from sidecar.gateway.headers import SINGLE_HEADERS, request_headers
 from sidecar.gateway.http10 import HTTP_10, HeldReply
+from sidecar.gateway.inline import Resumed, first_step
 from sidecar.gateway.reply import JSON, Headers, Reply
 from sidecar.wire.anthropic.keys import MESSAGES, MESSAGES_PATH
 
@@ -206,19 +207,30 @@ async def _read_body(receive: Receive, headers: dict[bytes, bytes], limits: Body
         raise _too_large(limit)
     parts: list[bytes] = []
     size = 0
+    # The deadline runs from here; it is armed only at a receive that waits (inline.py):
+    # a body that came with the head (most do) is read without a timer.
+    deadline = asyncio.get_running_loop().time() + limits.body_timeout_s
+    while True:
+        ended, message = first_step(receive())
+        if not ended:
+            message = await _by_deadline(message, deadline, limits)
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def _by_deadline(rest: Resumed, deadline: float, limits: BodyLimits) -> Message:
+    """The rest of a receive that waits, by the body's deadline (408 past it)."""
     try:
-        async with asyncio.timeout(limits.body_timeout_s):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise _ClientGone
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    raise _too_large(limit)
-                parts.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(parts)
+        async with asyncio.timeout_at(deadline):
+            message: Message = await rest
+            return message
     except TimeoutError:
         raise HttpError(
             408,
@@ -249,10 +261,15 @@ async def _until_disconnect(work: Awaitable[None], receive: Receive, reply: Repl
     the answer stored as if the client had stayed.
 
     The work runs in the request's own task, only the watcher beside it (not a task of
-    its own plus asyncio.wait). The watcher's cancellation is taken back (`uncancel`)
-    once it has ended the work, as asyncio.timeout does, so a cancellation from anyone
-    else (a server shutdown) still propagates.
+    its own plus asyncio.wait), and the watcher only once the work waits (inline.py): a
+    hit from memory never does, and no disconnect could be acted on before a wait. The
+    watcher's cancellation is taken back (`uncancel`) once it has ended the work, as
+    asyncio.timeout does, so a cancellation from anyone else (a server shutdown) still
+    propagates.
     """
+    ended, rest = first_step(work)
+    if ended:
+        return  # it never waited: there was no moment at which it could have been cut
     task = asyncio.current_task()
     assert task is not None
     gone = False
@@ -267,7 +284,7 @@ async def _until_disconnect(work: Awaitable[None], receive: Receive, reply: Repl
 
     watcher = asyncio.ensure_future(watch())
     try:
-        await work
+        await rest
     except asyncio.CancelledError:
         if gone and task.uncancel() == 0:
             return  # ours: the client went away

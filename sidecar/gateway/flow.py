@@ -124,6 +124,8 @@ class Flow:
         self.verifier: GatewayVerifier | NoVerifier = NO_VERIFIER  # build.py sets it
         self.hit_bodies = HitBodies()
         self.request_keys = RequestKeys(keys)
+        # Settings do not change while the gateway runs: made once, not per lookup.
+        self.replay = ReplayLimits(settings.replay_max_gap_ms, settings.replay_max_duration_ms)
 
     def tenant(self, headers: Mapping[bytes, bytes], endpoint: str | None = None) -> str:
         """The request's tenant from its credentials (401 HttpError otherwise); the
@@ -196,7 +198,7 @@ class Flow:
             except InfercacheError as exc:
                 raise for_domain(exc, INPUT_FIELDS[endpoint]) from exc
             self.request_keys.keep(request_id, kr, key)
-        info.append((b"x-infercache-key", key.digest.hex()[:16].encode()))
+        info.append((b"x-infercache-key", key.digest[:8].hex().encode()))
         if asked.read:
             await self._lookup(endpoint, body, kr, key, asked, pace, info, reply)
             return
@@ -238,8 +240,7 @@ class Flow:
         info: Headers,
         reply: Reply,
     ) -> None:
-        replay = ReplayLimits(self.settings.replay_max_gap_ms, self.settings.replay_max_duration_ms)
-        planner = planner_for(endpoint, kr, pace, replay, self.hit_bodies)
+        planner = planner_for(endpoint, kr, pace, self.replay, self.hit_bodies)
         query = LookupQuery(key, asked.max_age_s, self.settings.wait_ms, kr.key, kr.traits, planner)
         try:
             result = await self.cache.lookup(query)
@@ -261,8 +262,8 @@ class Flow:
             # The planner accepted this entry (it is a HIT for that): its plan is kept.
             serve = planner.serve_for(result.entry)
             if serve is not None:
-                age = (str(result.age_ms // 1000)).encode()
-                await serve(reply, [*info, (b"age", age)])
+                info.append((b"age", str(result.age_ms // 1000).encode()))  # the last use
+                await serve(reply, info)
                 self.stats.count("hit")
                 self.verifier.after_hit(endpoint, kr, key, result.entry, body)
                 return

@@ -70,8 +70,7 @@ def whole_hit(body: bytes) -> Serve:
     """A whole JSON answer."""
 
     async def serve(reply: Reply, info: Headers) -> None:
-        marked = [*info, (CACHE_HEADER, b"hit")]
-        await reply.whole(200, [(b"content-type", JSON), *marked], body)
+        await reply.whole(200, [(b"content-type", JSON), *info, (CACHE_HEADER, b"hit")], body)
 
     return serve
 

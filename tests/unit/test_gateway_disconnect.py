@@ -104,3 +104,21 @@ async def test_the_work_s_own_error_reaches_the_caller() -> None:
 
     with pytest.raises(ValueError, match="boom"):
         await _until_disconnect(work(), client.receive, reply)
+
+
+async def test_work_that_never_waits_runs_without_a_watcher() -> None:
+    """A hit from memory ends in the request's own step: receive() is not called and
+    no task is made beside it."""
+    client = _Client()
+    reply = _reply(client)
+    calls: list[str] = []
+
+    async def receive() -> dict[str, object]:
+        calls.append("receive")
+        return {"type": "http.disconnect"}
+
+    before = len(asyncio.all_tasks())
+    await _until_disconnect(reply.whole(200, [], b"{}"), receive, reply)
+    assert reply.finished
+    assert calls == []
+    assert len(asyncio.all_tasks()) == before

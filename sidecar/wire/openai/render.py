@@ -22,11 +22,12 @@ from typing import Any
 from sidecar.wire.openai.sse import event_doc, is_usage_only
 from sidecar.wire.openai.whole_body import body_doc
 
+_ID_PREFIX = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "embeddings": "embd-"}
+
 
 def fresh_id(kind: str) -> str:
     """A new response id in OpenAI's style (chatcmpl-..., cmpl-..., embd-...)."""
-    prefix = {"chat.completions": "chatcmpl", "completions": "cmpl", "embeddings": "embd"}
-    return f"{prefix.get(kind, 'resp')}-{secrets.token_hex(12)}"
+    return _ID_PREFIX.get(kind, "resp-") + secrets.token_hex(12)
 
 
 ACCOUNTED = frozenset({"chat.completions", "completions"})

@@ -33,7 +33,12 @@ from sidecar.results.issuer import LeaseIssuer
 from sidecar.results.lease_tokens import Lease, LeaseSigner
 from sidecar.results.observers import LookupCounter
 from sidecar.results.parts import CacheAdmission, CacheSettings, CacheTiers, CacheWatchers
-from sidecar.results.screen import screen_doubt, screen_policy, screen_quarantine
+from sidecar.results.screen import (
+    passes_screens,
+    screen_doubt,
+    screen_policy,
+    screen_quarantine,
+)
 from sidecar.results.single_flight import SingleFlight
 from sidecar.results.tier_reader import Found, TierReader
 from sidecar.results.types import (
@@ -150,7 +155,23 @@ class ResultCache:
         return self._clock_ms()
 
     async def lookup(self, query: LookupQuery, *, traffic: bool = True) -> LookupResult:
-        """Look one key up (`traffic`: as in lookup_many)."""
+        """Look one key up (`traffic`: as in lookup_many).
+
+        The common case, a key no screen decides that the hot tier answers, goes direct:
+        the batch plumbing (lists by position, a Found, the screens' loops) costs more than
+        such an answer. The direct path is lookup_many's own steps for one key (the
+        reader's hot answer, `_settle`, the same counter and observers), so both give the
+        same results and events; whatever the hot tier cannot answer goes the batch way.
+        """
+        if passes_screens(self.policy.current, self.verification, self.identity, query):
+            result = self._reader.hot_answer(query)
+            if result is not None:
+                if result.outcome is Outcome.HIT:
+                    if traffic:
+                        self._observe((query,), (result,))
+                    return result
+                # A MISS by the caller's bounds: leased like any other.
+                return (await self._settle((query,), Found([result]), traffic))[0]
         return (await self.lookup_many([query], traffic=traffic))[0]
 
     def tenant_policy(self, tenant: str) -> TenantPolicy:
@@ -176,6 +197,13 @@ class ResultCache:
             found = await self._reader.lookup(queries)
         else:
             found = await self._find_unbypassed(queries, bypassed)
+        return await self._settle(queries, found, traffic)
+
+    async def _settle(
+        self, queries: Sequence[LookupQuery], found: Found, traffic: bool
+    ) -> list[LookupResult]:
+        """What a read found, made final: unused holds given back, the MISSes leased (or
+        their single flight waited on), the call observed when it is `traffic`."""
         results, holds = found.results, found.holds
         if found.give_back:
             self._flight.give_back(found.give_back)
@@ -187,10 +215,14 @@ class ResultCache:
             for i, r in zip(missed, leased, strict=True):
                 results[i] = r
         if traffic:
-            self._count(queries, results)
-            for observer in self._observers:
-                observer.observe(queries, results)
+            self._observe(queries, results)
         return results
+
+    def _observe(self, queries: Sequence[LookupQuery], results: Sequence[LookupResult]) -> None:
+        """Count one finished lookup call and show it to every observer."""
+        self._count(queries, results)
+        for observer in self._observers:
+            observer.observe(queries, results)
 
     def _screen(self, queries: Sequence[LookupQuery]) -> list[LookupResult | None] | None:
         """BYPASS results by position, or None when the policy lets every query through."""

@@ -17,6 +17,20 @@ Decided = list[LookupResult | None]
 """Answers by position (None: not decided yet, the tiers answer)."""
 
 
+def passes_screens(
+    policy: Policy, ledger: Ledger | None, identity: IdentityCell, q: LookupQuery
+) -> bool:
+    """True when no screen here can decide `q`: every one would let it through untouched
+    (no answer, no counter, no ledger change). A lookup of one key asks this to skip them;
+    False only means they must be run (ResultCache.lookup_many does)."""
+    return (
+        q.traits is NO_TRAITS
+        and policy.inert  # screen_policy's common case: only declared traits bypass
+        and not identity.stale  # screen_doubt: nothing in doubt
+        and (ledger is None or not ledger.quarantined)  # screen_quarantine: nothing held
+    )
+
+
 def screen_policy(
     policy: Policy, stats: CacheStats, queries: Sequence[LookupQuery]
 ) -> Decided | None:

@@ -91,6 +91,37 @@ class TierReader:
         one, or one in another form) when the hold is free already."""
         return (await self._find(queries, self._plain, False)).results
 
+    def hot_answer(self, q: LookupQuery) -> LookupResult | None:
+        """`q` answered from the hot tier alone, as `lookup` would answer it; None when the
+        tiers must be read (the batch path then decides: nothing here was left half-done).
+
+        A single lookup's direct path (ResultCache.lookup) and every batch share it.
+        """
+        return self._from_hot(q, self._clock_ms(), self.freshness.confirmed())
+
+    def _from_hot(self, q: LookupQuery, now: int, confirmed: bool) -> LookupResult | None:
+        """The hot tier's answer to `q` at `now`: a HIT, or the MISS the caller's bounds
+        make of a live entry; None when memory cannot answer (not held, a collision, a dead
+        entry, which is dropped and counted, or rules not `confirmed` current)."""
+        key = q.key
+        entry = self.hot.get(key.digest, now)
+        # The hot tier is keyed by digest; comparing material also rules out collisions.
+        if entry is None or entry.material != key.material:
+            return None
+        if self.rules.is_dead(key.dims, entry.epoch):
+            self.hot.discard(key.digest)
+            self.stats.count_dead(key.model_version)
+            return None
+        if not confirmed:
+            # Not known to be current: let the warm read (which carries the store's
+            # epoch) decide instead of trusting memory.
+            return None
+        if q.max_age_s or q.accept is not None:
+            return _hit_or_miss(q, entry, TierName.HOT, now)
+        # _hit_or_miss inlined for the common query (no bound, any form)
+        age = now - entry.created_at_ms
+        return LookupResult(Outcome.HIT, key.digest, entry, TierName.HOT, age if age > 0 else 0)
+
     async def _find(self, queries: Sequence[LookupQuery], read: WarmRead, hot: bool) -> Found:
         now = self._clock_ms()
         results: list[LookupResult | None] = [None] * len(queries)
@@ -99,29 +130,13 @@ class TierReader:
         else:
             pending = []
             confirmed = self.freshness.confirmed()
-            hot_get = self.hot.get
-            is_dead = self.rules.is_dead
+            from_hot = self._from_hot
             for i, q in enumerate(queries):
-                key = q.key
-                entry = hot_get(key.digest, now)
-                # The hot tier is keyed by digest; comparing material also rules out collisions.
-                if entry is None or entry.material != key.material:
+                r = from_hot(q, now, confirmed)
+                if r is None:
                     pending.append(i)
-                elif is_dead(key.dims, entry.epoch):
-                    self.hot.discard(key.digest)
-                    self.stats.count_dead(key.model_version)
-                    pending.append(i)
-                elif not confirmed:
-                    # Not known to be current: let the warm read (which carries the
-                    # store's epoch) decide instead of trusting memory.
-                    pending.append(i)
-                elif q.max_age_s or q.accept is not None:
-                    results[i] = _hit_or_miss(q, entry, TierName.HOT, now)
-                else:  # _hit_or_miss inlined for the common query (no bound, any form)
-                    age = now - entry.created_at_ms
-                    results[i] = LookupResult(
-                        Outcome.HIT, key.digest, entry, TierName.HOT, age if age > 0 else 0
-                    )
+                else:
+                    results[i] = r
             if not pending:
                 return Found(cast(list[LookupResult], results))
         return await self._find_warm(queries, pending, results, now, read)

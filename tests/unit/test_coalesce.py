@@ -176,6 +176,41 @@ async def test_a_caller_never_waits_past_its_deadline() -> None:
     assert store.calls == [[1], [2]], "a timed-out caller's keys are never fetched again"
 
 
+async def test_a_bounded_fetch_alone_gets_no_second_timer_and_its_timeout_reaches_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`bounded`: the fetch keeps its own wall-clock deadline (a Redis guard), so a lone
+    caller's fetch is not wrapped in the coalescer's; its TierTimeout is the caller's,
+    within the deadline; an unbounded coalescer still arms its safety net."""
+    armed: list[float | None] = []
+    real_timeout = asyncio.timeout
+
+    def counting_timeout(delay: float | None) -> asyncio.Timeout:
+        armed.append(delay)
+        return real_timeout(delay)
+
+    monkeypatch.setattr(asyncio, "timeout", counting_timeout)
+
+    async def fetch(keys: list[int], timeout_s: float) -> tuple[Sequence[int], int]:
+        try:
+            async with real_timeout(timeout_s):
+                await asyncio.Event().wait()  # a Redis that never answers
+        except TimeoutError:
+            raise TierTimeout("the fetch's own deadline") from None
+        return keys, 0
+
+    bounded: ReadCoalescer[int, int, int] = ReadCoalescer(fetch, deadline_s=0.05, bounded=True)
+    started = time.monotonic()
+    with pytest.raises(TierTimeout, match="the fetch's own deadline"):
+        await bounded.get([1])
+    assert time.monotonic() - started < 0.05 + 0.03
+    assert armed == []
+    unbounded: ReadCoalescer[int, int, int] = ReadCoalescer(fetch, deadline_s=0.05)
+    with pytest.raises(TierTimeout):
+        await unbounded.get([1])
+    assert len(armed) == 1
+
+
 async def test_a_fetch_deadline_is_the_time_left_to_its_latest_waiter() -> None:
     """Queued callers whose deadline is near make the next fetch's timeout short."""
     store = FakeStore(delay_s=0.03)

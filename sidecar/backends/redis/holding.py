@@ -54,12 +54,15 @@ class RedisHolding:
             deadline_s=read_s,
             max_keys=max_asks,
             what="redis warm tier (read and hold)",
+            # The guard's deadline is the wall clock's unless it is patient.
+            bounded=not self._read_guard.patient,
         )
         self._puts: ReadCoalescer[tuple[WarmItem, bytes], None, None] = ReadCoalescer(
             self._put_and_release,
             deadline_s=write_s,
             max_keys=MAX_WRITES_PER_SCRIPT,
             what="redis warm tier (write and release)",
+            bounded=not self._write_guard.patient,
         )
 
     async def get_or_hold(self, asks: Sequence[HoldAsk]) -> HeldRead:

@@ -72,6 +72,7 @@ class RedisWarmTier:
             deadline_s=read_timeout_s,
             max_keys=MAX_COALESCED_KEYS,
             what="redis warm tier",
+            bounded=not self._read_guard.patient,  # _mget_with_epoch: all under the guard
         )
         self.holding: RedisHolding | None = None
         """This tier with its holder keys as a HoldingStore: on one Redis; None on a

@@ -26,6 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(240)]
 
 RULES = "ic:v2:{meta}:rules"
 
+SETUP_TIMEOUT_S = 10.0
+
 
 def _libfaketime() -> Path:
     """The multi-threaded libfaketime (gRPC runs threads), or skip where it is missing."""
@@ -62,7 +64,9 @@ def test_a_sidecar_two_days_ahead_prunes_no_fresh_rule(redis_server: RedisServer
         k = key("refund policy", tenant="acme")
         with CacheClient(a.target) as ca:
             # A slow computation starts before the purge...
-            lease = ca.lookup(k).lease
+            # A generous deadline: a new channel's first call on a loaded CI machine took
+            # more than the client's default second; latency is not this test's subject.
+            lease = ca.lookup(k, timeout=SETUP_TIMEOUT_S).lease
         _invalidate(a.admin_target, "acme")
         assert r.zcard(RULES) == 1
 
@@ -84,7 +88,7 @@ def test_a_sidecar_two_days_ahead_prunes_no_fresh_rule(redis_server: RedisServer
             # ...and delivers its result through a sidecar started afterwards.
             late = cf.store(k, b"policy computed before the purge", lease=lease)
             assert late.outcome == pb.STORE_OUTCOME_STALE_LEASE
-            assert cf.lookup(k).outcome == pb.LOOKUP_OUTCOME_MISS
+            assert cf.lookup(k, timeout=SETUP_TIMEOUT_S).outcome == pb.LOOKUP_OUTCOME_MISS
         assert r.zcard(RULES) == 1, "a sidecar with a fast clock pruned a fresh rule"
     finally:
         for s in (a, ahead, fresh):

@@ -239,9 +239,24 @@ async def test_a_sidecar_miss_and_its_store_cost_one_round_trip_each(
 ) -> None:
     """Through the gRPC API on one Redis: a waiting lookup's MISS sends one command naming
     its key (the read-and-hold script), the store one (write-and-release), where the
-    separate calls sent five (MGET, SET NX, MGET again, SET, release)."""
+    separate calls sent five (MGET, SET NX, MGET again, SET, release).
+
+    The hold's TTL is long here: its keeper renews it every quarter TTL (one more
+    EVALSHA naming the key), which on a slow machine fell between the miss and the
+    store at the default 800 ms; renewals are test_hold_liveness's subject."""
     admin = aioredis.Redis.from_url(redis_server.url)
-    async with sidecar(redis_server.url, lookup_timeout_ms=2000, write_timeout_ms=2000) as sc:
+    try:
+        await _one_round_trip_each(admin, redis_server)
+    finally:
+        # Closed on every path: a connection left open warns when collected, in
+        # whichever test then runs on this worker.
+        await admin.aclose()
+
+
+async def _one_round_trip_each(admin: aioredis.Redis, redis_server: RedisServer) -> None:
+    async with sidecar(
+        redis_server.url, lookup_timeout_ms=2000, write_timeout_ms=2000, lease_hold_ttl_ms=60_000
+    ) as sc:
         await sc.store(key("warm-up: scripts loaded, connections open"), b"x")
         k = key("counted")
         seen: list[str] = []
@@ -258,7 +273,6 @@ async def test_a_sidecar_miss_and_its_store_cost_one_round_trip_each(
         hexed = miss.key_digest.hex()
         naming = [c for c in seen if hexed in c]
         assert [c.split()[0].upper() for c in naming] == ["EVALSHA", "EVALSHA"], naming
-    await admin.aclose()
 
 
 async def _collect(monitor: object, seen: list[str]) -> None:

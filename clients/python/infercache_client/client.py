@@ -159,7 +159,7 @@ class CacheClient:
         resp: PB2.ReportOutcomeResponse = self._stub.ReportOutcome(req, timeout=timeout)
         return resp
 
-    def server_info(self, *, timeout: float | None = 1.0) -> PB2.GetServerInfoResponse:
+    def server_info(self, *, timeout: float | None = 5.0) -> PB2.GetServerInfoResponse:
         """The sidecar's version, key schema and pod model fingerprint."""
         resp: PB2.GetServerInfoResponse = self._stub.GetServerInfo(
             build.server_info_request(), timeout=timeout
@@ -299,7 +299,7 @@ class AsyncCacheClient:
         resp: PB2.ReportOutcomeResponse = await self._stub.ReportOutcome(req, timeout=timeout)
         return resp
 
-    async def server_info(self, *, timeout: float | None = 1.0) -> PB2.GetServerInfoResponse:
+    async def server_info(self, *, timeout: float | None = 5.0) -> PB2.GetServerInfoResponse:
         """The sidecar's version, key schema and pod model fingerprint."""
         resp: PB2.GetServerInfoResponse = await self._stub.GetServerInfo(
             build.server_info_request(), timeout=timeout

@@ -219,6 +219,7 @@ def _serve(llm: Any) -> None:
                     lora_request=lora,
                     use_tqdm=False,
                 )
+                _step_while_pending(llm)
                 answer = {
                     "outputs": [
                         {"tokens": list(r.outputs[0].token_ids), "cached": r.num_cached_tokens}
@@ -230,6 +231,19 @@ def _serve(llm: Any) -> None:
         except Exception as exc:
             answer = {"error": repr(exc)}
         print(MARK + json.dumps(answer), flush=True)
+
+
+def _step_while_pending(llm: Any, limit_s: float = 30.0) -> None:
+    """Step the engine while its scheduler still has work (a connector's pending push
+    work included), as a served engine's busy loop does (EngineCoreProc.has_work): the
+    offline LLM stops stepping when its last request finishes."""
+    import time
+
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    deadline = time.monotonic() + limit_s
+    while scheduler.has_requests() and time.monotonic() < deadline:
+        llm.llm_engine.step()
+        time.sleep(0.001)  # as vLLM's loop does: let the connector's threads run
 
 
 def main(argv: Sequence[str] | None = None) -> None:

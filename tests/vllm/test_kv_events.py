@@ -132,3 +132,19 @@ def test_pool_blocks_in_vllms_stream_with_medium_identity_and_router_hash_parity
     # Four scopes of prompt "a" (plain, salted, LoRA, salted LoRA): no hash shared.
     a_scopes = [s for s, (n, _, _) in zip(scopes, mixed, strict=True) if n == "a"]
     assert sum(len(s) for s in a_scopes) == len(set().union(*a_scopes))
+
+
+def test_a_requests_last_step_saves_are_published_without_another_request(
+    events_engine: tuple[EngineProcess, str],
+) -> None:
+    """One token: the prefill is the request's only step, and its save commits on the
+    worker's background thread after that step ended. The engine keeps stepping until the
+    commit comes back, so a router sees the blocks now, not when the next request comes."""
+    engine, endpoint = events_engine
+    subscriber = EventSubscriber(endpoint, topic="kv")
+    try:
+        engine.generate([PROMPTS["b"]], max_tokens=1)
+        seen = subscriber.collect(lambda s: len(s.stored_hashes()) >= SAVED_BLOCKS)
+    finally:
+        subscriber.close()
+    assert len(seen.stored_hashes()) == SAVED_BLOCKS, seen.events

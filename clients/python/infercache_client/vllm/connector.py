@@ -181,9 +181,12 @@ class InfercacheConnector(KVConnectorBase_V1):
         return self.worker.take_load_errors() if self.worker is not None else set()
 
     def get_kv_connector_kv_cache_events(self) -> InfercacheKVEvents | None:
-        """BlockStored events of the saves committed since the last call (to the scheduler)."""
-        events = self.worker.take_committed_events() if self.worker is not None else []
-        return InfercacheKVEvents(events) if events else None
+        """BlockStored events of the saves committed since the last call, and the count of
+        saves that ended (to the scheduler)."""
+        if self.worker is None:
+            return None
+        events, settled = self.worker.take_committed_events()
+        return InfercacheKVEvents(events, settled) if events or settled else None
 
     def get_kv_connector_stats(self) -> KVConnectorStats | None:
         """This half's counters and (worker) step timings since the last call."""
@@ -262,6 +265,17 @@ class InfercacheConnector(KVConnectorBase_V1):
         events = getattr(connector_output, "kv_cache_events", None)
         if self.scheduler.events is not None and events:
             self.scheduler.events.add(events.get_all_events())
+            self.scheduler.events.settle(getattr(events, "settled", 0))
+
+    def has_pending_push_work(self) -> bool:
+        """Saves announced to the worker whose commit has not come back: vLLM keeps
+        stepping (without a request) until they have, so their blocks are published
+        at once, not at the next request (events.py)."""
+        return (
+            self.scheduler is not None
+            and self.scheduler.events is not None
+            and self.scheduler.events.awaiting()
+        )
 
     def take_events(self) -> Iterable[Any]:
         """Events for vLLM's publisher: the pool's blocks (events.py)."""

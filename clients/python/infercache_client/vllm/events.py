@@ -8,6 +8,9 @@ msgpack `KVEventBatch`). The connector reports:
   builds the event when it plans the save (it knows the tokens and the identity), the
   worker hands it back through `get_kv_connector_kv_cache_events` only once the
   commit succeeded, and vLLM brings it to the scheduler's `update_connector_output`;
+  until every save it announced has come back (committed or not), the connector
+  reports pending work, so vLLM keeps stepping without a request and the events of a
+  request's last step are published at once, not at the next request;
 - `BlockStored` for blocks a lookup found in the pool that this engine never reported
   (saved by another engine on the pod, or promoted from the warm tier).
 
@@ -19,7 +22,8 @@ VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES says (a 64-bit hash would let scopes collide
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +44,9 @@ from infercache_client.vllm.router_hash import event_hashes, request_scope, tena
 
 REMEMBERED = 200_000
 """Published hashes remembered, so a lookup does not report a block twice (~20 MiB)."""
+CONFIRM_S = 10.0
+"""How long the engine keeps stepping for a save's commit to come back: longer than
+its allocation and commit deadlines together (rpc_timeout_s each, 2 s by default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +118,12 @@ def layout_name(layout: Any) -> str:
 class InfercacheKVEvents(KVConnectorKVEvents):
     """The worker's committed-block events of one step, carried to the scheduler."""
 
-    def __init__(self, events: list[KVCacheEvent] | None = None) -> None:
-        """One worker's events (tensor parallelism is 1: nothing to agree on)."""
+    def __init__(self, events: list[KVCacheEvent] | None = None, settled: int = 0) -> None:
+        """One worker's events (tensor parallelism is 1: nothing to agree on) and how many
+        of its saves with an event ended in the step, committed or not."""
         self._events: list[KVCacheEvent] = list(events or [])
         self._workers = 1
+        self.settled = settled
 
     def add_events(self, events: list[KVCacheEvent]) -> None:
         """Append events."""
@@ -141,7 +150,7 @@ class InfercacheKVEvents(KVConnectorKVEvents):
         self._events.clear()
 
     def __bool__(self) -> bool:
-        return bool(self._events)
+        return bool(self._events) or self.settled > 0
 
 
 class ConnectorEvents:
@@ -155,9 +164,12 @@ class ConnectorEvents:
         tenant: str,
         block_size: int,
         scope_id: Callable[[], str | None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Identity shared by every block of this engine; `scope_id` reads the attachment's
         version scope (None while detached: nothing is published then)."""
+        self._clock = clock
+        self._awaiting: deque[float] = deque()
         self._block_size = block_size
         self._fingerprint = model_fingerprint
         self._layout = layout
@@ -205,7 +217,27 @@ class ConnectorEvents:
         scope = self.scope_of(req_id)
         if scope is None or end <= start:
             return None
+        self._awaiting.append(self._clock())
         return stored_event(scope, chain, start, end, tokens, self._block_size)
+
+    def settle(self, count: int) -> None:
+        """`count` saves announced by `stored` ended (committed or not), oldest first
+        (the worker commits in order, on one thread)."""
+        for _ in range(min(count, len(self._awaiting))):
+            self._awaiting.popleft()
+
+    def awaiting(self) -> bool:
+        """Whether a save announced by `stored` may still commit: its event is then
+        still to come, and vLLM must keep stepping to carry it here (a save's commit
+        runs after the step that planned it, often after the request's last step).
+        A save not heard of within CONFIRM_S is given up (its worker went away)."""
+        awaiting = self._awaiting
+        if not awaiting:
+            return False
+        now = self._clock()
+        while awaiting and now - awaiting[0] > CONFIRM_S:
+            awaiting.popleft()
+        return bool(awaiting)
 
     def found(
         self, req_id: str, chain: Sequence[bytes], matched: int, tokens: Sequence[int]

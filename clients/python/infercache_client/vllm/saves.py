@@ -53,6 +53,7 @@ class Saver:
         self._taken = 0
         self._background_s = 0.0
         self._events: list[Any] = []
+        self._settled = 0
 
     @property
     def saved_blocks(self) -> int:
@@ -75,10 +76,17 @@ class Saver:
         """Copy each spec's blocks into its slots and queue its commit; seconds spent."""
         started = time.perf_counter()
         for spec in specs:
-            self._save(spec)
+            if not self._save(spec):
+                self._settle(spec)
         return time.perf_counter() - started
 
-    def _save(self, spec: SaveSpec) -> None:
+    def drop(self, specs: Sequence[SaveSpec]) -> None:
+        """Saves that will not be made (no caches bound yet): settled at once."""
+        for spec in specs:
+            self._settle(spec)
+
+    def _save(self, spec: SaveSpec) -> bool:
+        """Copy the spec's blocks; True when its commit is queued (it settles it)."""
         key = (spec.req_id, spec.block_ids[0])
         future = self._allocs.pop(key, None) or self._thread.submit(
             self._allocate, len(spec.block_ids)
@@ -87,17 +95,25 @@ class Saver:
             # The allocation's own deadline (rpc_timeout_s) bounds this wait.
             allocated = future.result()
         except FutureTimeout:
-            return
+            return False
         if allocated is None or self._layout is None:
-            return
+            return False
         tier, alloc = allocated
         try:
             save_blocks(self._layout, self._layers, tier.pool, spec.block_ids, alloc.slot_ids)
         except Exception as exc:  # never commit slots whose copy did not complete
             log.warning("infercache: save of %d blocks failed: %s", len(spec.block_ids), exc)
             self._link.release(tier, alloc.lease.lease_id)
-            return
+            return False
         self._thread.submit(self._commit, tier, alloc, spec)
+        return True
+
+    def _settle(self, spec: SaveSpec) -> None:
+        # A save with an event ended, committed or not: the scheduler stops waiting for
+        # it (events.py: the engine keeps stepping while saves it announced are open).
+        if spec.stored is not None:
+            with self._lock:
+                self._settled += 1
 
     def _allocate(self, count: int) -> tuple[Any, Any] | None:
         allocated = self._link.call("allocate", lambda tier: (tier, tier.allocate(count)))
@@ -127,22 +143,27 @@ class Saver:
             )
             return int(result.committed_blocks)
 
+        committed: int | None = None
         try:
             committed = self._link.call("commit", commit)
         finally:
             self._link.release(tier, alloc.lease.lease_id)
-        with self._lock:
-            self._saved += committed or 0
-            self._background_s += time.perf_counter() - started
-            if committed is not None and spec.stored is not None:
-                # Committed, or cached already: the pool holds every block of the spec.
-                self._events.append(spec.stored)
+            with self._lock:
+                self._saved += committed or 0
+                self._background_s += time.perf_counter() - started
+                if committed is not None and spec.stored is not None:
+                    # Committed, or cached already: the pool holds every block of the spec.
+                    self._events.append(spec.stored)
+                if spec.stored is not None:
+                    self._settled += 1
 
-    def take_events(self) -> list[Any]:
-        """BlockStored events of the saves committed since the last call."""
+    def take_events(self) -> tuple[list[Any], int]:
+        """BlockStored events of the saves committed since the last call, and how many
+        saves with an event ended since then (committed or not)."""
         with self._lock:
             events, self._events = self._events, []
-            return events
+            settled, self._settled = self._settled, 0
+            return events, settled
 
     def take_saved(self) -> int:
         """Blocks committed since the last call."""

@@ -161,7 +161,11 @@ class WorkerSide:
     def wait_for_save(self, meta: InfercacheMetadata) -> None:
         """Copy the blocks this step completed into their slots; commit in the background.
         Then file the step's timings."""
-        save_s = self._saver.save(meta.saves) if self._layout is not None else 0.0
+        save_s = 0.0
+        if self._layout is not None:
+            save_s = self._saver.save(meta.saves)
+        else:
+            self._saver.drop(meta.saves)
         entry = (meta.step, self._step_load_bytes, self._step_load_s, save_s)
         self._stats.data.setdefault(STEPS, []).append(entry)
         self._stats.add("load_s", self._step_load_s)
@@ -169,8 +173,9 @@ class WorkerSide:
         self._stats.add("save_critical_s", save_s)
         self._step_load_s, self._step_load_bytes = 0.0, 0
 
-    def take_committed_events(self) -> list[Any]:
-        """BlockStored events of the saves committed since the last call."""
+    def take_committed_events(self) -> tuple[list[Any], int]:
+        """BlockStored events of the saves committed since the last call, and how many
+        saves with an event ended since then (committed or not)."""
         return self._saver.take_events()
 
     def take_stats(self) -> InfercacheStats | None:

@@ -13,6 +13,7 @@ import urllib.request
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionUserMessageParam
 
+from tests.support.kv_events import EventSubscriber
 from tests.support.processes import REPO, free_port, stop_process
 from tests.support.vllm_engine import BLOCK_SIZE, engine_env
 from tests.support.vllm_model import CORPUS, Models
@@ -32,10 +33,21 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float = 300.
     raise RuntimeError("the OpenAI server did not start in time")
 
 
+def _published_blocks(subscriber: EventSubscriber, expected: int) -> int:
+    """Blocks of infercache's pool (medium CPU) in vLLM's stream once `expected` came, or
+    what came within the subscriber's delivery bound."""
+    seen = subscriber.collect(lambda s: len(s.stored_hashes("CPU")) >= expected)
+    return len(seen.stored_hashes("CPU"))
+
+
 def test_repeated_chat_reports_cached_tokens_from_infercache(
     models: Models, sidecar: SidecarServer
 ) -> None:
-    port = free_port()
+    """Two one-token chats: the second loads the prompt's blocks the first saved. Between
+    them, with no request in flight, the served engine publishes those blocks in vLLM's
+    event stream (their commit lands after the first request's only step: the engine
+    loop keeps stepping for it, has_pending_push_work)."""
+    port, events_port = free_port(), free_port()
     transfer = {
         "kv_connector": "InfercacheConnector",
         "kv_connector_module_path": "infercache_client.vllm",
@@ -48,6 +60,13 @@ def test_repeated_chat_reports_cached_tokens_from_infercache(
     argv += ["--max-model-len", "512", "--block-size", str(BLOCK_SIZE)]
     argv += ["--kv-cache-memory-bytes", str(16 << 20), "--no-enable-prefix-caching"]
     argv += ["--enable-prompt-tokens-details", "--kv-transfer-config", json.dumps(transfer)]
+    events = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{events_port}",
+        "topic": "kv",
+    }
+    argv += ["--kv-events-config", json.dumps(events)]
     log = tempfile.TemporaryFile()  # noqa: SIM115
     proc = subprocess.Popen(argv, cwd=REPO, env=engine_env(), stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
@@ -58,16 +77,23 @@ def test_repeated_chat_reports_cached_tokens_from_infercache(
             ChatCompletionUserMessageParam(role="user", content=CORPUS * 2)
         ]
         usages, texts = [], []
-        for _ in range(2):
-            resp = client.chat.completions.create(
-                model="tiny",
-                messages=messages,
-                max_tokens=8,
-                temperature=0.0,
-            )
-            assert resp.usage is not None
-            usages.append(resp.usage)
-            texts.append(resp.choices[0].message.content)
+        subscriber = EventSubscriber(f"tcp://127.0.0.1:{events_port}", topic="kv")
+        try:
+            for _ in range(2):
+                resp = client.chat.completions.create(
+                    model="tiny",
+                    messages=messages,
+                    max_tokens=1,
+                    temperature=0.0,
+                )
+                assert resp.usage is not None
+                usages.append(resp.usage)
+                texts.append(resp.choices[0].message.content)
+                if len(usages) == 1:
+                    saved = resp.usage.prompt_tokens // BLOCK_SIZE
+                    published = _published_blocks(subscriber, saved)
+        finally:
+            subscriber.close()
     except BaseException:
         log.seek(0)
         print(log.read().decode(errors="replace")[-6000:])
@@ -77,6 +103,7 @@ def test_repeated_chat_reports_cached_tokens_from_infercache(
         log.close()
     prompt_tokens = usages[0].prompt_tokens
     assert prompt_tokens > 2 * BLOCK_SIZE
+    assert published == prompt_tokens // BLOCK_SIZE, "the first chat's blocks were not published"
     details = [u.prompt_tokens_details for u in usages]
     assert details[0] is not None
     assert details[1] is not None

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -237,8 +238,6 @@ def _step_while_pending(llm: Any, limit_s: float = 30.0) -> None:
     """Step the engine while its scheduler still has work (a connector's pending push
     work included), as a served engine's busy loop does (EngineCoreProc.has_work): the
     offline LLM stops stepping when its last request finishes."""
-    import time
-
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     deadline = time.monotonic() + limit_s
     while scheduler.has_requests() and time.monotonic() < deadline:

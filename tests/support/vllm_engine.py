@@ -172,7 +172,12 @@ def _stats(llm: Any) -> dict[str, Any]:
         gauge = getattr(side, "gauge", None)  # absent before the cost model
         if gauge is not None:
             out |= gauge.totals
-            out |= {"warm_measured": gauge.model.seconds_per_byte(Tier.WARM) is not None}
+            model = gauge.model
+            out |= {"warm_measured": model.seconds_per_byte(Tier.WARM) is not None}
+            # What the cost model rests on (a test's message says why it decided so).
+            out |= {"warm_s_per_byte": model.seconds_per_byte(Tier.WARM)}
+            out |= {"pool_s_per_byte": model.seconds_per_byte(Tier.POOL)}
+            out |= {"prefill_s_per_token": model.prefill_seconds_per_token()}
     if has_kv_transfer_group():
         worker = get_kv_transfer_group()
         if getattr(worker, "worker", None) is not None:

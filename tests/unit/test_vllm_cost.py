@@ -64,6 +64,8 @@ def test_prefill_speed_is_kept_per_context_bucket_and_the_nearest_is_used() -> N
     assert model.recompute_s(100, 1500) == pytest.approx(0.2)  # 2048 is 1 bucket away
     assert model.recompute_s(100, 100) == pytest.approx(0.1)  # 128: the 64 bucket
     assert [bucket(n) for n in (1, 32, 33, 2000)] == [32, 32, 64, 2048]
+    assert model.prefill_seconds_per_token() == pytest.approx({64: 0.001, 2048: 0.002})
+    assert LoadCostModel().prefill_seconds_per_token() == {}
 
 
 def test_measurements_follow_a_link_that_changes() -> None:

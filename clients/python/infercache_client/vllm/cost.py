@@ -118,6 +118,10 @@ class LoadCostModel:
         if tokens > 0 and context_tokens > 0 and seconds > 0:
             self._prefill.setdefault(bucket(context_tokens), _Mean()).add(seconds / tokens)
 
+    def prefill_seconds_per_token(self) -> dict[int, float]:
+        """The measured prefill time per token, by context bucket (for stats and tests)."""
+        return {b: m.value for b, m in sorted(self._prefill.items()) if m.value is not None}
+
     # -- predictions ---------------------------------------------------------------------
 
     def seconds_per_byte(self, tier: Tier) -> float | None:

@@ -46,7 +46,10 @@ def parse_size(text: str) -> int:
 
 @contextlib.contextmanager
 def workdir(keep: bool, parent: str | None) -> Iterator[Path]:
-    """A temporary directory for the checkpoints, removed afterwards unless `keep`."""
+    """A temporary directory for the checkpoints (under `parent`, made if missing),
+    removed afterwards unless `keep`."""
+    if parent is not None:
+        Path(parent).mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="infercache-fp-bench-", dir=parent))
     try:
         yield root
